@@ -1,0 +1,3 @@
+from fuseplan.cli import main
+
+main()

@@ -1,0 +1,24 @@
+"""Stage 2: cost models that price fusion groups (``F_beta`` and ``F_D``)."""
+
+from __future__ import annotations
+
+from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
+from fuseplan.cost.brr import BRRCostModel
+from fuseplan.cost.lbdf import LBDFCostModel
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.ir import CompGraph
+
+SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostModel}
+
+
+def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> CostModel:
+    """The cost model of ``scheme`` (``"lbdf"`` or ``"brr"``) for ``graph`` at ``buffer_bytes``."""
+    try:
+        cls = SCHEMES[scheme.lower()]
+    except KeyError:
+        raise FuseplanError(f"unknown fusion scheme {scheme!r}; choose one of {', '.join(SCHEMES)}") from None
+    return cls(graph, buffer_bytes, bytes_per_element)
+
+
+__all__ = ["BRRCostModel", "CostModel", "GraphTables", "Group", "GroupCost", "LBDFCostModel", "SCHEMES",
+           "make_cost_model"]

@@ -1,0 +1,188 @@
+"""The cost-model interface: the *problem* every search optimises.
+
+A :class:`CostModel` prices any fusion group (a set of operator indices) at
+one buffer size ``beta``:
+
+* ``F_beta(group)``: on-chip bytes the group needs to execute;
+* ``F_D(group)``: DRAM bytes the group moves.
+
+A group is valid iff ``F_beta < beta``. Results are memoised per group, since
+searches price the same groups again and again. Search algorithms only ever
+see this interface, never which scheme is behind it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import ClassVar, NamedTuple
+
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.ir import CompGraph
+
+Group = frozenset[int]
+
+
+class GroupCost(NamedTuple):
+    """Price of one fusion group, in bytes."""
+
+    buffer: int  # F_beta
+    dram: int  # F_D
+
+
+@dataclass(frozen=True)
+class GraphTables:
+    """Flat per-node and per-tensor arrays: the cost models' hot-path view of a graph.
+
+    Plain lists and tuples indexed by integer ids are what CPython walks
+    fastest; building them once keeps attribute look-ups out of the loop.
+    """
+
+    node_inputs: tuple[tuple[tuple[int, float, float, float], ...], ...]  # (tensor, kernel, stride, reach)
+    node_outputs: tuple[tuple[int, ...], ...]
+    node_barrier: tuple[bool, ...]
+    node_weights: tuple[int, ...]  # elements
+    node_channels: tuple[int, ...]  # output channels (axis 1 of the first output)
+    tensor_rows: tuple[int, ...]
+    tensor_row_numel: tuple[int, ...]
+    tensor_numel: tuple[int, ...]
+    tensor_consumers: tuple[frozenset[int], ...]
+    tensor_is_output: tuple[bool, ...]
+
+    @classmethod
+    def from_graph(cls, graph: CompGraph) -> GraphTables:
+        return cls(
+            node_inputs=tuple(
+                tuple((t, g.kernel, g.stride, g.reach) for t, g in zip(n.inputs, n.input_geometry))
+                for n in graph.nodes
+            ),
+            node_outputs=tuple(n.outputs for n in graph.nodes),
+            node_barrier=tuple(n.is_barrier for n in graph.nodes),
+            node_weights=tuple(n.weight_numel for n in graph.nodes),
+            node_channels=tuple(
+                graph.tensors[n.outputs[0]].shape[1] if n.outputs and len(graph.tensors[n.outputs[0]].shape) > 1
+                else 1
+                for n in graph.nodes
+            ),
+            tensor_rows=tuple(t.rows for t in graph.tensors),
+            tensor_row_numel=tuple(t.row_numel for t in graph.tensors),
+            tensor_numel=tuple(t.numel for t in graph.tensors),
+            tensor_consumers=tuple(frozenset(t.consumers) for t in graph.tensors),
+            tensor_is_output=tuple(t.is_model_output for t in graph.tensors),
+        )
+
+
+class CostModel(ABC):
+    """Prices fusion groups of one graph under one scheme at one buffer size.
+
+    Parameters
+    ----------
+    graph:
+        The computation graph.
+    buffer_bytes:
+        On-chip buffer capacity ``beta`` in bytes.
+    bytes_per_element:
+        Data width of activations and weights (1 for an int8 accelerator).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
+        if buffer_bytes <= 0:
+            raise FuseplanError(f"buffer size must be positive, got {buffer_bytes}")
+        if bytes_per_element <= 0:
+            raise FuseplanError(f"bytes per element must be positive, got {bytes_per_element}")
+        self.graph = graph
+        self.buffer_bytes = int(buffer_bytes)
+        self.bytes_per_element = int(bytes_per_element)
+        self.tables = GraphTables.from_graph(graph)
+        self._cache: dict[Group, GroupCost] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.graph.name!r}, buffer_bytes={self.buffer_bytes}, "
+                f"bytes_per_element={self.bytes_per_element})")
+
+    # -- pricing ---------------------------------------------------------
+    def evaluate(self, group: Iterable[int]) -> GroupCost:
+        """``(F_beta, F_D)`` of ``group``, memoised."""
+        key = group if isinstance(group, frozenset) else frozenset(group)
+        cost = self._cache.get(key)
+        if cost is None:
+            self.misses += 1
+            if not key:
+                raise ValueError("cannot price an empty fusion group")
+            cost = self.price(key)
+            self._cache[key] = cost
+        else:
+            self.hits += 1
+        return cost
+
+    @abstractmethod
+    def price(self, group: Group) -> GroupCost:
+        """Price ``group`` from scratch (no cache). Subclasses implement the scheme."""
+
+    def buffer(self, group: Iterable[int]) -> int:
+        """``F_beta``: on-chip bytes needed to execute ``group``."""
+        return self.evaluate(group).buffer
+
+    def dram(self, group: Iterable[int]) -> int:
+        """``F_D``: DRAM bytes moved when ``group`` executes."""
+        return self.evaluate(group).dram
+
+    def fits(self, group: Iterable[int]) -> bool:
+        """Whether ``group`` is valid: ``F_beta < beta``."""
+        return self.evaluate(group).buffer < self.buffer_bytes
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self.hits = self.misses = 0
+
+    # -- whole-model figures ---------------------------------------------
+    @cached_property
+    def unfuseable(self) -> tuple[int, ...]:
+        """Operators that do not fit the buffer even alone; excluded from search."""
+        return tuple(i for i in range(len(self.graph.nodes)) if not self.fits(frozenset((i,))))
+
+    @cached_property
+    def fuseable(self) -> tuple[int, ...]:
+        excluded = set(self.unfuseable)
+        return tuple(i for i in range(len(self.graph.nodes)) if i not in excluded)
+
+    def unfused_dram(self) -> int:
+        """DRAM bytes when every fuseable operator runs as its own group."""
+        return sum(self.dram(frozenset((i,))) for i in self.fuseable)
+
+    def dram_lower_bound(self) -> int:
+        """DRAM bytes of all fuseable operators priced as one group, ignoring the buffer.
+
+        Each connected component of the fuseable operators is priced as a
+        group; no partition into groups moves less (every weight and every
+        tensor crossing the boundary of the fuseable set is moved at least once).
+        """
+        return sum(self.dram_ignoring_buffer(component) for component in self.fuseable_components())
+
+    def dram_ignoring_buffer(self, group: Group) -> int:
+        """``F_D`` of ``group`` as if it fitted the buffer (for bounds)."""
+        return self.evaluate(group).dram
+
+    def fuseable_components(self) -> list[Group]:
+        """Weakly connected components of the graph restricted to fuseable operators."""
+        remaining = set(self.fuseable)
+        neighbours = self.graph.neighbours
+        components: list[Group] = []
+        while remaining:
+            start = min(remaining)
+            remaining.discard(start)
+            stack, comp = [start], {start}
+            while stack:
+                for other in neighbours[stack.pop()]:
+                    if other in remaining:
+                        remaining.discard(other)
+                        comp.add(other)
+                        stack.append(other)
+            components.append(frozenset(comp))
+        return components

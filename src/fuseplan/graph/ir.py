@@ -1,0 +1,197 @@
+"""The computation-graph IR that every later stage works on.
+
+A :class:`CompGraph` holds the operators of a model (``OpNode``) and the
+activation tensors between them (``Tensor``). Weights are not tensors of the
+graph: each operator carries the element count of the parameters it reads.
+Node indices are topological labels, so for every edge ``(i, j)`` we have
+``i < j`` (the property the splitting algorithm relies on to find skip
+connections).
+
+Sizes are stored in *elements*; the cost models turn them into bytes with a
+bytes-per-element parameter, so one graph serves every data width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from math import prod
+from types import MappingProxyType
+from typing import Any
+
+from fuseplan.errors import FuseplanError
+
+
+@dataclass(frozen=True)
+class RowGeometry:
+    """How an operator reads one activation input row by row.
+
+    Output row ``r`` of the operator needs input rows
+    ``[stride * r + reach - kernel + 1, stride * r + reach]``. Operators that
+    need their whole input before emitting anything (global pooling,
+    Gemm, a Flatten, a Transpose that moves the row axis...) are *barriers*.
+    """
+
+    kernel: float = 1.0
+    stride: float = 1.0
+    reach: float = 0.0
+    barrier: bool = False
+
+
+POINTWISE = RowGeometry()
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation tensor: produced by one operator (or a model input)."""
+
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    producer: int | None
+    consumers: tuple[int, ...]
+    is_model_output: bool
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def rows(self) -> int:
+        """Number of rows a line buffer streams this tensor in.
+
+        Tensors of rank 4 or more are streamed along their second-to-last
+        axis (``H`` in ``NCHW``); smaller ones are held whole, as one row.
+        """
+        return self.shape[-2] if len(self.shape) >= 4 else 1
+
+    @property
+    def row_numel(self) -> int:
+        return self.numel // self.rows
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One operator of the model, labelled by its topological index."""
+
+    index: int
+    name: str
+    op_type: str
+    attributes: Mapping[str, Any]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    input_geometry: tuple[RowGeometry, ...]
+    weight_names: tuple[str, ...] = ()
+    weight_numel: int = 0
+    known_op: bool = True
+
+    @property
+    def is_barrier(self) -> bool:
+        return any(g.barrier for g in self.input_geometry)
+
+
+@dataclass
+class CompGraph:
+    """Operators and activation tensors of a model, topologically labelled."""
+
+    name: str
+    nodes: tuple[OpNode, ...]
+    tensors: tuple[Tensor, ...]
+    model_inputs: tuple[int, ...]
+    model_outputs: tuple[int, ...]
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.metadata = MappingProxyType(dict(self.metadata))
+        for node in self.nodes:
+            for t in node.inputs:
+                producer = self.tensors[t].producer
+                if producer is not None and producer >= node.index:
+                    raise ValueError("node indices are not a topological order")
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"CompGraph({self.name!r}, nodes={len(self.nodes)}, edges={len(self.edges)})"
+
+    @cached_property
+    def edges(self) -> tuple[tuple[int, int], ...]:
+        """Distinct ``(producer, consumer)`` operator pairs, sorted."""
+        pairs = {
+            (tensor.producer, consumer)
+            for tensor in self.tensors
+            if tensor.producer is not None
+            for consumer in tensor.consumers
+        }
+        return tuple(sorted(pairs))
+
+    @cached_property
+    def successors(self) -> tuple[tuple[int, ...], ...]:
+        out: list[set[int]] = [set() for _ in self.nodes]
+        for i, j in self.edges:
+            out[i].add(j)
+        return tuple(tuple(sorted(s)) for s in out)
+
+    @cached_property
+    def predecessors(self) -> tuple[tuple[int, ...], ...]:
+        out: list[set[int]] = [set() for _ in self.nodes]
+        for i, j in self.edges:
+            out[j].add(i)
+        return tuple(tuple(sorted(s)) for s in out)
+
+    @cached_property
+    def neighbours(self) -> tuple[frozenset[int], ...]:
+        return tuple(frozenset(p + s) for p, s in zip(self.predecessors, self.successors))
+
+    @cached_property
+    def _index_by_name(self) -> dict[str, int]:
+        return {node.name: node.index for node in self.nodes}
+
+    def node_index(self, name: str) -> int:
+        """Index of the operator called ``name`` (its ONNX node name)."""
+        try:
+            return self._index_by_name[name]
+        except KeyError:
+            raise FuseplanError(f"model {self.name!r} has no operator named {name!r}") from None
+
+    @property
+    def weight_numel(self) -> int:
+        return sum(node.weight_numel for node in self.nodes)
+
+    @property
+    def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {self.tensors[t].name: self.tensors[t].shape for t in self.model_inputs}
+
+    def is_connected(self, group: Iterable[int]) -> bool:
+        """Whether ``group`` is weakly connected in this graph."""
+        members = set(group)
+        if not members:
+            return False
+        start = next(iter(members))
+        seen = {start}
+        stack = [start]
+        neighbours = self.neighbours
+        while stack:
+            for other in neighbours[stack.pop()]:
+                if other in members and other not in seen:
+                    seen.add(other)
+                    stack.append(other)
+        return len(seen) == len(members)
+
+    def to_networkx(self):
+        """A ``networkx.DiGraph`` view with node and edge attributes (for analysis and drawing)."""
+        import networkx as nx
+
+        g = nx.DiGraph(name=self.name)
+        for node in self.nodes:
+            out_shape = self.tensors[node.outputs[0]].shape if node.outputs else ()
+            g.add_node(node.index, name=node.name, op_type=node.op_type, weight_numel=node.weight_numel,
+                       output_shape=out_shape)
+        for tensor in self.tensors:
+            if tensor.producer is None:
+                continue
+            for consumer in tensor.consumers:
+                g.add_edge(tensor.producer, consumer, tensor=tensor.name, numel=tensor.numel)
+        return g

@@ -1,0 +1,340 @@
+"""Reading ONNX models into a :class:`~fuseplan.graph.ir.CompGraph`.
+
+The importer keeps only what a fusion planner cares about:
+
+* operators that compute on activations become nodes;
+* constants and shape plumbing (``Constant``, ``Shape``, ``ConstantOfShape``,
+  any node whose inputs are all constant) are folded away;
+* ``Identity`` and ``Dropout`` on activations are aliases, not operators;
+* weights are counted per operator whether they are initializers, outputs of
+  constant subgraphs, or model inputs that only feed parameter slots (as
+  older exporters emit them).
+
+Shapes come from ONNX shape inference with data propagation, after the
+caller has fixed any dynamic input dimension.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.ir import CompGraph, OpNode, Tensor
+from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, row_geometry
+
+_FLOAT_TYPES = frozenset({
+    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
+})
+_ALIAS_OPS = frozenset({"Identity", "Dropout"})
+_SOURCE_OPS = frozenset({"Shape", "Size"})  # constant once shapes are static
+
+
+def read_model(path: str | Path) -> onnx.ModelProto:
+    """Load an ONNX file without its external weight data, or fail with one clear line."""
+    path = Path(path)
+    if not path.exists():
+        raise FuseplanError(f"{path}: no such file")
+    if path.is_dir():
+        raise FuseplanError(f"{path}: is a directory, not an ONNX file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises several unrelated types
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FuseplanError(f"{path}: not a readable ONNX model ({reason})") from None
+    if not model.graph.node or not model.graph.output:
+        raise FuseplanError(f"{path}: not a readable ONNX model (no graph, or an empty or truncated one)")
+    graph = model.graph
+    available = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    available.update(o for node in graph.node for o in node.output)
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in available:
+                raise FuseplanError(
+                    f"{path}: not a complete ONNX model (node {node.name or node.op_type!r} reads {name!r}, "
+                    "which nothing defines; is the file truncated?)"
+                )
+    return model
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``NAME=1x3x224x224`` as given to ``--input-shape``."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise FuseplanError(f"cannot read input shape {text!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
+    return name, shape
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    for attr in node.attribute:
+        if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+                         onnx.AttributeProto.TENSOR, onnx.AttributeProto.SPARSE_TENSOR):
+            continue  # subgraphs and tensor payloads say nothing about row geometry
+        value = helper.get_attribute_value(attr)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif isinstance(value, list):
+            value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
+        attrs[attr.name] = value
+    return attrs
+
+
+def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str) -> None:
+    initializers = {init.name for init in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+    names = {i.name for i in graph_inputs}
+    for name in input_shapes:
+        if name not in names:
+            raise FuseplanError(
+                f"{label}: --input-shape names {name!r}, but the model's inputs are {sorted(names)}"
+            )
+    for value in graph_inputs:
+        tensor_type = value.type.tensor_type
+        if value.name in input_shapes:
+            shape = input_shapes[value.name]
+            tensor_type.shape.ClearField("dim")
+            for d in shape:
+                tensor_type.shape.dim.add().dim_value = int(d)
+            continue
+        dims = tensor_type.shape.dim if tensor_type.HasField("shape") else None
+        if dims is None or any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
+            shown = "?" if dims is None else "x".join(
+                str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims
+            )
+            raise FuseplanError(
+                f"{label}: input {value.name!r} has a dynamic shape [{shown}]; "
+                f"fix it with --input-shape {value.name}=1x3x224x224 (your sizes)"
+            )
+
+
+def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    types: dict[str, int] = {}
+    graph = model.graph
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor_type = value.type.tensor_type
+        if tensor_type.elem_type:
+            types[value.name] = tensor_type.elem_type
+        if not tensor_type.HasField("shape"):
+            shapes.setdefault(value.name, None)
+            continue
+        dims = tensor_type.shape.dim
+        if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            shapes[value.name] = tuple(d.dim_value for d in dims)
+        elif shapes.get(value.name) is None:
+            shapes[value.name] = None
+    for init in graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+        types[init.name] = init.data_type
+    return shapes, types
+
+
+def _topological_order(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int]:
+    """Indices of ``nodes`` in a topological order, stable with respect to file order."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    waiting = [0] * len(nodes)
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        deps = {producer[name] for name in node.input if name and name not in available and name in producer}
+        waiting[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(nodes):
+        raise FuseplanError("the model graph has a cycle; ONNX graphs must be acyclic")
+    return order
+
+
+def _constant_value(name: str, initializers: Mapping[str, onnx.TensorProto],
+                    constants: Mapping[str, onnx.TensorProto]) -> list[int] | None:
+    proto = initializers.get(name) or constants.get(name)
+    if proto is None:
+        return None
+    try:
+        return [int(v) for v in numpy_helper.to_array(proto).reshape(-1)]
+    except Exception:  # stripped or exotic payloads: the caller falls back to shapes
+        return None
+
+
+def graph_from_model(model: onnx.ModelProto, name: str = "model",
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
+    """Build a :class:`CompGraph` from an in-memory ONNX model (which is not modified)."""
+    model_copy = onnx.ModelProto()
+    model_copy.CopyFrom(model)
+    model = model_copy
+    _fix_input_shapes(model, input_shapes or {}, name)
+    try:
+        model = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FuseplanError(f"{name}: ONNX shape inference failed: {first}") from None
+    graph = model.graph
+    shapes, types = _known_shapes(model)
+    initializers = {init.name: init for init in graph.initializer}
+    nodes = list(graph.node)
+
+    # Model inputs that only feed parameter slots are weights passed as inputs.
+    slots_used: dict[str, set[tuple[str, int]]] = {}
+    for node in nodes:
+        for slot, tensor in enumerate(node.input):
+            slots_used.setdefault(tensor, set()).add((node.op_type, slot))
+    static: set[str] = set(initializers)
+    for value in graph.input:
+        uses = slots_used.get(value.name, set())
+        if value.name not in static and uses and all(slot in WEIGHT_SLOTS.get(op, ()) for op, slot in uses):
+            static.add(value.name)
+
+    order = _topological_order(nodes, static | {v.name for v in graph.input})
+    constants: dict[str, onnx.TensorProto] = {}
+    alias: dict[str, str] = {}
+    operators: list[onnx.NodeProto] = []
+    for i in order:
+        node = nodes[i]
+        inputs = [alias.get(x, x) for x in node.input if x]
+        if node.op_type == "Constant" or node.op_type in _SOURCE_OPS or all(x in static for x in inputs):
+            static.update(o for o in node.output if o)
+            if node.op_type == "Constant":
+                for attr in node.attribute:
+                    if attr.name == "value" and node.output:
+                        constants[node.output[0]] = attr.t
+            continue
+        if node.op_type in _ALIAS_OPS and inputs and node.output:
+            alias[node.output[0]] = inputs[0]
+            continue
+        operators.append(node)
+
+    def resolve(x: str) -> str:
+        while x in alias:
+            x = alias[x]
+        return x
+
+    model_outputs = [resolve(o.name) for o in graph.output if resolve(o.name) not in static]
+    used = {resolve(x) for node in operators for x in node.input if x} | set(model_outputs)
+    model_inputs = [v.name for v in graph.input if v.name not in static and v.name in used]
+
+    # Keep operators that produce something used (dead branches are dropped).
+    live: set[str] = set(model_outputs)
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(operators):
+        if any(o in live for o in node.output if o):
+            kept.append(node)
+            live.update(resolve(x) for x in node.input if x)
+    kept.reverse()
+
+    tensor_index: dict[str, int] = {}
+    tensor_names: list[str] = []
+    producers: list[int | None] = []
+
+    def add_tensor(tname: str, producer: int | None, origin: str) -> int:
+        shape = shapes.get(tname)
+        if shape is None:
+            raise FuseplanError(
+                f"{name}: the shape of tensor {tname!r} ({origin}) is unknown after shape inference; "
+                "fix the model's input shapes with --input-shape NAME=1x3x224x224"
+            )
+        tensor_index[tname] = len(tensor_names)
+        tensor_names.append(tname)
+        producers.append(producer)
+        return tensor_index[tname]
+
+    for tname in model_inputs:
+        add_tensor(tname, None, "model input")
+
+    used_names: set[str] = set()
+    built: list[dict[str, Any]] = []
+    for index, node in enumerate(kept):
+        node_name = node.name or f"{node.op_type}_{index}"
+        while node_name in used_names:
+            node_name = f"{node_name}_{index}"
+        used_names.add(node_name)
+        act_in: list[int] = []
+        weights: list[str] = []
+        weight_shapes: list[tuple[int, ...]] = []
+        parameter_slots = PARAMETER_SLOTS.get(node.op_type, frozenset())
+        for slot, raw in enumerate(node.input):
+            if not raw:
+                continue
+            tname = resolve(raw)
+            if tname in static:
+                is_float = types.get(tname, onnx.TensorProto.FLOAT) in _FLOAT_TYPES
+                if slot not in parameter_slots and is_float:
+                    weights.append(tname)
+                    weight_shapes.append(shapes.get(tname) or ())
+                continue
+            if tname not in tensor_index:
+                raise FuseplanError(f"{name}: node {node_name!r} reads {tname!r}, which nothing produces")
+            act_in.append(tensor_index[tname])
+        outs = [add_tensor(o, index, f"output of {node.op_type} node {node_name!r}")
+                for o in node.output if o and o in live]
+        pads = None
+        if node.op_type == "Pad" and len(node.input) > 1 and node.input[1]:
+            pads = _constant_value(resolve(node.input[1]), initializers, constants)
+        attrs = _attributes(node)
+        geometry, known = row_geometry(
+            node.op_type, attrs,
+            [shapes[tensor_names[t]] for t in act_in],
+            [shapes[tensor_names[t]] for t in outs],
+            weight_shapes, pads,
+        )
+        built.append(dict(index=index, name=node_name, op_type=node.op_type, attributes=attrs,
+                          inputs=tuple(act_in), outputs=tuple(outs), input_geometry=geometry,
+                          weight_names=tuple(weights),
+                          weight_numel=sum(prod(s) for s in weight_shapes),
+                          known_op=known))
+
+    consumers: list[list[int]] = [[] for _ in tensor_names]
+    for spec in built:
+        for t in dict.fromkeys(spec["inputs"]):
+            consumers[t].append(spec["index"])
+    output_set = set(model_outputs)
+    tensors = tuple(
+        Tensor(index=i, name=tname, shape=shapes[tname], producer=producers[i],
+               consumers=tuple(consumers[i]), is_model_output=tname in output_set)
+        for i, tname in enumerate(tensor_names)
+    )
+    metadata = {p.key: p.value for p in model.metadata_props}
+    return CompGraph(
+        name=name,
+        nodes=tuple(OpNode(**spec) for spec in built),
+        tensors=tensors,
+        model_inputs=tuple(tensor_index[t] for t in model_inputs),
+        model_outputs=tuple(tensor_index[t] for t in dict.fromkeys(model_outputs)),
+        metadata=metadata,
+    )
+
+
+def load_graph(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
+    """Load a model given as an ONNX file path or a zoo model name."""
+    from fuseplan import zoo
+
+    path = Path(source)
+    if not path.exists() and str(source) in zoo.names():
+        path = zoo.path(str(source))
+        name = str(source)
+    elif not path.exists() and path.suffix.lower() != ".onnx" and "/" not in str(source):
+        raise FuseplanError(
+            f"{source!r} is neither an existing file nor a zoo model (try `fuseplan zoo`)"
+        )
+    else:
+        name = path.stem
+    return graph_from_model(read_model(path), name=name, input_shapes=input_shapes)

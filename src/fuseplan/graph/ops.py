@@ -1,0 +1,199 @@
+"""Operator semantics the cost models need: how each ONNX op streams its rows.
+
+Every operator is classified by how output rows depend on input rows:
+
+* **windowed** ops (Conv, pooling) read a window of ``kernel`` rows that
+  advances by ``stride`` rows per output row;
+* **row-local** ops (activations, element-wise arithmetic, channel-wise ops,
+  channel concatenation and shuffles, resizing) map each output row to a
+  fixed neighbourhood of input rows;
+* **barriers** need their whole input before producing any output (global
+  pooling, Gemm, Flatten, a Transpose that moves the row axis...).
+
+Ops whose behaviour depends on which axes they touch (Concat, Reshape,
+Transpose, reductions, MatMul...) are row-local exactly when they keep the
+row axis (``shape[-2]`` of a rank >= 4 tensor) in place; otherwise they are
+barriers. Unknown ops are priced as barriers, the conservative choice, and
+reported with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fuseplan.graph.ir import RowGeometry
+
+WINDOWED = frozenset({"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool", "ConvTranspose"})
+
+POINTWISE_OPS = frozenset(
+    """
+    Abs Acos Add And Asin Atan BatchNormalization Cast Ceil Celu Clip Cos Cosh DequantizeLinear Div Dropout Elu
+    Equal Erf Exp Floor Gelu Greater GreaterOrEqual HardSigmoid HardSwish Identity IsInf IsNaN LeakyRelu Less
+    LessOrEqual Log LRN Max Mean Min Mish Mod Mul Neg Not Or Pow PRelu QuantizeLinear Reciprocal Relu Round
+    Selu Shrink Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Sub Sum Swish Tan Tanh ThresholdedRelu Where Xor
+    """.split()
+)
+
+# Ops that keep rows local only when the row axis stays where it is.
+AXIS_DEPENDENT = frozenset(
+    """
+    Concat Split Slice Reshape Transpose Squeeze Unsqueeze Expand Tile Gather MatMul ReduceMean ReduceSum
+    ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceSumSquare Softmax
+    LogSoftmax Hardmax LayerNormalization ArgMax ArgMin
+    """.split()
+)
+
+ALWAYS_BARRIER = frozenset(
+    {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "Gemm", "Flatten", "InstanceNormalization",
+     "TopK", "NonZero", "NonMaxSuppression", "Einsum", "DepthToSpace", "SpaceToDepth"}
+)
+
+RESIZING = frozenset({"Resize", "Upsample"})
+PADDING = frozenset({"Pad"})
+
+KNOWN_OPS = WINDOWED | POINTWISE_OPS | AXIS_DEPENDENT | ALWAYS_BARRIER | RESIZING | PADDING
+
+# Inputs that parametrise an op rather than feed it data (shapes, pads,
+# scales, axes). Constant values in these slots are not weights.
+PARAMETER_SLOTS: Mapping[str, frozenset[int]] = {
+    "Reshape": frozenset({1}),
+    "Resize": frozenset({1, 2, 3}),
+    "Upsample": frozenset({1}),
+    "Pad": frozenset({1, 2, 3}),
+    "Clip": frozenset({1, 2}),
+    "Slice": frozenset({1, 2, 3, 4}),
+    "Split": frozenset({1}),
+    "Squeeze": frozenset({1}),
+    "Unsqueeze": frozenset({1}),
+    "Expand": frozenset({1}),
+    "Tile": frozenset({1}),
+    "TopK": frozenset({1}),
+    "Gather": frozenset({1}),
+    **{op: frozenset({1}) for op in AXIS_DEPENDENT if op.startswith("Reduce")},
+}
+
+# Slots that hold learned parameters. A model input that only ever feeds
+# these slots is a weight passed as an input (older exporters do this).
+WEIGHT_SLOTS: Mapping[str, frozenset[int]] = {
+    "Conv": frozenset({1, 2}),
+    "ConvTranspose": frozenset({1, 2}),
+    "Gemm": frozenset({1, 2}),
+    "BatchNormalization": frozenset({1, 2, 3, 4}),
+    "InstanceNormalization": frozenset({1, 2}),
+    "LayerNormalization": frozenset({1, 2}),
+    "PRelu": frozenset({1}),
+}
+
+
+def _rows(shape: Sequence[int]) -> int:
+    return shape[-2] if len(shape) >= 4 else 1
+
+
+def _keeps_rows(in_shapes: Sequence[Sequence[int]], out_shapes: Sequence[Sequence[int]]) -> bool:
+    """True when every tensor is rank >= 4 and rows and columns line up."""
+    shapes = [*in_shapes, *out_shapes]
+    if any(len(s) < 4 for s in shapes):
+        return False
+    ref = out_shapes[0][-2:]
+    return all(tuple(s[-2:]) == tuple(ref) or (s[-2] == 1 and s[-1] == 1) for s in shapes)
+
+
+def _window(kernel: int, stride: int, dilation: int, pad_top: int) -> RowGeometry:
+    extent = (kernel - 1) * dilation + 1
+    return RowGeometry(kernel=float(extent), stride=float(stride), reach=float(extent - 1 - pad_top))
+
+
+def _pad_top(attrs: Mapping[str, Any], in_rows: int, out_rows: int, kernel: int, stride: int, dilation: int) -> int:
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        extent = (kernel - 1) * dilation + 1
+        total = max(0, (out_rows - 1) * stride + extent - in_rows)
+        return total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+    pads = attrs.get("pads")
+    return int(pads[0]) if pads else 0
+
+
+def _windowed(op_type: str, attrs: Mapping[str, Any], in_shape: Sequence[int], out_shape: Sequence[int],
+              weight_shape: Sequence[int] | None) -> RowGeometry:
+    if len(in_shape) < 4:
+        return RowGeometry()  # no row axis: the tensor is held whole anyway
+    kernel_shape = attrs.get("kernel_shape")
+    if kernel_shape:
+        kernel = int(kernel_shape[0])
+    elif weight_shape is not None and len(weight_shape) >= 4:
+        kernel = int(weight_shape[2])
+    else:
+        kernel = 1
+    stride = int((attrs.get("strides") or [1])[0])
+    dilation = int((attrs.get("dilations") or [1])[0])
+    if op_type == "ConvTranspose":
+        # An upsampling window: each output row depends on about kernel/stride input rows.
+        span = max(1, -(-kernel // stride))
+        return RowGeometry(kernel=float(span), stride=1.0 / stride, reach=float(span - 1))
+    pad_top = _pad_top(attrs, _rows(in_shape), _rows(out_shape), kernel, stride, dilation)
+    return _window(kernel, stride, dilation, pad_top)
+
+
+def row_geometry(
+    op_type: str,
+    attrs: Mapping[str, Any],
+    in_shapes: Sequence[Sequence[int]],
+    out_shapes: Sequence[Sequence[int]],
+    weight_shapes: Sequence[Sequence[int]] = (),
+    pads: Sequence[int] | None = None,
+) -> tuple[tuple[RowGeometry, ...], bool]:
+    """Geometry of each activation input of an op, and whether the op is known.
+
+    ``in_shapes`` are the activation inputs' shapes, ``out_shapes`` the
+    outputs'. ``pads`` is the constant ``pads`` input of an opset >= 11 Pad.
+    """
+    barrier = RowGeometry(barrier=True)
+    n = len(in_shapes)
+    out_rows = _rows(out_shapes[0]) if out_shapes else 1
+
+    def scaled(kernel: float = 1.0, reach: float = 0.0) -> tuple[RowGeometry, ...]:
+        # Row-local: input rows advance in proportion to output rows; a
+        # broadcast operand with one row is read at row 0 throughout.
+        return tuple(
+            RowGeometry(kernel=kernel, stride=_rows(s) / out_rows if out_rows else 1.0, reach=reach)
+            for s in in_shapes
+        )
+
+    if op_type in WINDOWED:
+        weight = weight_shapes[0] if weight_shapes else None
+        return (_windowed(op_type, attrs, in_shapes[0], out_shapes[0], weight),) + scaled()[1:], True
+    if op_type in POINTWISE_OPS:
+        return scaled(), True
+    if op_type in ALWAYS_BARRIER:
+        return (barrier,) * n, True
+    if op_type in AXIS_DEPENDENT:
+        if op_type == "Transpose":
+            perm = attrs.get("perm")
+            rank = len(in_shapes[0])
+            if perm is not None and rank >= 4 and list(perm[-2:]) != [rank - 2, rank - 1]:
+                return (barrier,) * n, True
+        if _keeps_rows(in_shapes, out_shapes):
+            return scaled(), True
+        return (barrier,) * n, True
+    if op_type in RESIZING:
+        mode = attrs.get("mode", "nearest")
+        if isinstance(mode, bytes):
+            mode = mode.decode()
+        kernel = {"nearest": 1.0, "linear": 2.0, "bilinear": 2.0, "cubic": 4.0}.get(mode, 2.0)
+        if len(in_shapes[0]) < 4:
+            return (barrier,) * n, True
+        return scaled(kernel=kernel, reach=kernel - 1.0), True
+    if op_type in PADDING:
+        rank = len(in_shapes[0])
+        if rank < 4:
+            return (barrier,) * n, True
+        pad_values = pads if pads is not None else attrs.get("pads")
+        if pad_values is not None and len(pad_values) == 2 * rank:
+            top = int(pad_values[rank - 2])
+        else:  # pads unknown: assume symmetric padding from the shapes
+            top = (out_rows - _rows(in_shapes[0])) // 2
+        return (RowGeometry(reach=float(-top)),) + scaled()[1:], True
+    return (barrier,) * n, False

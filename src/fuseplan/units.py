@@ -1,0 +1,56 @@
+"""Parsing of human-written byte sizes such as ``128KB`` or ``0.5MiB``."""
+
+from __future__ import annotations
+
+import re
+
+from fuseplan.errors import FuseplanError
+
+# Buffer sizes follow the accelerator convention of the reference paper:
+# "KB" means 1024 bytes, so 128KB == 131072 bytes. The IEC spellings are
+# accepted as synonyms.
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "KB": 1024,
+    "KIB": 1024,
+    "M": 1024**2,
+    "MB": 1024**2,
+    "MIB": 1024**2,
+    "G": 1024**3,
+    "GB": 1024**3,
+    "GIB": 1024**3,
+}
+
+_SIZE = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """Return the number of bytes that ``text`` denotes.
+
+    >>> parse_size("128KB"), parse_size("0.5MiB"), parse_size("131072")
+    (131072, 524288, 131072)
+    """
+    if isinstance(text, int):
+        value, unit = float(text), ""
+    else:
+        match = _SIZE.match(str(text))
+        if match is None or match.group(2).upper() not in _UNITS:
+            raise FuseplanError(
+                f"cannot read size {text!r}: expected a number with an optional unit "
+                "(B, KB, KiB, MB, MiB, GB), for example 256KB, 0.5MiB or 131072"
+            )
+        value, unit = float(match.group(1)), match.group(2).upper()
+    size = value * _UNITS[unit]
+    if size < 1 or size != int(size):
+        raise FuseplanError(f"size {text!r} must be a positive whole number of bytes")
+    return int(size)
+
+
+def format_bytes(n: float) -> str:
+    """Format a byte count with the same 1024-based units :func:`parse_size` reads."""
+    for unit, scale in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
