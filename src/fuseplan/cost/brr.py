@@ -6,7 +6,7 @@ per tile when they do not fit beside the features. With ``b`` bytes per
 element, ``F`` the resident feature rows at one output row per step, ``L``
 the extra feature elements per extra output row in a tile, ``H`` the rows
 of the tallest tensor the group writes back, ``W`` the group's weights and
-``w_blk`` one block of ``k`` output channels of its largest operator::
+``w_blk`` the largest block of ``k`` output channels of any of its operators::
 
     F_beta = b * (F + w_blk)
     tiles  = 1                                   if b * (W + F) < beta
@@ -39,11 +39,16 @@ class BRRCostModel(CostModel):
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
         super().__init__(graph, buffer_bytes, bytes_per_element)
         self.channel_block = int(channel_block)
+        # Parameters of one block of output channels, per operator.
+        self._weight_block = tuple(
+            ceil(w * min(1.0, channel_block / c)) for w, c in zip(self.tables.node_weights, self.tables.node_channels)
+        )
 
     def price(self, group: Group) -> GroupCost:
         fp = footprint(self.tables, group)
         b = self.bytes_per_element
-        block = ceil(fp.max_weight * min(1.0, self.channel_block / fp.max_weight_channels))
+        blocks = self._weight_block
+        block = max(blocks[v] for v in group)
         buffer = b * (fp.features + block)
         io = fp.inputs + fp.outputs
         if b * (fp.weights + fp.features) < self.buffer_bytes:

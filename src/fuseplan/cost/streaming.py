@@ -39,8 +39,6 @@ class Footprint(NamedTuple):
     reference_rows: int  # rows of the tallest tensor the group writes back
     inputs: int  # elements read from DRAM, each distinct tensor once
     outputs: int  # elements written to DRAM, each distinct tensor once
-    max_weight: int  # parameters of the largest single operator
-    max_weight_channels: int  # output channels of that operator
 
 
 def footprint(tables: GraphTables, group: Group) -> Footprint:
@@ -54,8 +52,7 @@ def footprint(tables: GraphTables, group: Group) -> Footprint:
     low: dict[int, float] = {}
     full: set[int] = set()
     produced: list[int] = []
-    weights = max_weight = 0
-    max_weight_node = -1
+    weights = 0
 
     for v in sorted(group):
         inputs = node_inputs[v]
@@ -88,10 +85,7 @@ def footprint(tables: GraphTables, group: Group) -> Footprint:
             phase[t] = out_phase
             pos[t] = out_pos
             produced.append(t)
-        w = node_weights[v]
-        weights += w
-        if w > max_weight:
-            max_weight, max_weight_node = w, v
+        weights += node_weights[v]
 
     rows_of = tables.tensor_rows
     row_numel = tables.tensor_row_numel
@@ -128,7 +122,5 @@ def footprint(tables: GraphTables, group: Group) -> Footprint:
         reference_rows=reference,
         inputs=inputs_numel,
         outputs=outputs_numel,
-        max_weight=max_weight,
-        max_weight_channels=tables.node_channels[max_weight_node] if max_weight_node >= 0 else 1,
     )
 

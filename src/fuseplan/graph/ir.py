@@ -180,6 +180,27 @@ class CompGraph:
                     stack.append(other)
         return len(seen) == len(members)
 
+    def is_convex(self, group: Iterable[int]) -> bool:
+        """Whether no path leaves ``group`` and comes back into it.
+
+        A fusion group must be convex, or the graph of groups has a cycle.
+        Topological labels bound the search: a path back into the group
+        cannot pass a node labelled above the group's largest member.
+        """
+        members = set(group)
+        last = max(members)
+        successors = self.successors
+        stack = [s for v in members for s in successors[v] if s not in members and s < last]
+        seen = set(stack)
+        while stack:
+            for s in successors[stack.pop()]:
+                if s in members:
+                    return False
+                if s < last and s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return True
+
     def to_networkx(self):
         """A ``networkx.DiGraph`` view with node and edge attributes (for analysis and drawing)."""
         import networkx as nx

@@ -176,6 +176,80 @@ def _constant_value(name: str, initializers: Mapping[str, onnx.TensorProto],
         return None
 
 
+def _infer_shapes(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    try:
+        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FuseplanError(f"{name}: ONNX shape inference failed: {first}") from None
+
+
+_FOLD_LIMIT = 1 << 16  # elements: shape plumbing is small; weights are never folded
+
+
+def _needs_folding(model: onnx.ModelProto) -> bool:
+    shapes, _ = _known_shapes(model)
+    return any(shapes.get(o) is None for node in model.graph.node for o in node.output if o)
+
+
+def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Evaluate small constant subgraphs (shape arithmetic) and store them as initializers.
+
+    Exporters often compute Slice bounds or Reshape targets from ``Shape``
+    through arithmetic that ONNX shape inference does not follow. Once input
+    shapes are fixed, those values are constants: computing them lets shape
+    inference finish.
+    """
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    shapes, _ = _known_shapes(model)
+    opset = {imp.domain or "": imp.version for imp in model.opset_import}
+    values: dict[str, Any] = {}
+    for init in model.graph.initializer:
+        if init.data_location == onnx.TensorProto.DEFAULT and prod(init.dims) <= _FOLD_LIMIT:
+            try:
+                values[init.name] = numpy_helper.to_array(init)
+            except Exception:  # stripped payload: not a value we can use
+                pass
+    folded: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        feeds = [x for x in node.input if x]
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
+            attrs = _attributes(node)
+            full = shapes[node.input[0]]
+            out = np.array(full[attrs.get("start", 0): attrs.get("end", len(full))], dtype=np.int64)
+            values[node.output[0]] = out
+            folded.append(node)
+            continue
+        if node.op_type != "Constant" and not (feeds and all(x in values for x in feeds)):
+            continue
+        try:
+            results = ReferenceEvaluator(node, opsets=opset).run(None, {x: values[x] for x in feeds})
+        except Exception:  # an op the reference runtime cannot evaluate: leave it to the importer
+            continue
+        if any(np.asarray(r).size > _FOLD_LIMIT for r in results):
+            continue
+        for name, result in zip(node.output, results):
+            values[name] = np.asarray(result)
+        folded.append(node)
+    if not folded:
+        return model
+    keep = [n for n in model.graph.node if n not in folded]
+    existing = {init.name for init in model.graph.initializer}
+    needed = {x for n in keep for x in n.input} | {o.name for o in model.graph.output}
+    new_inits = [numpy_helper.from_array(values[o], o) for n in folded for o in n.output
+                 if o and o in needed and o not in existing]
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend(keep)
+    result.graph.initializer.extend(new_inits)
+    return result
+
+
 def graph_from_model(model: onnx.ModelProto, name: str = "model",
                      input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
     """Build a :class:`CompGraph` from an in-memory ONNX model (which is not modified)."""
@@ -183,11 +257,14 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
     model_copy.CopyFrom(model)
     model = model_copy
     _fix_input_shapes(model, input_shapes or {}, name)
-    try:
-        model = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FuseplanError(f"{name}: ONNX shape inference failed: {first}") from None
+    model = _infer_shapes(model, name)
+    for _ in range(4):  # each round can unlock shape values for the next
+        if not _needs_folding(model):
+            break
+        folded = _fold_constants(model)
+        if len(folded.graph.node) == len(model.graph.node):
+            break
+        model = _infer_shapes(folded, name)
     graph = model.graph
     shapes, types = _known_shapes(model)
     initializers = {init.name: init for init in graph.initializer}
