@@ -41,8 +41,12 @@ class Footprint(NamedTuple):
     outputs: int  # elements written to DRAM, each distinct tensor once
 
 
-def footprint(tables: GraphTables, group: Group) -> Footprint:
-    """Stream ``group`` through the rules in the module docstring."""
+def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None = None) -> Footprint:
+    """Stream ``group`` through the rules in the module docstring.
+
+    If ``rows_out`` is given, it receives the resident rows of every tensor
+    the group touches (for reports and tests; the hot path passes nothing).
+    """
     node_inputs = tables.node_inputs
     node_outputs = tables.node_outputs
     node_barrier = tables.node_barrier
@@ -51,40 +55,58 @@ def footprint(tables: GraphTables, group: Group) -> Footprint:
     phase: dict[int, int] = {}
     low: dict[int, float] = {}
     full: set[int] = set()
-    produced: list[int] = []
+    external: set[int] = set()
     weights = 0
 
     for v in sorted(group):
         inputs = node_inputs[v]
-        cphase = 0
-        for t, _k, _s, _r in inputs:
-            if t not in phase:  # read from DRAM
-                phase[t] = 0
-                pos[t] = 0.0
-            elif phase[t] > cphase:
-                cphase = phase[t]
-        r = inf
-        for t, _k, s, reach in inputs:
-            if phase[t] == cphase:
-                q = (pos[t] - reach) / s if s else inf
-                if q < r:
-                    r = q
-        if r == inf:  # every input is whole on chip: a fresh stream
-            r = 0.0
         barrier = node_barrier[v]
-        for t, k, s, reach in inputs:
-            if phase[t] < cphase:
-                full.add(t)
-                continue
-            start = (pos[t] if barrier else s * r + reach) - k + 1
+        if len(inputs) == 1:  # the common case, kept free of inner loops
+            t, k, s, reach = inputs[0]
+            p = pos.get(t)
+            if p is None:  # read from DRAM
+                p = pos[t] = 0.0
+                cphase = phase[t] = 0
+                external.add(t)
+            else:
+                cphase = phase[t]
+            r = (p - reach) / s
+            if r == inf:  # the input is whole on chip: a fresh stream
+                r = 0.0
+            start = (p if barrier else s * r + reach) - k + 1
             if start < low.get(t, inf):
                 low[t] = start
-        out_phase = cphase + 1 if barrier else cphase
-        out_pos = inf if barrier else r
+        else:
+            cphase = 0
+            for t, _k, _s, _r in inputs:
+                if t not in pos:
+                    pos[t] = 0.0
+                    phase[t] = 0
+                    external.add(t)
+                elif phase[t] > cphase:
+                    cphase = phase[t]
+            r = inf
+            for t, _k, s, reach in inputs:
+                if phase[t] == cphase:
+                    q = (pos[t] - reach) / s
+                    if q < r:
+                        r = q
+            if r == inf:
+                r = 0.0
+            for t, k, s, reach in inputs:
+                if phase[t] < cphase:
+                    full.add(t)
+                    continue
+                start = (pos[t] if barrier else s * r + reach) - k + 1
+                if start < low.get(t, inf):
+                    low[t] = start
+        if barrier:
+            out_phase, out_pos = cphase + 1, inf
+        else:
+            out_phase, out_pos = cphase, r
         for t in node_outputs[v]:
             phase[t] = out_phase
             pos[t] = out_pos
-            produced.append(t)
         weights += node_weights[v]
 
     rows_of = tables.tensor_rows
@@ -93,28 +115,31 @@ def footprint(tables: GraphTables, group: Group) -> Footprint:
     consumers = tables.tensor_consumers
     is_output = tables.tensor_is_output
     features = 0
-    line = 0.0
+    line = 0
     reference = 1
     inputs_numel = outputs_numel = 0
-    produced_set = set(produced)
     for t, p in pos.items():
         height = rows_of[t]
-        if t in full or p == inf:
+        if p == inf or t in full:
             rows = height
         elif t in low:
-            rows = min(height, ceil(p - low[t] + 1 - 1e-9))
-            line += numel[t] if rows < height else 0
+            rows = ceil(p - low[t] + 1 - 1e-9)
+            if rows >= height:
+                rows = height
+            else:
+                line += numel[t]
         else:  # written back, not read inside: one staging row
             rows = 1
             line += numel[t]
         features += rows * row_numel[t]
-        if t in produced_set:
-            if is_output[t] or not consumers[t] <= group:
-                outputs_numel += numel[t]
-                if height > reference:
-                    reference = height
-        else:
+        if rows_out is not None:
+            rows_out[t] = rows
+        if t in external:
             inputs_numel += numel[t]
+        elif is_output[t] or not consumers[t] <= group:
+            outputs_numel += numel[t]
+            if height > reference:
+                reference = height
     return Footprint(
         weights=weights,
         features=features,

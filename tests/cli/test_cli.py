@@ -1,0 +1,119 @@
+"""The command line, run as a user runs it: a separate process, exit codes, stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from tests.builders import legacy_style, with_unknown_op
+
+
+def fuseplan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fuseplan", *args], capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], pattern: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and pattern in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_commands():
+    result = fuseplan("--help")
+    assert result.returncode == 0
+    assert "inspect" in result.stdout and "zoo" in result.stdout
+    for command in ("inspect", "zoo"):
+        assert fuseplan(command, "--help").returncode == 0
+
+
+def test_zoo_json():
+    result = fuseplan("zoo", "--json")
+    assert result.returncode == 0
+    entries = json.loads(result.stdout)
+    assert len(entries) == 12
+    by_name = {e["name"]: e for e in entries}
+    assert by_name["efficientnet_b3"]["input_shape"] == [1, 3, 300, 300]
+    assert by_name["vgg16"]["params"] == 138_357_544
+    for entry in entries:
+        assert {"name", "nodes", "edges", "params", "input_shape"} <= entry.keys()
+        assert entry["nodes"] > 0 and entry["edges"] >= entry["nodes"] - 1
+
+
+def test_inspect_json_totals():
+    result = fuseplan("inspect", "resnet18", "--scheme", "lbdf", "--buffer", "256KB", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["buffer_bytes"] == 262144 and report["scheme"] == "lbdf"
+    assert report["nodes"] == len(report["operators"]) == 49
+    excluded = [op["name"] for op in report["operators"] if not op["fuseable"]]
+    assert report["excluded"] == excluded and report["fuseable"] == 49 - len(excluded)
+    assert report["dram_lower_bound_bytes"] < report["unfused_dram_bytes"]
+    fuseable_dram = sum(op["dram_bytes"] for op in report["operators"] if op["fuseable"])
+    assert report["unfused_dram_bytes"] == fuseable_dram
+
+
+@pytest.mark.parametrize("size", ["128KB", "0.5MiB", "131072", "2048KB"])
+def test_inspect_table_accepts_size_spellings(size):
+    result = fuseplan("inspect", "squeezenet", "--scheme", "brr", "--buffer", size)
+    assert result.returncode == 0, result.stderr
+    assert "DRAM, no fusion" in result.stdout and "fuseable" in result.stdout
+
+
+def test_input_shape_fixes_a_dynamic_model(tmp_path):
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(legacy_style("N"), str(path))
+    assert_one_line_error(fuseplan("inspect", str(path)), "dynamic shape")
+    result = fuseplan("inspect", str(path), "--input-shape", "x=1x3x16x16", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["nodes"] == 10
+
+
+def test_unknown_op_warns_and_still_prices(tmp_path):
+    path = tmp_path / "custom.onnx"
+    onnx.save(with_unknown_op(), str(path))
+    before = path.read_bytes()
+    result = fuseplan("inspect", str(path), "--json")
+    assert result.returncode == 0
+    assert "warning: unsupported operator MyCustomOp" in result.stderr
+    assert json.loads(result.stdout)["unknown_ops"] == ["MyCustomOp"]
+    assert path.read_bytes() == before  # the user's file is never modified
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (("inspect", "no_such_model"), "neither an existing file nor a zoo model"),
+    (("inspect", "missing.onnx"), "no such file"),
+    (("inspect", "resnet18", "--buffer", "0"), "must be a positive"),
+    (("inspect", "resnet18", "--buffer", "-128KB"), "must be a positive"),
+    (("inspect", "resnet18", "--buffer", "lots"), "cannot read size"),
+    (("inspect", "resnet18", "--buffer", "12QB"), "cannot read size"),
+    (("inspect", "resnet18", "--input-shape", "bogus"), "cannot read input shape"),
+    (("inspect", "resnet18", "--input-shape", "x=1x3x8x8"), "the model's inputs are"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, pattern):
+    assert_one_line_error(fuseplan(*args), pattern)
+
+
+def test_corrupt_and_truncated_files(tmp_path):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x08\x07garbage\xff\xfe")
+    assert_one_line_error(fuseplan("inspect", str(garbage)), "not a readable ONNX model")
+    text = tmp_path / "model.txt"
+    text.write_text("hello")
+    assert_one_line_error(fuseplan("inspect", str(text)), "not a readable ONNX model")
+    data = Path(__file__).resolve().parents[1] / "data" / "googlenet_opset13.onnx"
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(data.read_bytes()[:3000])
+    assert_one_line_error(fuseplan("inspect", str(truncated)), "ONNX model")
+
+
+def test_bad_scheme_is_a_usage_error():
+    result = fuseplan("inspect", "resnet18", "--scheme", "nope")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "nope" in result.stderr

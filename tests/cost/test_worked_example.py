@@ -1,0 +1,72 @@
+"""The worked example of docs/cost-models.md, number for number."""
+
+from __future__ import annotations
+
+import pytest
+
+from fuseplan.cost import BRRCostModel, LBDFCostModel, make_cost_model
+from fuseplan.cost.streaming import footprint
+from fuseplan.errors import FuseplanError
+from fuseplan.graph import graph_from_model
+from tests.builders import two_convs
+
+KB = 1024
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return graph_from_model(two_convs(), name="two_convs")
+
+
+def test_streaming_rows(graph):
+    lbdf = LBDFCostModel(graph, 16 * KB)
+    rows: dict[int, int] = {}
+    fp = footprint(lbdf.tables, frozenset({0, 1}), rows)
+    assert {graph.tensors[t].name: r for t, r in rows.items()} == {"x": 3, "y1": 3, "y2": 1}
+    assert fp.weights == 2336 + 9248 == 11584
+    assert fp.features == 384 + 1536 + 512 == 2432
+    assert (fp.inputs, fp.outputs) == (2048, 8192)
+    assert fp.reference_rows == 16 and fp.line == 1152
+
+
+def test_lbdf(graph):
+    lbdf = LBDFCostModel(graph, 16 * KB)
+    assert lbdf.evaluate({0, 1}) == (14016, 21824)
+    assert lbdf.evaluate({0}) == (3232, 12576)
+    assert lbdf.evaluate({1}) == (11296, 25632)
+    assert lbdf.dram({0}) + lbdf.dram({1}) - lbdf.dram({0, 1}) == 16384  # y1 written and read
+    assert lbdf.fits({0, 1})
+    assert not LBDFCostModel(graph, 12 * KB).fits({0, 1})
+
+
+def test_brr(graph):
+    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (7056, 56576)
+    assert BRRCostModel(graph, 12 * KB).fits({0, 1})
+    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (7056, 195584)
+    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (7056, 21824)
+
+
+def test_bytes_per_element_scales_everything(graph):
+    one = LBDFCostModel(graph, 64 * KB).evaluate({0, 1})
+    two = LBDFCostModel(graph, 64 * KB, bytes_per_element=2).evaluate({0, 1})
+    assert two == (2 * one.buffer, 2 * one.dram)
+
+
+def test_memoisation(graph):
+    cost = LBDFCostModel(graph, 16 * KB)
+    first = cost.evaluate([1, 0])
+    assert cost.evaluate(frozenset({0, 1})) is first
+    assert (cost.hits, cost.misses) == (1, 1)
+    with pytest.raises(ValueError):
+        cost.evaluate([])
+
+
+@pytest.mark.parametrize("buffer", [0, -5])
+def test_nonsense_buffer(graph, buffer):
+    with pytest.raises(FuseplanError, match="must be positive"):
+        make_cost_model("lbdf", graph, buffer)
+
+
+def test_unknown_scheme(graph):
+    with pytest.raises(FuseplanError, match="unknown fusion scheme 'xyz'"):
+        make_cost_model("xyz", graph, 1024)
