@@ -108,8 +108,9 @@ def inspect(
         f"nodes {report.nodes}, edges {report.edges}, fuseable {report.fuseable} "
         f"({report.nodes - report.fuseable} excluded: they do not fit the buffer alone)\n"
         f"weights {format_bytes(report.weight_bytes)}\n"
-        f"DRAM, no fusion (fuseable ops only): {report.unfused_dram_bytes / 1e6:.3f} MB\n"
-        f"DRAM lower bound (all fuseable ops fused, buffer ignored): {report.dram_lower_bound_bytes / 1e6:.3f} MB",
+        f"DRAM, no fusion (fuseable ops only): {format_bytes(report.unfused_dram_bytes)}\n"
+        f"DRAM lower bound (all fuseable ops fused, buffer ignored): {format_bytes(report.dram_lower_bound_bytes)}\n"
+        "(1 KB = 1024 B, 1 MB = 1024 KB)",
         highlight=False,
     )
 

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fuseplan.cost import SCHEMES, make_cost_model
+from fuseplan.report import inspect_model
+from tests.conftest import BUFFERS_KB, ZOO
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("name", ZOO)
+def test_every_zoo_model_inspects_at_every_buffer(zoo_graphs, name, scheme):
+    graph = zoo_graphs[name]
+    for kb in BUFFERS_KB:
+        report = inspect_model(make_cost_model(scheme, graph, kb * 1024))
+        assert report.nodes == len(report.operators) == len(graph)
+        assert report.fuseable == sum(row.fuseable for row in report.operators) > 0
+        for row in report.operators:
+            assert row.fuseable == (row.buffer_bytes < kb * 1024)
+        assert report.dram_lower_bound_bytes <= report.unfused_dram_bytes
+        json.dumps(report.to_json())  # machine-readable as is
+
+
+def test_efficientnet_b3_unfused_dram_is_on_the_papers_scale(zoo_graphs):
+    # Running every fuseable operator alone at 256KB, int8: the scale of the
+    # reference paper's Random Search figure (172.8 MB) and far above its best plans.
+    report = inspect_model(make_cost_model("lbdf", zoo_graphs["efficientnet_b3"], 256 * 1024))
+    assert 150 * 2**20 < report.unfused_dram_bytes < 210 * 2**20
