@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
+import onnx
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -113,6 +115,140 @@ def inspect(
         "(1 KB = 1024 B, 1 MB = 1024 KB)",
         highlight=False,
     )
+
+
+class SearchName(str, Enum):
+    auto = "auto"
+    rs = "rs"
+    ls = "ls"
+    nsga2 = "nsga2"
+    dp = "dp"
+
+
+class SplitterName(str, Enum):
+    random = "random"
+
+
+def _refuse_overwrite(output: Path | None, model: str) -> None:
+    source = Path(model)
+    if output is not None and source.exists() and output.resolve() == source.resolve():
+        raise FuseplanError(f"refusing to overwrite the input model {model}; choose another output path")
+
+
+@app.command()
+def plan(
+    model: ModelArg,
+    scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the groups.")] = Scheme.lbdf,
+    buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
+    search: Annotated[SearchName, typer.Option(
+        help="auto: exact interval DP refined by local search (best found); rs, ls, nsga2: the reference "
+             "paper's searches; dp: the exact interval reference alone.")] = SearchName.auto,
+    splitter: Annotated[SplitterName, typer.Option(help="How groups that do not fit are split.")] = SplitterName.random,
+    budget: Annotated[int, typer.Option(min=1, help="Partition plans the search may propose.")] = 5000,
+    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same plan.")] = 0,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
+    onnx_out: Annotated[Optional[Path], typer.Option(
+        "--onnx-out", help="Write a copy of the model with each node's group in its metadata.")] = None,
+    bytes_per_element: BytesPerElementOpt = 1,
+    input_shape: InputShapeOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
+) -> None:
+    """Search for the fusion plan with the least DRAM traffic whose groups all fit the buffer."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fuseplan.plan import FusionProblem
+    from fuseplan.plan.io import annotate_onnx, plan_document, write_json
+    from fuseplan.graph import read_model
+    from fuseplan.search import IntervalDP, is_interval_plan, make_search, minimize, candidate_orders
+    from fuseplan.split import make_splitter
+
+    buffer_bytes = parse_size(buffer)
+    for path in (output, onnx_out):
+        _refuse_overwrite(path, model)
+    graph = _load(model, input_shape)
+    problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
+    algorithm = make_search(search.value)
+    progress = Progress(
+        TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+        console=stderr, transient=True, disable=as_json or not stderr.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("search", total=budget, best="-")
+        result = minimize(
+            problem, algorithm, make_splitter(splitter.value), budget=budget, seed=seed,
+            on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
+            on_propose=lambda n: progress.update(task, completed=n),
+        )
+    reference = result.details.get("reference") if search.value == "auto" else None
+    if search.value == "dp":
+        reference = algorithm.details()
+    dp = IntervalDP()
+    if reference is None:
+        dp.solve(problem)
+        reference = dp.details()
+    dp_dram = min(reference["dram_by_order"].values())
+    orders = candidate_orders(problem)
+    reference_record = {
+        "algorithm": "interval-dp",
+        "order": reference["order"],
+        "dram_bytes": dp_dram,
+        "ratio": round(result.cost.dram / dp_dram, 6),
+        "plan_in_interval_space": is_interval_plan(problem, result.plan, orders[reference["order"]]),
+        "lower_bound_bytes": problem.cost.dram_lower_bound(),
+    }
+    search_record = result.search_record()
+    search_record.pop("reference", None)
+    document = plan_document(problem, result.plan, search_record, reference_record)
+    if output is not None:
+        write_json(document, output)
+    if onnx_out is not None:
+        source = Path(model) if Path(model).exists() else zoo.path(model)
+        onnx.save(annotate_onnx(read_model(source), problem, result.plan), str(onnx_out))
+    if as_json:
+        print(json.dumps(document, indent=2))
+        return
+    excluded = len(problem.excluded)
+    stdout.print(
+        f"[bold]{graph.name}[/bold]: {scheme.value.upper()} at {format_bytes(buffer_bytes)}, "
+        f"search {result.algorithm}, splitter {result.splitter}, seed {seed}\n"
+        f"DRAM access        {format_bytes(result.cost.dram)}  ({result.cost.dram} bytes, fuseable operators only)\n"
+        f"max buffer usage   {format_bytes(result.cost.max_buffer)}\n"
+        f"groups             {len(result.plan)}\n"
+        f"excluded           {excluded} unfuseable operator{'s' if excluded != 1 else ''} (do not fit alone)\n"
+        f"plans evaluated    {result.evaluated} of {budget}{' (interrupted)' if result.interrupted else ''}\n"
+        f"wall time          {result.wall_seconds:.2f} s\n"
+        f"vs interval DP     {reference_record['ratio']:.4f} x its optimum ({format_bytes(dp_dram)})"
+        + ("" if reference_record["plan_in_interval_space"] else "; this plan lies outside the DP's space"),
+        highlight=False,
+    )
+    if output is not None:
+        stdout.print(f"plan written to {output}", highlight=False)
+    if onnx_out is not None:
+        stdout.print(f"annotated model written to {onnx_out}", highlight=False)
+
+
+@app.command()
+def validate(
+    model: ModelArg,
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan written by `fuseplan plan -o`.")],
+    input_shape: InputShapeOpt = None,
+) -> None:
+    """Re-check a plan from scratch: coverage, connectivity, acyclicity, buffer fit and totals."""
+    from fuseplan.plan.io import read_plan_file
+    from fuseplan.plan.validate import validate_plan
+
+    plan_file = read_plan_file(plan_path)
+    graph = _load(model, input_shape)
+    reasons = validate_plan(graph, plan_file)
+    if reasons:
+        for reason in reasons:
+            stderr.print(f"invalid: {reason}", highlight=False, markup=False)
+        raise typer.Exit(1)
+    doc = plan_file.document
+    stdout.print(f"valid: {len(doc['groups'])} groups, DRAM {format_bytes(doc['dram_bytes'])}, "
+                 f"max buffer usage {format_bytes(doc['max_buffer_usage_bytes'])} "
+                 f"of {format_bytes(plan_file.buffer_bytes)}", highlight=False)
 
 
 def main() -> None:

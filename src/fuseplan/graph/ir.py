@@ -13,6 +13,7 @@ bytes-per-element parameter, so one graph serves every data width.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -155,6 +156,15 @@ class CompGraph:
             return self._index_by_name[name]
         except KeyError:
             raise FuseplanError(f"model {self.name!r} has no operator named {name!r}") from None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of the operators, their types and output shapes, to tie plans to a model."""
+        digest = hashlib.sha256()
+        for node in self.nodes:
+            shapes = ";".join("x".join(map(str, self.tensors[t].shape)) for t in node.outputs)
+            digest.update(f"{node.name}|{node.op_type}|{shapes}\n".encode())
+        return digest.hexdigest()[:16]
 
     @property
     def weight_numel(self) -> int:

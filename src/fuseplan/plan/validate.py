@@ -1,0 +1,59 @@
+"""Re-checking a plan.json against a model from scratch."""
+
+from __future__ import annotations
+
+from fuseplan.cost import make_cost_model
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.ir import CompGraph
+from fuseplan.plan.io import PlanFile
+from fuseplan.plan.plan import Plan
+from fuseplan.plan.problem import FusionProblem
+
+
+def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
+    """Every reason the plan in ``plan_file`` is not a valid plan of ``graph`` (empty if valid).
+
+    A plan made for another model is a :class:`FuseplanError`, not a reason:
+    nothing in it can be checked.
+    """
+    doc = plan_file.document
+    recorded = doc.get("model_fingerprint")
+    if recorded is not None and recorded != graph.fingerprint:
+        raise FuseplanError(f"the plan was made for model {doc['model']!r}, whose operators differ from "
+                            f"{graph.name!r} (fingerprint {recorded} vs {graph.fingerprint})")
+    cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
+    problem = FusionProblem(cost)
+    reasons: list[str] = []
+    groups: list[set[int]] = []
+    for position, group in enumerate(doc["groups"]):
+        members: set[int] = set()
+        for name in group["nodes"]:
+            try:
+                members.add(graph.node_index(str(name)))
+            except FuseplanError:
+                reasons.append(f"group {position} names {name!r}, which is not an operator of the model")
+        groups.append(members)
+    if reasons:
+        return reasons
+    plan = Plan.from_groups(groups)
+    if len(plan.groups) != len(groups):
+        reasons.append("two groups have the same operators")
+    reasons += problem.check(Plan(tuple(frozenset(g) for g in groups)))
+    excluded = {graph.nodes[v].name for v in problem.excluded}
+    if set(map(str, doc["excluded"])) != excluded:
+        reasons.append(f"the excluded operators differ from the unfuseable ones at this buffer "
+                       f"({len(doc['excluded'])} listed, {len(excluded)} unfuseable)")
+    if reasons:
+        return reasons
+    for position, group in enumerate(doc["groups"]):
+        buffer, dram = cost.evaluate(frozenset(groups[position]))
+        if group.get("buffer_bytes") != buffer or group.get("dram_bytes") != dram:
+            reasons.append(f"group {position} records buffer {group.get('buffer_bytes')} and DRAM "
+                           f"{group.get('dram_bytes')} bytes; it costs {buffer} and {dram}")
+    total = problem.evaluate(plan)
+    if doc["dram_bytes"] != total.dram:
+        reasons.append(f"total DRAM is recorded as {doc['dram_bytes']} bytes; the groups add up to {total.dram}")
+    if doc["max_buffer_usage_bytes"] != total.max_buffer:
+        reasons.append(f"maximum buffer usage is recorded as {doc['max_buffer_usage_bytes']} bytes; "
+                       f"it is {total.max_buffer}")
+    return reasons

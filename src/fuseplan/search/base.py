@@ -1,0 +1,159 @@
+"""Search algorithms over partition plans, and :func:`minimize` that runs them.
+
+As in pymoo, the problem (:class:`~fuseplan.plan.FusionProblem`) and the
+optimiser (:class:`SearchAlgorithm`) are separate: an algorithm proposes
+plans through a :class:`SearchContext`, which repairs them with the splitter,
+prices them, counts them against the budget and keeps the best. The budget is
+the number of plans proposed, the reference paper's unit.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuseplan.plan.plan import Plan, PlanCost
+from fuseplan.plan.problem import FusionProblem
+from fuseplan.split.base import Splitter
+
+
+class BudgetExhausted(Exception):
+    """Raised by :meth:`SearchContext.propose` once the budget is spent."""
+
+
+@dataclass
+class SearchResult:
+    """The best plan a search found, and how it was found."""
+
+    plan: Plan
+    cost: PlanCost
+    algorithm: str
+    splitter: str
+    budget: int
+    seed: int
+    evaluated: int
+    wall_seconds: float
+    interrupted: bool = False
+    history: list[tuple[int, int]] = field(default_factory=list)  # (plans evaluated, best DRAM) at each improvement
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def search_record(self) -> dict[str, Any]:
+        """The ``search`` object of plan.json."""
+        return {
+            "algorithm": self.algorithm,
+            "splitter": self.splitter,
+            "budget": self.budget,
+            "seed": self.seed,
+            "plans_evaluated": self.evaluated,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "interrupted": self.interrupted,
+            **self.details,
+        }
+
+
+class SearchContext:
+    """What an algorithm sees while it runs: propose plans, read the best so far."""
+
+    def __init__(self, problem: FusionProblem, splitter: Splitter, budget: int, rng: random.Random,
+                 on_improve: Callable[[int, int, PlanCost], None] | None = None,
+                 on_propose: Callable[[int], None] | None = None) -> None:
+        self.problem = problem
+        self.splitter = splitter
+        self.budget = budget
+        self.rng = rng
+        self.evaluated = 0
+        self.best: Plan | None = None
+        self.best_cost: PlanCost | None = None
+        self.history: list[tuple[int, int]] = []
+        self._on_improve = on_improve
+        self._on_propose = on_propose
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.evaluated
+
+    def propose(self, plan: Plan) -> tuple[Plan, PlanCost]:
+        """Repair ``plan``, price it and count it; raises :class:`BudgetExhausted` when spent."""
+        if self.evaluated >= self.budget:
+            raise BudgetExhausted
+        repaired = self.splitter.repair(plan)
+        cost = self.problem.evaluate(repaired)
+        self.evaluated += 1
+        self.consider(repaired, cost)
+        if self._on_propose is not None:
+            self._on_propose(self.evaluated)
+        return repaired, cost
+
+    def consider(self, plan: Plan, cost: PlanCost) -> None:
+        """Keep ``plan`` if it is the best valid plan so far (ties keep the earlier one)."""
+        if not cost.valid:
+            return
+        if self.best_cost is None or cost.dram < self.best_cost.dram:
+            self.best, self.best_cost = plan, cost
+            self.history.append((self.evaluated, cost.dram))
+            if self._on_improve is not None:
+                self._on_improve(self.evaluated, cost.dram, cost)
+
+
+class SearchAlgorithm(ABC):
+    """Proposes plans through a :class:`SearchContext` until the budget runs out."""
+
+    name: str = "search"
+    uses_budget: bool = True
+
+    @abstractmethod
+    def run(self, ctx: SearchContext) -> None:
+        """Search; return when done or let :class:`BudgetExhausted` end the run."""
+
+    def details(self) -> dict[str, Any]:
+        """Algorithm-specific facts for the result's ``search`` record."""
+        return {}
+
+
+def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Splitter, *, budget: int = 5000,
+             seed: int = 0, on_improve: Callable[[int, int, PlanCost], None] | None = None,
+             on_propose: Callable[[int], None] | None = None) -> SearchResult:
+    """Run ``algorithm`` on ``problem`` and return the best valid plan.
+
+    Same problem, algorithm, splitter, budget and seed give the same plan.
+    A ``KeyboardInterrupt`` stops the search and still returns the best valid
+    plan found so far (``interrupted=True``).
+    """
+    if budget < 1:
+        raise ValueError("budget must be at least 1")
+    rng = random.Random(seed)
+    splitter.setup(problem, random.Random(rng.getrandbits(64)))
+    ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose)
+    interrupted = False
+    start = time.perf_counter()
+    try:
+        algorithm.run(ctx)
+    except BudgetExhausted:
+        pass
+    except KeyboardInterrupt:
+        interrupted = True
+    wall = time.perf_counter() - start
+    if ctx.best is None:
+        # Every operator alone always fits: the trivial plan is the fallback.
+        from fuseplan.plan.plan import Plan as _Plan
+
+        trivial = _Plan.from_groups([v] for v in sorted(problem.fuseable))
+        ctx.consider(trivial, problem.evaluate(trivial))
+    assert ctx.best is not None and ctx.best_cost is not None
+    return SearchResult(
+        plan=ctx.best,
+        cost=ctx.best_cost,
+        algorithm=algorithm.name,
+        splitter=splitter.name,
+        budget=budget,
+        seed=seed,
+        evaluated=ctx.evaluated,
+        wall_seconds=wall,
+        interrupted=interrupted,
+        history=ctx.history,
+        details={**algorithm.details(), **splitter.stats.as_dict()},
+    )

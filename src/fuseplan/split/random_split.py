@@ -1,0 +1,27 @@
+"""The reference paper's baseline repair: random splits, blind to DRAM cost."""
+
+from __future__ import annotations
+
+from fuseplan.plan.moves import bisect_group
+from fuseplan.plan.plan import Group
+from fuseplan.split.base import Splitter
+
+
+class RandomSplitter(Splitter):
+    """Cut an invalid group in two at a random point of a random topological order, and
+    recurse on every part that still does not fit (single operators always fit: unfuseable
+    ones were excluded before the search)."""
+
+    name = "random"
+
+    def _split(self, group: Group) -> list[Group]:
+        problem = self._problem()
+        parts: list[Group] = []
+        pending = [group]
+        while pending:
+            current = pending.pop()
+            if problem.fits(current):
+                parts.append(current)
+            else:
+                pending.extend(bisect_group(problem, current, self.rng))
+        return parts
