@@ -1,0 +1,55 @@
+"""The exact interval reference against brute force, and its plan space."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuseplan.cost import LBDFCostModel, make_cost_model
+from fuseplan.plan import FusionProblem, Plan
+from fuseplan.plan.moves import cut_order
+from fuseplan.search import IntervalDP, candidate_orders, interval_dp, is_interval_plan
+from tests.dags import random_dags
+
+
+@settings(max_examples=80, deadline=None)
+@given(graph=random_dags(max_nodes=10), buffer=st.sampled_from([2_500, 5_000, 10_000, 30_000]))
+def test_dp_matches_brute_force_over_all_cuts(graph, buffer):
+    problem = FusionProblem(LBDFCostModel(graph, buffer))
+    order = list(range(len(graph)))
+    plan, dram, _ = interval_dp(problem, order)
+    best = None
+    positions = range(1, len(order))
+    for k in range(len(order)):
+        for cuts in itertools.combinations(positions, k):
+            candidate = problem.evaluate(Plan.from_groups(cut_order(problem, order, cuts)))
+            if candidate.valid and (best is None or candidate.dram < best):
+                best = candidate.dram
+    assert plan is not None and problem.check(plan) == []
+    assert dram == best == problem.evaluate(plan).dram
+    assert is_interval_plan(problem, plan, order)
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph=random_dags(), seed=st.integers(0, 2**31))
+def test_interval_membership_of_cut_plans(graph, seed):
+    problem = FusionProblem(LBDFCostModel(graph, 10**9))
+    rng = random.Random(seed)
+    order = list(range(len(graph)))
+    cuts = [i for i in range(1, len(order)) if rng.random() < 0.4]
+    assert is_interval_plan(problem, Plan.from_groups(cut_order(problem, order, cuts)), order)
+
+
+def test_dp_is_fast_and_valid_on_the_zoo(zoo_graphs):
+    for name, graph in zoo_graphs.items():
+        for scheme in ("lbdf", "brr"):
+            for kb in (128, 2048):
+                problem = FusionProblem(make_cost_model(scheme, graph, kb * 1024))
+                plan, dram, order_name, by_order = IntervalDP().solve(problem)
+                assert problem.check(plan) == [], (name, scheme, kb)
+                assert dram == problem.evaluate(plan).dram == min(by_order.values())
+                assert is_interval_plan(problem, plan, candidate_orders(problem)[order_name])
+                assert problem.cost.dram_lower_bound() <= dram <= problem.cost.unfused_dram()
