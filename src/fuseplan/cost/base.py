@@ -171,18 +171,4 @@ class CostModel(ABC):
 
     def fuseable_components(self) -> list[Group]:
         """Weakly connected components of the graph restricted to fuseable operators."""
-        remaining = set(self.fuseable)
-        neighbours = self.graph.neighbours
-        components: list[Group] = []
-        while remaining:
-            start = min(remaining)
-            remaining.discard(start)
-            stack, comp = [start], {start}
-            while stack:
-                for other in neighbours[stack.pop()]:
-                    if other in remaining:
-                        remaining.discard(other)
-                        comp.add(other)
-                        stack.append(other)
-            components.append(frozenset(comp))
-        return components
+        return sorted(self.graph.components(self.fuseable), key=min)

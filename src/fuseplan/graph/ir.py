@@ -190,6 +190,23 @@ class CompGraph:
                     stack.append(other)
         return len(seen) == len(members)
 
+    def components(self, nodes: Iterable[int]) -> list[frozenset[int]]:
+        """Weakly connected components of the subgraph induced by ``nodes``."""
+        remaining = set(nodes)
+        neighbours = self.neighbours
+        parts: list[frozenset[int]] = []
+        while remaining:
+            start = remaining.pop()
+            comp, stack = {start}, [start]
+            while stack:
+                for other in neighbours[stack.pop()]:
+                    if other in remaining:
+                        remaining.discard(other)
+                        comp.add(other)
+                        stack.append(other)
+            parts.append(frozenset(comp))
+        return parts
+
     def is_convex(self, group: Iterable[int]) -> bool:
         """Whether no path leaves ``group`` and comes back into it.
 

@@ -64,21 +64,8 @@ class FusionProblem:
 
     # -- structure -------------------------------------------------------
     def components(self, nodes: Iterable[int]) -> list[Group]:
-        """Weakly connected components of the fuseable subgraph induced by ``nodes``."""
-        remaining = set(nodes)
-        neighbours = self.neighbours
-        parts: list[Group] = []
-        while remaining:
-            start = remaining.pop()
-            comp, stack = {start}, [start]
-            while stack:
-                for other in neighbours[stack.pop()]:
-                    if other in remaining:
-                        remaining.discard(other)
-                        comp.add(other)
-                        stack.append(other)
-            parts.append(frozenset(comp))
-        return parts
+        """Weakly connected components of the subgraph induced by ``nodes``."""
+        return self.graph.components(nodes)
 
     def is_acyclic(self, plan: Plan) -> bool:
         """Whether the graph of groups (excluded operators as their own groups) is a DAG."""
