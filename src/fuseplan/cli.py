@@ -30,8 +30,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-stdout = Console()
-stderr = Console(stderr=True)
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True)
 
 
 class Scheme(str, Enum):
@@ -159,7 +159,7 @@ def plan(
     from fuseplan.plan import FusionProblem
     from fuseplan.plan.io import annotate_onnx, plan_document, write_json
     from fuseplan.graph import read_model
-    from fuseplan.search import IntervalDP, is_interval_plan, make_search, minimize, candidate_orders
+    from fuseplan.search import make_search, minimize, reference_record
     from fuseplan.split import make_splitter
 
     buffer_bytes = parse_size(buffer)
@@ -180,26 +180,8 @@ def plan(
             on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
             on_propose=lambda n: progress.update(task, completed=n),
         )
-    reference = result.details.get("reference") if search.value == "auto" else None
-    if search.value == "dp":
-        reference = algorithm.details()
-    dp = IntervalDP()
-    if reference is None:
-        dp.solve(problem)
-        reference = dp.details()
-    dp_dram = min(reference["dram_by_order"].values())
-    orders = candidate_orders(problem)
-    reference_record = {
-        "algorithm": "interval-dp",
-        "order": reference["order"],
-        "dram_bytes": dp_dram,
-        "ratio": round(result.cost.dram / dp_dram, 6),
-        "plan_in_interval_space": is_interval_plan(problem, result.plan, orders[reference["order"]]),
-        "lower_bound_bytes": problem.cost.dram_lower_bound(),
-    }
-    search_record = result.search_record()
-    search_record.pop("reference", None)
-    document = plan_document(problem, result.plan, search_record, reference_record)
+    reference = reference_record(problem, result)
+    document = plan_document(problem, result.plan, result.search_record(), reference)
     if output is not None:
         write_json(document, output)
     if onnx_out is not None:
@@ -218,8 +200,8 @@ def plan(
         f"excluded           {excluded} unfuseable operator{'s' if excluded != 1 else ''} (do not fit alone)\n"
         f"plans evaluated    {result.evaluated} of {budget}{' (interrupted)' if result.interrupted else ''}\n"
         f"wall time          {result.wall_seconds:.2f} s\n"
-        f"vs interval DP     {reference_record['ratio']:.4f} x its optimum ({format_bytes(dp_dram)})"
-        + ("" if reference_record["plan_in_interval_space"] else "; this plan lies outside the DP's space"),
+        f"vs interval DP     {reference['ratio']:.4f} x its optimum ({format_bytes(reference['dram_bytes'])})"
+        + ("" if reference["plan_in_interval_space"] else "; this plan lies outside the DP's space"),
         highlight=False,
     )
     if output is not None:

@@ -9,6 +9,7 @@ from fuseplan.search.interval_dp import IntervalDP, candidate_orders, interval_d
 from fuseplan.search.local_search import LocalSearch
 from fuseplan.search.nsga2 import NSGA2
 from fuseplan.search.random_search import RandomSearch
+from fuseplan.search.reference import reference_record
 
 ALGORITHMS: dict[str, type[SearchAlgorithm]] = {
     "auto": Auto,
@@ -29,4 +30,4 @@ def make_search(name: str) -> SearchAlgorithm:
 
 __all__ = ["ALGORITHMS", "Auto", "BudgetExhausted", "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch",
            "SearchAlgorithm", "SearchContext", "SearchResult", "candidate_orders", "interval_dp",
-           "is_interval_plan", "make_search", "minimize"]
+           "is_interval_plan", "make_search", "minimize", "reference_record"]

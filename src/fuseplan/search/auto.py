@@ -25,8 +25,8 @@ class Auto(SearchAlgorithm):
         self.population = population
         self._dp = IntervalDP()
 
-    def details(self) -> dict[str, Any]:
-        return {"reference": self._dp.details()}
+    def reference(self) -> dict[str, Any] | None:
+        return self._dp.reference()
 
     def run(self, ctx: SearchContext) -> None:
         plan, _, _, _ = self._dp.solve(ctx.problem)

@@ -40,6 +40,7 @@ class SearchResult:
     interrupted: bool = False
     history: list[tuple[int, int]] = field(default_factory=list)  # (plans evaluated, best DRAM) at each improvement
     details: dict[str, Any] = field(default_factory=dict)
+    reference: dict[str, Any] | None = None  # the interval DP's answer, when the algorithm computed it
 
     def search_record(self) -> dict[str, Any]:
         """The ``search`` object of plan.json."""
@@ -113,6 +114,10 @@ class SearchAlgorithm(ABC):
         """Algorithm-specific facts for the result's ``search`` record."""
         return {}
 
+    def reference(self) -> dict[str, Any] | None:
+        """The exact interval reference's details, if this algorithm computed them."""
+        return None
+
 
 def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Splitter, *, budget: int = 5000,
              seed: int = 0, on_improve: Callable[[int, int, PlanCost], None] | None = None,
@@ -156,4 +161,5 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         interrupted=interrupted,
         history=ctx.history,
         details={**algorithm.details(), **splitter.stats.as_dict()},
+        reference=algorithm.reference(),
     )

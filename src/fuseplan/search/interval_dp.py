@@ -187,8 +187,8 @@ class IntervalDP(SearchAlgorithm):
         self.exhaustive = exhaustive
         self._details: dict[str, Any] = {}
 
-    def details(self) -> dict[str, Any]:
-        return dict(self._details)
+    def reference(self) -> dict[str, Any] | None:
+        return dict(self._details) if self._details else None
 
     def solve(self, problem: FusionProblem) -> tuple[Plan, float, str, dict[str, float]]:
         """Best interval plan over the candidate orders: ``(plan, DRAM, order name, DRAM per order)``."""
