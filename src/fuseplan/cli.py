@@ -127,6 +127,12 @@ class SearchName(str, Enum):
 
 class SplitterName(str, Enum):
     random = "random"
+    gnnexplainer = "gnnexplainer"
+    pgexplainer = "pgexplainer"
+    rgexplainer = "rgexplainer"
+    eig = "eig"
+    goat = "goat"
+    oracle = "oracle"
 
 
 def _refuse_overwrite(output: Path | None, model: str) -> None:
@@ -143,7 +149,9 @@ def plan(
     search: Annotated[SearchName, typer.Option(
         help="auto: exact interval DP refined by local search (best found); rs, ls, nsga2: the reference "
              "paper's searches; dp: the exact interval reference alone.")] = SearchName.auto,
-    splitter: Annotated[SplitterName, typer.Option(help="How groups that do not fit are split.")] = SplitterName.random,
+    splitter: Annotated[SplitterName, typer.Option(
+        help="How groups that do not fit are split: random (the paper's baseline) or Algorithm 1 driven by an "
+             "explainer (GNN-based ones need the gnn extra).")] = SplitterName.random,
     budget: Annotated[int, typer.Option(min=1, help="Partition plans the search may propose.")] = 5000,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same plan.")] = 0,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
@@ -231,6 +239,261 @@ def validate(
     stdout.print(f"valid: {len(doc['groups'])} groups, DRAM {format_bytes(doc['dram_bytes'])}, "
                  f"max buffer usage {format_bytes(doc['max_buffer_usage_bytes'])} "
                  f"of {format_bytes(plan_file.buffer_bytes)}", highlight=False)
+
+
+@app.command()
+def why(
+    model: ModelArg,
+    nodes: Annotated[str, typer.Option(help="The group: ONNX node names, comma-separated.")],
+    scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the group.")] = Scheme.lbdf,
+    buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
+    explainer: Annotated[SplitterName, typer.Option(
+        help="Which explainer blames the edges (not 'random').")] = SplitterName.rgexplainer,
+    top: Annotated[int, typer.Option(min=1, help="Edges to show and to try as cuts.")] = 5,
+    png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
+    bytes_per_element: BytesPerElementOpt = 1,
+    input_shape: InputShapeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Explain why a group does not fit, and show the split Algorithm 1 chooses."""
+    import random as _random
+
+    from fuseplan.explain.explainers import make_explainer
+    from fuseplan.plan import FusionProblem
+    from fuseplan.split import TreeSplitter
+
+    if explainer == SplitterName.random:
+        raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
+    buffer_bytes = parse_size(buffer)
+    graph = _load(model, input_shape)
+    names = [n.strip() for n in nodes.split(",") if n.strip()]
+    if not names:
+        raise FuseplanError("--nodes needs at least one ONNX node name")
+    group = frozenset(graph.node_index(n) for n in names)
+    if not graph.is_connected(group):
+        raise FuseplanError("the named operators do not form a connected group")
+    if not graph.is_convex(group):
+        raise FuseplanError("the named operators are not a valid fusion group: a path leaves the group and comes back")
+    problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
+    cost = problem.cost.evaluate(group)
+    algorithm = make_explainer(explainer.value)
+    algorithm.setup(problem)
+    explanation = algorithm.explain(problem, group)
+    splitter = TreeSplitter(algorithm, top_k=top)
+    splitter.setup(problem, _random.Random(seed))
+    parts = splitter.split(group)
+    from_explanation = splitter.fallbacks == 0
+    blamed = [{"edge": [graph.nodes[i].name, graph.nodes[j].name], "ops": [graph.nodes[i].op_type, graph.nodes[j].op_type],
+               "score": round(score, 6)} for (i, j), score in zip(explanation.edges[:top], explanation.scores[:top])]
+    split = [{"nodes": [graph.nodes[v].name for v in sorted(p)], "buffer_bytes": problem.cost.buffer(p),
+              "dram_bytes": problem.cost.dram(p)} for p in parts]
+    if png is not None:
+        from fuseplan.report.figures import plot_explanation
+
+        plot_explanation(graph, group, explanation, parts, png, top=top,
+                         title=f"{graph.name}: {explanation.explainer} on {len(group)} operators, "
+                               f"F_beta {format_bytes(cost.buffer)} vs {format_bytes(buffer_bytes)}")
+    if as_json:
+        print(json.dumps({"model": graph.name, "scheme": scheme.value, "buffer_bytes": buffer_bytes,
+                          "group_buffer_bytes": cost.buffer, "group_dram_bytes": cost.dram,
+                          "fits": cost.buffer < buffer_bytes, "explainer": explanation.explainer,
+                          "blamed_edges": blamed, "split": split, "split_from_explanation": from_explanation},
+                         indent=2))
+        return
+    verdict = "fits" if cost.buffer < buffer_bytes else "does not fit"
+    stdout.print(f"group of {len(group)} operators needs {format_bytes(cost.buffer)} ({cost.buffer} B): "
+                 f"{verdict} the {format_bytes(buffer_bytes)} buffer; moves {format_bytes(cost.dram)}", highlight=False)
+    table = Table(title=f"edges blamed by {explanation.explainer}")
+    for column in ("score", "from", "to"):
+        table.add_column(column, overflow="fold")
+    for row in blamed:
+        table.add_row(f"{row['score']:.4g}", f"{row['edge'][0]} ({row['ops'][0]})", f"{row['edge'][1]} ({row['ops'][1]})")
+    stdout.print(table)
+    if len(parts) > 1:
+        how = "from the explanation (Algorithm 1)" if from_explanation else "by the random fallback (the explanation led nowhere)"
+        stdout.print(f"split {how} into {len(parts)} groups, DRAM {format_bytes(sum(p['dram_bytes'] for p in split))}:",
+                     highlight=False)
+        for k, part in enumerate(split):
+            stdout.print(f"  part {k}: {len(part['nodes'])} ops, needs {format_bytes(part['buffer_bytes'])}, "
+                         f"moves {format_bytes(part['dram_bytes'])}", highlight=False)
+    if png is not None:
+        stdout.print(f"picture written to {png}", highlight=False)
+
+
+dataset_app = typer.Typer(help="Build the fusion-group dataset the validity GNN learns from.", no_args_is_help=True)
+classifier_app = typer.Typer(help="Train and evaluate the validity GNN (needs the gnn extra).", no_args_is_help=True)
+figure_app = typer.Typer(help="Draw figures.", no_args_is_help=True)
+app.add_typer(dataset_app, name="dataset")
+app.add_typer(classifier_app, name="classifier")
+app.add_typer(figure_app, name="figure")
+
+DatasetOpt = Annotated[Path, typer.Option("--dataset", help="A directory written by `fuseplan dataset build`.")]
+
+
+def _refuse_non_empty(directory: Path) -> None:
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise FuseplanError(f"{directory} exists and is not an empty directory; choose a new one")
+
+
+@dataset_app.command("build")
+def dataset_build(
+    output: Annotated[Path, typer.Option("--output", "-o", help="New directory to write the dataset to.")],
+    models: Annotated[Optional[list[str]], typer.Option(
+        "--models", help="Zoo names or ONNX files (repeatable); default: the whole zoo.")] = None,
+    schemes: Annotated[Optional[list[Scheme]], typer.Option("--schemes", help="Schemes to label (repeatable).")] = None,
+    groups: Annotated[Optional[int], typer.Option(
+        "--groups", min=1, help="Groups per model (default: the reference paper's Table I counts).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same dataset.")] = 0,
+    bytes_per_element: BytesPerElementOpt = 1,
+) -> None:
+    """Sample fusion groups by random search and label them at 128KB to 2048KB."""
+    from rich.progress import Progress
+
+    from fuseplan.explain.dataset import SAMPLE_COUNTS, build_dataset
+
+    _refuse_non_empty(output)
+    names = models or zoo.names()
+    chosen = [s.value for s in schemes] if schemes else ["lbdf", "brr"]
+    counts = {Path(m).stem if m.endswith(".onnx") else m: groups for m in names} if groups else None
+    if counts is None:
+        counts = {Path(m).stem: SAMPLE_COUNTS.get(Path(m).stem, 1000) for m in names if m.endswith(".onnx")}
+    with Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as progress:
+        task = progress.add_task("sampling groups", total=len(names) * len(chosen))
+        meta = build_dataset(names, chosen, output, seed=seed, counts=counts, bytes_per_element=bytes_per_element,
+                             progress=lambda name: progress.advance(task))
+    for scheme, info in meta["schemes"].items():
+        table = Table(title=f"{scheme.upper()}: {info['groups']} groups, {info['samples']} samples")
+        table.add_column("model")
+        table.add_column("groups", justify="right")
+        for kb in meta["buffers_kb"]:
+            table.add_column(f"valid @{kb}KB", justify="right")
+        for model, count in info["groups_per_model"].items():
+            share = info["valid_share"][model]
+            table.add_row(model, str(count), *(f"{100 * share[kb]:.1f}%" for kb in meta["buffers_kb"]))
+        stdout.print(table)
+    stdout.print(f"dataset written to {output}", highlight=False)
+
+
+@figure_app.command("valid-share")
+def figure_valid_share(
+    dataset: DatasetOpt,
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file to write.")] = Path("valid-share.png"),
+) -> None:
+    """Share of valid groups against buffer size, one curve per network, one panel per scheme."""
+    from fuseplan.explain.dataset import load_dataset
+    from fuseplan.report.figures import plot_valid_share
+
+    meta_path = dataset / "meta.json"
+    schemes = []
+    for scheme in ("lbdf", "brr"):
+        try:
+            load_dataset(dataset, scheme)
+            schemes.append(scheme)
+        except FuseplanError:
+            if not meta_path.exists():
+                raise
+    if not schemes:
+        load_dataset(dataset, "lbdf")  # raises the precise reason
+    meta = json.loads(meta_path.read_text())
+    meta["schemes"] = {s: meta["schemes"][s] for s in schemes}
+    plot_valid_share(meta, output)
+    stdout.print(f"figure written to {output}", highlight=False)
+
+
+@classifier_app.command("train")
+def classifier_train(
+    dataset: DatasetOpt,
+    scheme: Annotated[Scheme, typer.Option(help="Which scheme's labels to learn.")] = Scheme.lbdf,
+    epochs: Annotated[int, typer.Option(min=1, help="Training epochs.")] = 50,
+    seed: Annotated[int, typer.Option(help="Seed for the split, initialisation and batching.")] = 0,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Weights file to write.")] = Path("gnn.pt"),
+    holdout_family: Annotated[Optional[str], typer.Option(
+        "--holdout-family", help="Train without this network family and test on it (vgg, squeezenet, mobilenet, "
+                                 "resnet, efficientnet, deeplab).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Train the 4-layer GraphConv validity classifier (80/10/10 split of groups)."""
+    from dataclasses import asdict
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fuseplan.explain import gnn
+    from fuseplan.explain.dataset import load_dataset
+
+    gnn.require_torch()
+    data, _ = load_dataset(dataset, scheme.value)
+    splits = {}
+    if holdout_family is not None:
+        splits = gnn.family_split(data, holdout_family, seed)
+    progress = Progress(TextColumn(f"training {scheme.value}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("loss {task.fields[loss]} val {task.fields[val]}"), TimeElapsedColumn(),
+                        console=stderr, transient=True, disable=as_json or not stderr.is_terminal)
+    with progress:
+        task = progress.add_task("epochs", total=epochs, loss="-", val="-")
+        model, report = gnn.train(
+            data, epochs=epochs, seed=seed, **splits,
+            on_epoch=lambda e, loss, val: progress.update(task, completed=e, loss=f"{loss:.4f}", val=f"{val:.4f}"),
+        )
+    info = {"epochs": epochs, "seed": seed, "holdout_family": holdout_family,
+            "test_accuracy": report.test.accuracy, "test_f1": report.test.f1}
+    gnn.save_weights(model, scheme.value, output, info)
+    if as_json:
+        print(json.dumps({**asdict(report), "holdout_family": holdout_family, "weights": str(output)}, indent=2))
+        return
+    stdout.print(
+        f"{scheme.value.upper()} classifier: {report.train_samples} training samples, {epochs} epochs, "
+        f"{report.seconds:.0f} s\n"
+        f"test ({'family ' + holdout_family if holdout_family else '10% of groups'}): "
+        f"accuracy {100 * report.test.accuracy:.2f}%, F1 {100 * report.test.f1:.2f}% "
+        f"on {report.test.samples} samples\n"
+        f"weights written to {output}", highlight=False)
+
+
+@classifier_app.command("evaluate")
+def classifier_evaluate(
+    scheme: Annotated[Scheme, typer.Option(help="Which scheme's classifier.")] = Scheme.lbdf,
+    dataset: Annotated[Optional[Path], typer.Option("--dataset", help="Score on this dataset.")] = None,
+    models: Annotated[Optional[list[str]], typer.Option(
+        "--models", help="Score on groups sampled from these ONNX files or zoo names (repeatable).")] = None,
+    split: Annotated[Optional[str], typer.Option(
+        help="With --dataset: score only the 'test' (or 'val', 'train') part of the seeded 80/10/10 split.")] = None,
+    weights: Annotated[Optional[Path], typer.Option(help="Weights file (default: the shipped ones).")] = None,
+    groups: Annotated[int, typer.Option("--groups", min=1, help="With --models: groups sampled per model.")] = 500,
+    seed: Annotated[int, typer.Option(help="Seed of the split or of the sampling.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Score the classifier: accuracy, F1 and the confusion matrix."""
+    from fuseplan.explain import gnn
+    from fuseplan.explain.dataset import load_dataset, sample_dataset
+
+    if (dataset is None) == (not models):
+        raise FuseplanError("give either --dataset DIR or --models MODEL [--models MODEL ...]")
+    model, _ = gnn.load_classifier(scheme.value, weights)
+    if dataset is not None:
+        data, _ = load_dataset(dataset, scheme.value)
+        indices = None
+        if split is not None:
+            parts = dict(zip(("train", "val", "test"), gnn.split_indices(len(data), seed)))
+            if split not in parts:
+                raise FuseplanError(f"--split must be train, val or test, not {split!r}")
+            indices = parts[split]
+        source = f"{dataset}" + (f" ({split} split)" if split else "")
+    else:
+        graphs = {Path(m).stem if m.endswith(".onnx") else m: _load(m, None) for m in models or []}
+        data = sample_dataset(graphs, scheme.value, {name: groups for name in graphs}, seed)
+        indices = None
+        source = ", ".join(graphs)
+    result = gnn.evaluate(model, gnn.SampleBatches(data, indices))
+    if as_json:
+        print(json.dumps({"scheme": scheme.value, "source": source, **result.as_dict()}, indent=2))
+        return
+    c = result.confusion
+    stdout.print(
+        f"{scheme.value.upper()} classifier on {source}: {result.samples} samples\n"
+        f"accuracy {100 * result.accuracy:.2f}%, F1 {100 * result.f1:.2f}% (valid = positive)\n"
+        f"confusion: {c['tp']} valid predicted valid, {c['fn']} valid predicted invalid, "
+        f"{c['fp']} invalid predicted valid, {c['tn']} invalid predicted invalid", highlight=False)
 
 
 def main() -> None:

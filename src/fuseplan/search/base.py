@@ -160,6 +160,6 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         wall_seconds=wall,
         interrupted=interrupted,
         history=ctx.history,
-        details={**algorithm.details(), **splitter.stats.as_dict()},
+        details={**algorithm.details(), **splitter.stats_dict()},
         reference=algorithm.reference(),
     )

@@ -5,16 +5,21 @@ from __future__ import annotations
 from fuseplan.errors import FuseplanError
 from fuseplan.split.base import SplitStats, Splitter
 from fuseplan.split.random_split import RandomSplitter
+from fuseplan.split.tree import TreeSplitter
 
-SPLITTERS: dict[str, type[Splitter]] = {"random": RandomSplitter}
+SPLITTERS = ("random", "gnnexplainer", "pgexplainer", "rgexplainer", "eig", "goat", "oracle")
 
 
 def make_splitter(name: str) -> Splitter:
-    """A fresh splitter by name."""
-    try:
-        return SPLITTERS[name.lower()]()
-    except KeyError:
-        raise FuseplanError(f"unknown splitter {name!r}; choose one of {', '.join(SPLITTERS)}") from None
+    """A fresh splitter by name: ``random`` (the paper's baseline) or Algorithm 1 driven by an explainer."""
+    name = name.lower()
+    if name == "random":
+        return RandomSplitter()
+    if name not in SPLITTERS:
+        raise FuseplanError(f"unknown splitter {name!r}; choose one of {', '.join(SPLITTERS)}")
+    from fuseplan.explain.explainers import make_explainer
+
+    return TreeSplitter(make_explainer(name))
 
 
-__all__ = ["RandomSplitter", "SPLITTERS", "SplitStats", "Splitter", "make_splitter"]
+__all__ = ["RandomSplitter", "SPLITTERS", "SplitStats", "Splitter", "TreeSplitter", "make_splitter"]

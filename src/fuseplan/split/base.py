@@ -13,6 +13,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from fuseplan.plan.plan import Group, Plan
 from fuseplan.plan.problem import FusionProblem
@@ -48,6 +49,10 @@ class Splitter(ABC):
         self.rng = rng
         self._memo.clear()
         self.stats = SplitStats()
+
+    def stats_dict(self) -> dict[str, Any]:
+        """Counters for the search record (subclasses add their own)."""
+        return self.stats.as_dict()
 
     def split(self, group: Group) -> tuple[Group, ...]:
         """Valid groups whose union is ``group`` (``(group,)`` if it already fits)."""

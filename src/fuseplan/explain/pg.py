@@ -1,0 +1,104 @@
+"""Training, storing and loading PGExplainer's edge MLP (torch-geometric's implementation).
+
+PGExplainer is trained once per scheme on invalid groups from the
+classifier's training split, and its parameters are stored beside the
+classifier's weights (``weights/pg-<scheme>.pt``), loaded with
+``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import random
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fuseplan.errors import FuseplanError
+from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
+from fuseplan.explain.features import buffer_features
+from fuseplan.explain.gnn import require_torch, split_indices
+
+PG_FORMAT = "fuseplan-pgexplainer"
+HIDDEN = 128  # the classifier's embedding width; PGExplainer reads two per edge
+
+
+def _config() -> dict[str, str]:
+    return {"mode": "binary_classification", "task_level": "graph", "return_type": "raw"}
+
+
+def _explainer(model, algorithm):
+    from torch_geometric.explain import Explainer
+
+    return Explainer(model, algorithm=algorithm, explanation_type="phenomenon", edge_mask_type="object",
+                     model_config=_config())
+
+
+def invalid_samples(data: GroupSet, groups: list[int], limit: int, seed: int) -> list[tuple[Any, Any]]:
+    """Up to ``limit`` (x, edge_index) pairs of groups that do not fit, over the five buffer sizes."""
+    torch = require_torch()
+    pairs = [(g, kb) for g in groups for kb in BUFFERS_KB if data.f_beta[g] >= kb * 1024]
+    random.Random(seed).shuffle(pairs)
+    out = []
+    for g, kb in pairs[:limit]:
+        static, sizes, edges, _ = data.group(g)
+        if edges.shape[1] == 0:
+            continue
+        x = np.concatenate([static, buffer_features(sizes, kb * 1024)], axis=1)
+        out.append((torch.from_numpy(x), torch.from_numpy(edges.astype(np.int64))))
+    return out
+
+
+def train_pg_explainer(model, data: GroupSet, *, epochs: int = 20, samples: int = 1500, seed: int = 0,
+                       on_epoch=None):
+    """Train PGExplainer on invalid training groups; returns the torch-geometric ``Explainer``."""
+    torch = require_torch()
+    from torch_geometric.explain import PGExplainer
+
+    torch.manual_seed(seed)
+    train_groups, _, _ = split_indices(len(data), seed)
+    pairs = invalid_samples(data, train_groups, samples, seed)
+    explainer = _explainer(model, PGExplainer(epochs=epochs, lr=0.003))
+    target = torch.tensor([0])  # explain the "does not fit" verdict
+    for epoch in range(epochs):
+        total = 0.0
+        for x, edge_index in pairs:
+            total += explainer.algorithm.train(epoch, model, x, edge_index, target=target)
+        if on_epoch is not None:
+            on_epoch(epoch + 1, total / max(1, len(pairs)))
+    return explainer
+
+
+def save_pg_explainer(explainer, scheme: str, path: Path) -> None:
+    torch = require_torch()
+    algorithm = explainer.algorithm
+    torch.save({"format": PG_FORMAT, "scheme": scheme, "epochs": algorithm.epochs,
+                "state_dict": algorithm.mlp.state_dict()}, path)
+
+
+def shipped_pg_weights(scheme: str) -> Path:
+    return Path(str(resources.files("fuseplan.explain") / "weights" / f"pg-{scheme}.pt"))
+
+
+def load_pg_explainer(model, scheme: str, path: Path | None = None):
+    """A ready PGExplainer for ``model`` from stored parameters (the shipped ones by default)."""
+    torch = require_torch()
+    from torch_geometric.explain import PGExplainer
+
+    path = shipped_pg_weights(scheme) if path is None else Path(path)
+    if not path.exists():
+        raise FuseplanError(f"{path}: no such PGExplainer weights file")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise FuseplanError(f"{path}: not a PGExplainer weights file ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(blob, dict) or blob.get("format") != PG_FORMAT:
+        raise FuseplanError(f"{path}: not a PGExplainer weights file")
+    if blob.get("scheme") != scheme:
+        raise FuseplanError(f"{path}: PGExplainer weights are for {str(blob.get('scheme')).upper()}, not {scheme.upper()}")
+    algorithm = PGExplainer(epochs=int(blob["epochs"]), lr=0.003)
+    algorithm.mlp(torch.zeros(1, 2 * HIDDEN))  # materialise the lazy first layer before loading
+    algorithm.mlp.load_state_dict(blob["state_dict"])
+    algorithm._curr_epoch = algorithm.epochs - 1  # trained: torch-geometric checks this before explaining
+    return _explainer(model, algorithm)

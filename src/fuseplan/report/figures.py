@@ -1,0 +1,81 @@
+"""Figures: the share of valid groups against buffer size (the reference paper's Fig. 3)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+def plot_valid_share(meta: dict[str, Any], path: Path) -> None:
+    """One panel per scheme, one curve per network: share of valid sampled groups vs buffer size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    schemes = list(meta["schemes"])
+    fig, axes = plt.subplots(1, len(schemes), figsize=(6 * len(schemes), 4.2), squeeze=False)
+    for ax, scheme in zip(axes[0], schemes):
+        sizes: list[int] = []
+        for model, share in sorted(meta["schemes"][scheme]["valid_share"].items()):
+            points = sorted((int(kb), value) for kb, value in share.items())  # JSON keys are strings
+            sizes = [kb for kb, _ in points]
+            ax.plot(sizes, [100 * value for _, value in points], marker="o", label=model)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [f"{kb}KB" for kb in sizes])
+        ax.set_ylim(0, 102)
+        ax.set_xlabel("on-chip buffer size")
+        ax.set_ylabel("valid fusion groups (%)")
+        ax.set_title(scheme.upper())
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5, title: str = "") -> None:
+    """The group's operators (coloured by the part Algorithm 1 puts them in) with the blamed edges in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    sub = nx.DiGraph()
+    members = sorted(group)
+    for v in members:
+        sub.add_node(v, label=f"{v}:{graph.nodes[v].op_type}")
+    for i in members:
+        for j in graph.successors[i]:
+            if j in group:
+                sub.add_edge(i, j)
+    # Layered layout along the topological labels keeps data flowing left to right.
+    depth: dict[int, int] = {}
+    for v in members:
+        depth[v] = max((depth[p] + 1 for p in graph.predecessors[v] if p in depth), default=0)
+    for v in members:
+        sub.nodes[v]["layer"] = depth[v]
+    pos = nx.multipartite_layout(sub, subset_key="layer")
+    part_of = {v: k for k, part in enumerate(parts) for v in part}
+    palette = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values())))
+    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=520,
+                           node_color=[palette(part_of.get(v, 9) % 10) for v in sub.nodes])
+    nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=7)
+    blamed = dict(zip(explanation.edges[:top], explanation.scores[:top]))
+    peak = max((abs(s) for s in blamed.values()), default=1.0) or 1.0
+    for i, j in sub.edges:
+        # Skip connections (spanning several layers) are drawn as arcs so they do not hide the chain.
+        span = depth[j] - depth[i]
+        style = "arc3,rad=0.0" if span <= 1 else f"arc3,rad={min(0.6, 0.15 * span)}"
+        is_blamed = (i, j) in blamed
+        nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=[(i, j)], arrows=True, node_size=520,
+                               connectionstyle=style, edge_color="red" if is_blamed else "grey",
+                               width=1.5 + 3.5 * abs(blamed[(i, j)]) / peak if is_blamed else 1.0)
+    ax.set_title(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split")
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,75 @@
+"""`fuseplan dataset build`, `figure valid-share` and `classifier train|evaluate` end to end, small scale."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_cli import assert_one_line_error, fuseplan
+
+pytest.importorskip("torch_geometric")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "data"
+    result = fuseplan("dataset", "build", "-o", str(out), "--models", "resnet18", "--models", "mobilenet_v3_small",
+                      "--groups", "60", "--seed", "2")
+    assert result.returncode == 0, result.stderr
+    assert "LBDF: 120 groups, 600 samples" in result.stdout and "BRR: 60 groups, 300 samples" in result.stdout
+    return out
+
+
+def test_figure(dataset, tmp_path):
+    png = tmp_path / "share.png"
+    result = fuseplan("figure", "valid-share", "--dataset", str(dataset), "-o", str(png))
+    assert result.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_then_evaluate(dataset, tmp_path):
+    weights = tmp_path / "brr.pt"
+    result = fuseplan("classifier", "train", "--dataset", str(dataset), "--scheme", "brr", "--epochs", "3",
+                      "-o", str(weights), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["epochs"] == 3 and len(report["history"]) == 3
+    result = fuseplan("classifier", "evaluate", "--scheme", "brr", "--dataset", str(dataset), "--split", "test",
+                      "--weights", str(weights), "--json")
+    scored = json.loads(result.stdout)
+    assert scored["samples"] == report["test"]["samples"] and scored["accuracy"] == report["test"]["accuracy"]
+    assert {"accuracy", "f1", "samples", "confusion"} <= scored.keys()
+
+
+def test_evaluate_shipped_weights_on_a_foreign_onnx_file():
+    result = fuseplan("classifier", "evaluate", "--scheme", "lbdf", "--models", "tests/data/googlenet_opset13.onnx",
+                      "--groups", "40", "--json")
+    assert result.returncode == 0, result.stderr
+    scored = json.loads(result.stdout)
+    assert scored["samples"] == 200 and scored["accuracy"] >= 0.85
+
+
+def test_leave_one_family_out(dataset, tmp_path):
+    result = fuseplan("classifier", "train", "--dataset", str(dataset), "--scheme", "lbdf", "--epochs", "2",
+                      "--holdout-family", "mobilenet", "-o", str(tmp_path / "lofo.pt"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["test"]["samples"] == 300  # every mobilenet_v3_small sample
+    assert_one_line_error(fuseplan("classifier", "train", "--dataset", str(dataset), "--holdout-family", "vgg",
+                                   "-o", str(tmp_path / "x.pt")), "no 'vgg' networks")
+
+
+def test_bad_inputs(dataset, tmp_path):
+    assert_one_line_error(fuseplan("dataset", "build", "-o", str(dataset)), "is not an empty directory")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_one_line_error(fuseplan("classifier", "evaluate", "--dataset", str(empty)), "not a dataset directory")
+    assert_one_line_error(fuseplan("figure", "valid-share", "--dataset", str(empty)), "not a dataset directory")
+    assert_one_line_error(fuseplan("classifier", "evaluate"), "either --dataset")
+    wrong = tmp_path / "w.pt"
+    fuseplan("classifier", "train", "--dataset", str(dataset), "--scheme", "brr", "--epochs", "1", "-o", str(wrong))
+    assert_one_line_error(fuseplan("classifier", "evaluate", "--scheme", "lbdf", "--dataset", str(dataset),
+                                   "--weights", str(wrong)), "weights are for the BRR scheme")
+    junk = tmp_path / "junk.pt"
+    junk.write_text("nonsense")
+    assert_one_line_error(fuseplan("classifier", "evaluate", "--dataset", str(dataset), "--weights", str(junk)),
+                          "not a fuseplan weights file")

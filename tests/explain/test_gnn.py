@@ -1,0 +1,64 @@
+"""The validity classifier: a small end-to-end pipeline, the shipped weights, weight-file errors."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+from fuseplan.errors import FuseplanError  # noqa: E402
+from fuseplan.explain import gnn  # noqa: E402
+from fuseplan.explain.dataset import build_dataset, load_dataset, sample_dataset  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gnn")
+    build_dataset(["resnet18", "squeezenet", "mobilenet_v2"], ["lbdf"], out, seed=0,
+                  counts={"resnet18": 150, "squeezenet": 150, "mobilenet_v2": 150})
+    data, _ = load_dataset(out, "lbdf")
+    model, report = gnn.train(data, epochs=8, seed=0, batch_size=64)
+    weights = out / "gnn-lbdf.pt"
+    gnn.save_weights(model, "lbdf", weights)
+    return data, model, report, weights
+
+
+def test_small_pipeline_learns(trained):
+    data, _, report, _ = trained
+    assert report.train_samples == int(0.8 * len(data)) * 5
+    # far better than the majority class on groups it never saw
+    majority = max(report.test.confusion["tp"] + report.test.confusion["fn"],
+                   report.test.confusion["tn"] + report.test.confusion["fp"]) / report.test.samples
+    assert report.test.accuracy >= 0.85 and report.test.accuracy > majority
+    assert report.history[-1]["loss"] < report.history[0]["loss"]
+
+
+def test_same_seed_same_training(trained):
+    data, _, report, _ = trained
+    _, again = gnn.train(data, epochs=8, seed=0, batch_size=64)
+    assert again.history == report.history and again.test == report.test
+
+
+def test_weights_round_trip_and_errors(trained, tmp_path):
+    data, model, report, weights = trained
+    loaded, _ = gnn.load_classifier("lbdf", weights)
+    _, _, test = gnn.split_indices(len(data), 0)
+    assert gnn.evaluate(loaded, gnn.SampleBatches(data, test)) == report.test
+    with pytest.raises(FuseplanError, match="weights are for the LBDF scheme, not BRR"):
+        gnn.load_classifier("brr", weights)
+    with pytest.raises(FuseplanError, match="no such weights file"):
+        gnn.load_classifier("lbdf", tmp_path / "missing.pt")
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"\x00\x01 junk")
+    with pytest.raises(FuseplanError, match="not a fuseplan weights file"):
+        gnn.load_classifier("lbdf", junk)
+
+
+@pytest.mark.parametrize("scheme,model", [("lbdf", "efficientnet_b0"), ("brr", "resnet50")])
+def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
+    classifier, info = gnn.load_classifier(scheme)
+    assert info["epochs"] == 50
+    data = sample_dataset({model: zoo_graphs[model]}, scheme, {model: 120}, seed=12345)
+    result = gnn.evaluate(classifier, gnn.SampleBatches(data))
+    assert result.samples == 600 and result.accuracy >= 0.9
