@@ -212,6 +212,13 @@ def plan(
         + ("" if reference["plan_in_interval_space"] else "; this plan lies outside the DP's space"),
         highlight=False,
     )
+    details = result.details
+    if details.get("rectify_rate") is not None or details.get("invalid_groups"):
+        rate = details.get("rectify_rate")
+        stdout.print(
+            f"repairs            {details['invalid_groups']} invalid groups split in {details['splitter_seconds']:.2f} s"
+            + (f"; rectify rate {100 * rate:.1f}% ({details['explainer_calls']} explainer calls)" if rate is not None else ""),
+            highlight=False)
     if output is not None:
         stdout.print(f"plan written to {output}", highlight=False)
     if onnx_out is not None:
@@ -448,6 +455,40 @@ def classifier_train(
         f"accuracy {100 * report.test.accuracy:.2f}%, F1 {100 * report.test.f1:.2f}% "
         f"on {report.test.samples} samples\n"
         f"weights written to {output}", highlight=False)
+
+
+@classifier_app.command("train-explainers")
+def classifier_train_explainers(
+    dataset: DatasetOpt,
+    scheme: Annotated[Scheme, typer.Option(help="Which scheme's classifier to explain.")] = Scheme.lbdf,
+    weights: Annotated[Optional[Path], typer.Option(help="Classifier weights (default: the shipped ones).")] = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", help="Where pg-<scheme>.pt and rg-<scheme>.pt go.")] = Path("."),
+    pg_epochs: Annotated[int, typer.Option(min=1, help="PGExplainer training epochs.")] = 20,
+    rg_epochs: Annotated[int, typer.Option(min=1, help="RG-Explainer training epochs.")] = 8,
+    samples: Annotated[int, typer.Option(min=1, help="Invalid training groups used.")] = 1200,
+    seed: Annotated[int, typer.Option(help="Seed for sampling and initialisation.")] = 0,
+) -> None:
+    """Pre-train the explainers that need it (PGExplainer, RG-Explainer) on the classifier's training split."""
+    import time as _time
+
+    from fuseplan.explain import gnn
+    from fuseplan.explain.dataset import load_dataset
+    from fuseplan.explain.explainers.rg import save_rg_explainer, train_rg_explainer
+    from fuseplan.explain.pg import save_pg_explainer, train_pg_explainer
+
+    model, _ = gnn.load_classifier(scheme.value, weights)
+    data, _ = load_dataset(dataset, scheme.value)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    start = _time.perf_counter()
+    pg = train_pg_explainer(model, data, epochs=pg_epochs, samples=samples, seed=seed,
+                            on_epoch=lambda e, loss: stderr.print(f"PGExplainer epoch {e}: loss {loss:.4f}", highlight=False))
+    save_pg_explainer(pg, scheme.value, output_dir / f"pg-{scheme.value}.pt")
+    middle = _time.perf_counter()
+    rg = train_rg_explainer(model, data, epochs=rg_epochs, samples=samples, seed=seed,
+                            on_epoch=lambda e, r: stderr.print(f"RG-Explainer epoch {e}: mean reward {r:.4f}", highlight=False))
+    save_rg_explainer(rg, scheme.value, output_dir / f"rg-{scheme.value}.pt")
+    stdout.print(f"PGExplainer trained in {middle - start:.0f} s, RG-Explainer in {_time.perf_counter() - middle:.0f} s; "
+                 f"written to {output_dir}", highlight=False)
 
 
 @classifier_app.command("evaluate")

@@ -9,6 +9,7 @@ classifier's weights (``weights/pg-<scheme>.pt``), loaded with
 from __future__ import annotations
 
 import random
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -50,23 +51,29 @@ def invalid_samples(data: GroupSet, groups: list[int], limit: int, seed: int) ->
     return out
 
 
-def train_pg_explainer(model, data: GroupSet, *, epochs: int = 20, samples: int = 1500, seed: int = 0,
-                       on_epoch=None):
-    """Train PGExplainer on invalid training groups; returns the torch-geometric ``Explainer``."""
+def train_pg_explainer(model, data: GroupSet, *, epochs: int = 20, samples: int = 1200, seed: int = 0,
+                       batch_size: int = 32, on_epoch=None):
+    """Train PGExplainer on invalid training groups (mini-batches of graphs); returns the ``Explainer``."""
     torch = require_torch()
+    from torch_geometric.data import Data
+    from torch_geometric.loader import DataLoader
     from torch_geometric.explain import PGExplainer
 
     torch.manual_seed(seed)
     train_groups, _, _ = split_indices(len(data), seed)
-    pairs = invalid_samples(data, train_groups, samples, seed)
+    graphs = [Data(x=x, edge_index=e) for x, e in invalid_samples(data, train_groups, samples, seed)]
     explainer = _explainer(model, PGExplainer(epochs=epochs, lr=0.003))
-    target = torch.tensor([0])  # explain the "does not fit" verdict
+    loader = DataLoader(graphs, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
     for epoch in range(epochs):
         total = 0.0
-        for x, edge_index in pairs:
-            total += explainer.algorithm.train(epoch, model, x, edge_index, target=target)
+        for batch in loader:
+            target = torch.zeros(batch.num_graphs, dtype=torch.long)  # explain the "does not fit" verdict
+            with warnings.catch_warnings():  # torch-geometric converts its loss with float(); harmless
+                warnings.simplefilter("ignore", UserWarning)
+                total += explainer.algorithm.train(epoch, model, batch.x, batch.edge_index, target=target,
+                                                   batch=batch.batch) * batch.num_graphs
         if on_epoch is not None:
-            on_epoch(epoch + 1, total / max(1, len(pairs)))
+            on_epoch(epoch + 1, total / max(1, len(graphs)))
     return explainer
 
 

@@ -47,6 +47,7 @@ class TreeSplitter(Splitter):
         self.rectified = 0
         self.fallbacks = 0
         self.explainer_calls = 0
+        self.trace: list[tuple[int, int]] = []  # (group size, category chosen) per decision
 
     def setup(self, problem, rng) -> None:
         super().setup(problem, rng)
@@ -54,6 +55,7 @@ class TreeSplitter(Splitter):
         self.explainer.setup(problem)
         self._tree_memo.clear()
         self.rectified = self.fallbacks = self.explainer_calls = 0
+        self.trace.clear()
 
     def stats_dict(self) -> dict[str, Any]:
         total = self.rectified + self.fallbacks
@@ -95,6 +97,7 @@ class TreeSplitter(Splitter):
                 else:
                     category3.append(parts)
         result: tuple[Group, ...] | None = None
+        self.trace.append((len(group), 1 if category1 else 2 if category2 else 3 if category3 else 0))
         if category1:
             result = min(category1, key=lambda item: item[0])[1]
         elif category2:
