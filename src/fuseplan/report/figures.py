@@ -18,10 +18,13 @@ def plot_valid_share(meta: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(schemes), figsize=(6 * len(schemes), 4.2), squeeze=False)
     for ax, scheme in zip(axes[0], schemes):
         sizes: list[int] = []
-        for model, share in sorted(meta["schemes"][scheme]["valid_share"].items()):
+        colours = plt.get_cmap("tab20")
+        markers = "os^vD<>ph*"
+        for k, (model, share) in enumerate(sorted(meta["schemes"][scheme]["valid_share"].items())):
             points = sorted((int(kb), value) for kb, value in share.items())  # JSON keys are strings
             sizes = [kb for kb, _ in points]
-            ax.plot(sizes, [100 * value for _, value in points], marker="o", label=model)
+            ax.plot(sizes, [100 * value for _, value in points], marker=markers[k % len(markers)],
+                    color=colours(k % 20), label=model)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [f"{kb}KB" for kb in sizes])
         ax.set_ylim(0, 102)

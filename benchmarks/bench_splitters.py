@@ -1,0 +1,82 @@
+"""Explainable splitting: rectify rate, search time and DRAM of every splitter against the random baseline.
+
+Writes ``benchmarks/results/splitters.json``. Run::
+
+    python benchmarks/bench_splitters.py [--seeds 3] [--quick]
+
+* Table V set-up: mobilenet_v2, LBDF 128KB, Local Search, 2k plans, every splitter, ``--seeds`` seeds:
+  rectify rate, wall time, DRAM.
+* Tables II-IV set-ups (seed 0): DRAM of each splitter and the random baseline with the same
+  search, budget and seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+from fuseplan import load_graph, make_cost_model
+from fuseplan.plan import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.split import SPLITTERS, make_splitter
+
+RESULTS = Path(__file__).resolve().parent / "results" / "splitters.json"
+KB = 1024
+TABLE_II = [(m, "lbdf", 256, a, 5000) for m in ("efficientnet_b3", "resnet152", "deeplabv3_mobilenet_v3_large")
+            for a in ("ls", "nsga2", "rs")]
+TABLE_III_IV = [(m, s, 128, a, 2000) for m in ("mobilenet_v2", "vgg16", "resnet50", "resnet18", "squeezenet")
+                for s in ("brr", "lbdf") for a in ("ls", "rs")]
+
+
+def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter: str, seed: int) -> dict:
+    problem = FusionProblem(make_cost_model(scheme, load_graph(model), kb * KB))
+    result = minimize(problem, make_search(algorithm), make_splitter(splitter), budget=budget, seed=seed)
+    assert problem.check(result.plan) == []
+    return {"model": model, "scheme": scheme, "buffer_kb": kb, "search": algorithm, "budget": budget,
+            "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
+            "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
+            "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
+            "explainer_calls": result.details.get("explainer_calls")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="Table V only")
+    parser.add_argument("--splitters", nargs="*", default=list(SPLITTERS))
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    rows = []
+
+    def record(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"benchmark": "splitters", "python": platform.python_version(),
+                                        "machine": platform.machine(), "rows": rows}, indent=2) + "\n")
+
+    for splitter in args.splitters:
+        for seed in range(args.seeds):
+            record({"table": "V", **run("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed)})
+    if not args.quick:
+        for setup in TABLE_II + TABLE_III_IV:
+            for splitter in args.splitters:
+                record({"table": "II" if setup in TABLE_II else "III-IV", **run(*setup, splitter, 0)})
+    summary = {}
+    for splitter in args.splitters:
+        table_v = [r for r in rows if r["table"] == "V" and r["splitter"] == splitter]
+        if table_v:
+            summary[splitter] = {
+                "rectify_rate_mean": statistics.mean(r["rectify_rate"] or 0.0 for r in table_v)
+                if splitter != "random" else None,
+                "wall_seconds_mean": statistics.mean(r["wall_seconds"] for r in table_v),
+                "dram_mean": statistics.mean(r["dram_bytes"] for r in table_v),
+            }
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

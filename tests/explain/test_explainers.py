@@ -1,0 +1,82 @@
+"""Every explainer on real zoo groups, every splitter inside every search, and `fuseplan why`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch_geometric")
+
+from fuseplan.cost import make_cost_model  # noqa: E402
+from fuseplan.explain.explainers import EXPLAINERS, make_explainer  # noqa: E402
+from fuseplan.plan import FusionProblem  # noqa: E402
+from fuseplan.search import make_search, minimize  # noqa: E402
+from fuseplan.split import SPLITTERS, make_splitter  # noqa: E402
+from fuseplan.split.cuts import group_edges  # noqa: E402
+from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
+from tests.conftest import ZOO  # noqa: E402
+
+
+def _invalid_group(problem: FusionProblem, size: int = 14) -> frozenset[int]:
+    """The first run of consecutive fuseable operators that does not fit."""
+    order = sorted(problem.fuseable)
+    for start in range(len(order) - size):
+        group = frozenset(order[start:start + size])
+        if problem.graph.is_connected(group) and problem.graph.is_convex(group) and not problem.fits(group):
+            return group
+    raise AssertionError("no invalid group found")
+
+
+@pytest.mark.parametrize("name", EXPLAINERS)
+def test_each_explainer_ranks_every_edge_deterministically(zoo_graphs, name):
+    problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["efficientnet_b0"], 128 * 1024))
+    group = _invalid_group(problem)
+    explainer = make_explainer(name)
+    explainer.setup(problem)
+    first = explainer.explain(problem, group)
+    assert sorted(first.edges) == group_edges(problem.graph, group)
+    assert list(first.scores) == sorted(first.scores, reverse=True)
+    assert explainer.explain(problem, group) == first
+
+
+@pytest.mark.parametrize("splitter", SPLITTERS)
+@pytest.mark.parametrize("search", ["rs", "ls", "nsga2"])
+def test_every_splitter_in_every_search(zoo_graphs, splitter, search):
+    models = ZOO if splitter not in ("gnnexplainer",) else ["mobilenet_v2", "resnet18", "squeezenet"]
+    for name in models:
+        problem = FusionProblem(make_cost_model("lbdf", zoo_graphs[name], 256 * 1024))
+        result = minimize(problem, make_search(search), make_splitter(splitter), budget=12, seed=1)
+        assert problem.check(result.plan) == [], (name, splitter, search)
+        if splitter != "random" and result.details["invalid_groups"]:
+            assert 0.0 <= result.details["rectify_rate"] <= 1.0
+
+
+def test_why_on_a_zoo_model_and_a_user_file(tmp_path):
+    from fuseplan.graph import load_graph
+
+    graph = load_graph("efficientnet_b0")
+    names = ",".join(graph.nodes[v].name for v in range(8, 24))
+    png = tmp_path / "why.png"
+    result = fuseplan("why", "efficientnet_b0", "--nodes", names, "--buffer", "64KB", "--explainer", "rgexplainer",
+                      "--png", str(png), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert not report["fits"] and report["blamed_edges"] and png.read_bytes()[:4] == b"\x89PNG"
+    assert sum(len(p["nodes"]) for p in report["split"]) == 16
+    assert all(p["buffer_bytes"] < 64 * 1024 for p in report["split"])
+
+    user = load_graph("tests/data/googlenet_opset13.onnx")
+    names = ",".join(user.nodes[v].name for v in range(0, 10))
+    result = fuseplan("why", "tests/data/googlenet_opset13.onnx", "--nodes", names, "--buffer", "32KB",
+                      "--explainer", "goat")
+    assert result.returncode == 0, result.stderr
+    assert "edges blamed by goat" in result.stdout and "split" in result.stdout
+
+
+def test_why_bad_input():
+    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/nope"), "no operator named '/nope'")
+    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv,/layer1/layer1.0/Add"),
+                          "do not form a connected group")
+    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv", "--explainer", "random"),
+                          "explains nothing")
