@@ -264,11 +264,8 @@ def why(
     as_json: JsonOpt = False,
 ) -> None:
     """Explain why a group does not fit, and show the split Algorithm 1 chooses."""
-    import random as _random
-
-    from fuseplan.explain.explainers import make_explainer
     from fuseplan.plan import FusionProblem
-    from fuseplan.split import TreeSplitter
+    from fuseplan.report.why import explain_group
 
     if explainer == SplitterName.random:
         raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
@@ -283,35 +280,23 @@ def why(
     if not graph.is_convex(group):
         raise FuseplanError("the named operators are not a valid fusion group: a path leaves the group and comes back")
     problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
-    cost = problem.cost.evaluate(group)
-    algorithm = make_explainer(explainer.value)
-    algorithm.setup(problem)
-    explanation = algorithm.explain(problem, group)
-    splitter = TreeSplitter(algorithm, top_k=top)
-    splitter.setup(problem, _random.Random(seed))
-    parts = splitter.split(group)
-    from_explanation = splitter.fallbacks == 0
-    blamed = [{"edge": [graph.nodes[i].name, graph.nodes[j].name], "ops": [graph.nodes[i].op_type, graph.nodes[j].op_type],
-               "score": round(score, 6)} for (i, j), score in zip(explanation.edges[:top], explanation.scores[:top])]
-    split = [{"nodes": [graph.nodes[v].name for v in sorted(p)], "buffer_bytes": problem.cost.buffer(p),
-              "dram_bytes": problem.cost.dram(p)} for p in parts]
+    report = explain_group(problem, group, explainer.value, top=top, seed=seed)
+    data = report.to_json()
     if png is not None:
         from fuseplan.report.figures import plot_explanation
 
-        plot_explanation(graph, group, explanation, parts, png, top=top,
-                         title=f"{graph.name}: {explanation.explainer} on {len(group)} operators, "
-                               f"F_beta {format_bytes(cost.buffer)} vs {format_bytes(buffer_bytes)}")
+        plot_explanation(graph, group, report.explanation, report.parts, png, top=top,
+                         title=f"{graph.name}: {data['explainer']} on {len(group)} operators, "
+                               f"F_beta {format_bytes(data['group_buffer_bytes'])} vs {format_bytes(buffer_bytes)}")
     if as_json:
-        print(json.dumps({"model": graph.name, "scheme": scheme.value, "buffer_bytes": buffer_bytes,
-                          "group_buffer_bytes": cost.buffer, "group_dram_bytes": cost.dram,
-                          "fits": cost.buffer < buffer_bytes, "explainer": explanation.explainer,
-                          "blamed_edges": blamed, "split": split, "split_from_explanation": from_explanation},
-                         indent=2))
+        print(json.dumps(data, indent=2))
         return
+    cost = problem.cost.evaluate(group)
+    blamed, split, from_explanation, parts = data["blamed_edges"], data["split"], report.from_explanation, report.parts
     verdict = "fits" if cost.buffer < buffer_bytes else "does not fit"
     stdout.print(f"group of {len(group)} operators needs {format_bytes(cost.buffer)} ({cost.buffer} B): "
                  f"{verdict} the {format_bytes(buffer_bytes)} buffer; moves {format_bytes(cost.dram)}", highlight=False)
-    table = Table(title=f"edges blamed by {explanation.explainer}")
+    table = Table(title=f"edges blamed by {data['explainer']}")
     for column in ("score", "from", "to"):
         table.add_column(column, overflow="fold")
     for row in blamed:
@@ -357,14 +342,13 @@ def dataset_build(
     """Sample fusion groups by random search and label them at 128KB to 2048KB."""
     from rich.progress import Progress
 
-    from fuseplan.explain.dataset import SAMPLE_COUNTS, build_dataset
+    from fuseplan.explain.dataset import build_dataset
 
     _refuse_non_empty(output)
     names = models or zoo.names()
     chosen = [s.value for s in schemes] if schemes else ["lbdf", "brr"]
+    # Without --groups, zoo models get the reference paper's counts and other models 1000 groups.
     counts = {Path(m).stem if m.endswith(".onnx") else m: groups for m in names} if groups else None
-    if counts is None:
-        counts = {Path(m).stem: SAMPLE_COUNTS.get(Path(m).stem, 1000) for m in names if m.endswith(".onnx")}
     with Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as progress:
         task = progress.add_task("sampling groups", total=len(names) * len(chosen))
         meta = build_dataset(names, chosen, output, seed=seed, counts=counts, bytes_per_element=bytes_per_element,
