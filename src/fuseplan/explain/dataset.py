@@ -49,19 +49,42 @@ FAMILIES: dict[str, str] = {
 
 
 def sample_groups(graph: CompGraph, count: int, rng: random.Random, scheme: str = "lbdf") -> list[tuple[int, ...]]:
-    """``count`` distinct groups (2 to ``MAX_GROUP`` operators) from random plans of ``graph``."""
-    problems = [FusionProblem(make_cost_model(scheme, graph, kb * 1024)) for kb in BUFFERS_KB]
+    """``count`` distinct groups (1 to ``MAX_GROUP`` operators) from random plans of ``graph``.
+
+    Plans are drawn at each of the five buffer sizes (whose searches leave out
+    different unfuseable operators) and with no operator left out, so groups
+    around the largest layers appear too. Single operators count: a small
+    chain such as VGG16 has fewer multi-operator groups than the reference
+    paper sampled.
+    """
+    problems = [FusionProblem(make_cost_model(scheme, graph, kb * 1024)) for kb in (*BUFFERS_KB, 1 << 40)]
     seen: set[tuple[int, ...]] = set()
     groups: list[tuple[int, ...]] = []
     for _ in range(50 * count):
         if len(groups) >= count:
             break
         plan = random_plan(rng.choice(problems), rng)
-        candidates = [tuple(sorted(g)) for g in plan.groups if 2 <= len(g) <= MAX_GROUP]
+        candidates = [tuple(sorted(g)) for g in plan.groups if len(g) <= MAX_GROUP]
         for group in rng.sample(candidates, min(GROUPS_PER_PLAN, len(candidates))):
             if group not in seen and len(groups) < count:
                 seen.add(group)
                 groups.append(group)
+    # Small networks run out of new groups from plans (long runs are rare in random plans):
+    # grow random connected, convex groups of random size to reach the count.
+    for _ in range(200 * count):
+        if len(groups) >= count:
+            break
+        start = rng.randrange(len(graph))
+        members, frontier = {start}, set(graph.neighbours[start])
+        size = rng.randint(1, MAX_GROUP)
+        while len(members) < size and frontier:
+            node = rng.choice(sorted(frontier))
+            members.add(node)
+            frontier = (frontier | graph.neighbours[node]) - members
+        group = tuple(sorted(members))
+        if group not in seen and graph.is_convex(members):
+            seen.add(group)
+            groups.append(group)
     return groups
 
 
