@@ -280,6 +280,11 @@ def why(
     if not graph.is_convex(group):
         raise FuseplanError("the named operators are not a valid fusion group: a path leaves the group and comes back")
     problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
+    unfuseable = sorted(group & set(problem.excluded))
+    if unfuseable:
+        raise FuseplanError(f"{graph.nodes[unfuseable[0]].name} does not fit the {format_bytes(buffer_bytes)} buffer "
+                            f"even alone ({len(unfuseable)} such operator{'s' if len(unfuseable) > 1 else ''} in the "
+                            "group); leave unfuseable operators out or use a larger --buffer")
     report = explain_group(problem, group, explainer.value, top=top, seed=seed)
     data = report.to_json()
     if png is not None:

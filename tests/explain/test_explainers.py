@@ -43,7 +43,9 @@ def test_each_explainer_ranks_every_edge_deterministically(zoo_graphs, name):
 @pytest.mark.parametrize("splitter", SPLITTERS)
 @pytest.mark.parametrize("search", ["rs", "ls", "nsga2"])
 def test_every_splitter_in_every_search(zoo_graphs, splitter, search):
-    models = ZOO if splitter not in ("gnnexplainer",) else ["mobilenet_v2", "resnet18", "squeezenet"]
+    # The cheap splitters run on the whole zoo; the GNN-driven ones on one network per family shape
+    # (chain, residual, inverted residual with SE), which keeps the suite within CI's time.
+    models = ZOO if splitter in ("random", "oracle") else ["vgg16", "resnet18", "mobilenet_v3_small"]
     for name in models:
         problem = FusionProblem(make_cost_model("lbdf", zoo_graphs[name], 256 * 1024))
         result = minimize(problem, make_search(search), make_splitter(splitter), budget=12, seed=1)
@@ -67,11 +69,12 @@ def test_why_on_a_zoo_model_and_a_user_file(tmp_path):
     assert all(p["buffer_bytes"] < 64 * 1024 for p in report["split"])
 
     user = load_graph("tests/data/googlenet_opset13.onnx")
-    names = ",".join(user.nodes[v].name for v in range(0, 10))
+    names = ",".join(user.nodes[v].name for v in range(0, 5))
     result = fuseplan("why", "tests/data/googlenet_opset13.onnx", "--nodes", names, "--buffer", "32KB",
                       "--explainer", "goat")
     assert result.returncode == 0, result.stderr
-    assert "edges blamed by goat" in result.stdout and "split" in result.stdout
+    assert "does not fit the 32.00 KB buffer" in result.stdout and "edges blamed by goat" in result.stdout
+    assert "split from the explanation (Algorithm 1)" in result.stdout
 
 
 def test_why_bad_input():
@@ -80,3 +83,5 @@ def test_why_bad_input():
                           "do not form a connected group")
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv", "--explainer", "random"),
                           "explains nothing")
+    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/layer4/layer4.0/conv1/Conv,/layer4/layer4.0/relu/Relu",
+                                   "--buffer", "128KB", "--explainer", "oracle"), "does not fit the 128.00 KB buffer even alone")

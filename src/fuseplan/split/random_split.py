@@ -9,8 +9,9 @@ from fuseplan.split.base import Splitter
 
 class RandomSplitter(Splitter):
     """Cut an invalid group in two at a random point of a random topological order, and
-    recurse on every part that still does not fit (single operators always fit: unfuseable
-    ones were excluded before the search)."""
+    recurse on every part that still does not fit. Searches exclude unfuseable operators
+    beforehand, so every part ends up fitting; a lone operator that does not fit is returned
+    as it is."""
 
     name = "random"
 
@@ -20,8 +21,8 @@ class RandomSplitter(Splitter):
         pending = [group]
         while pending:
             current = pending.pop()
-            if problem.fits(current):
-                parts.append(current)
+            if len(current) == 1 or problem.fits(current):
+                parts.append(current)  # a single operator cannot be split further
             else:
                 pending.extend(bisect_group(problem, current, self.rng))
         return parts
