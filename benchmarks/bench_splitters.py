@@ -2,7 +2,7 @@
 
 Writes ``benchmarks/results/splitters.json``. Run::
 
-    python benchmarks/bench_splitters.py [--seeds 3] [--quick]
+    python benchmarks/bench_splitters.py [--seeds 3] [--quick | --tables-only] [--splitters ...] [--out FILE]
 
 * Table V set-up: mobilenet_v2, LBDF 128KB, Local Search, 2k plans, every splitter, ``--seeds`` seeds:
   rectify rate, wall time, DRAM.
@@ -66,6 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="Table V only")
+    parser.add_argument("--tables-only", action="store_true", help="Tables II-IV only")
     parser.add_argument("--splitters", nargs="*", default=[*SPLITTERS, "random-edges"])
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -78,7 +79,7 @@ def main() -> None:
         args.out.write_text(json.dumps({"benchmark": "splitters", "python": platform.python_version(),
                                         "machine": platform.machine(), "rows": rows}, indent=2) + "\n")
 
-    for splitter in args.splitters:
+    for splitter in [] if args.tables_only else args.splitters:
         for seed in range(args.seeds):
             record({"table": "V", **run("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed)})
     if not args.quick:

@@ -46,6 +46,8 @@ def test_every_splitter_in_every_search(zoo_graphs, splitter, search):
     # The cheap splitters run on the whole zoo; the GNN-driven ones on one network per family shape
     # (chain, residual, inverted residual with SE), which keeps the suite within CI's time.
     models = ZOO if splitter in ("random", "oracle") else ["vgg16", "resnet18", "mobilenet_v3_small"]
+    if splitter == "gnnexplainer":  # optimises a mask per group: the slowest by far
+        models = ["resnet18"]
     for name in models:
         problem = FusionProblem(make_cost_model("lbdf", zoo_graphs[name], 256 * 1024))
         result = minimize(problem, make_search(search), make_splitter(splitter), budget=12, seed=1)

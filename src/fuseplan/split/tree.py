@@ -35,7 +35,7 @@ class TreeSplitter(Splitter):
     ``top_k`` explanation edges are turned into candidate cuts per group.
     """
 
-    def __init__(self, explainer: Any, top_k: int = 4, max_expansions: int = 400) -> None:
+    def __init__(self, explainer: Any, top_k: int = 4, max_expansions: int = 24) -> None:
         super().__init__()
         self.explainer = explainer
         self.name = explainer.name

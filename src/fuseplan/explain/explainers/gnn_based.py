@@ -70,11 +70,13 @@ def _model_config() -> dict[str, str]:
 
 class GNNExplainerAlgorithm(GNNBasedExplainer):
     """GNNExplainer (Ying et al., NeurIPS 2019) via ``torch_geometric.explain``: a soft edge mask
-    optimised per group to keep the classifier's verdict with as few edges as possible."""
+    optimised per group to keep the classifier's verdict with as few edges as possible. 50 Adam
+    steps at lr 0.02 (torch-geometric's default is 100 at 0.01): half the time per group, and on
+    groups of at most a few dozen edges the mask has settled by then."""
 
     name = "gnnexplainer"
 
-    def __init__(self, weights: Path | None = None, epochs: int = 100, lr: float = 0.01) -> None:
+    def __init__(self, weights: Path | None = None, epochs: int = 50, lr: float = 0.02) -> None:
         super().__init__(weights)
         self.epochs, self.lr = epochs, lr
 
