@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="Table V only")
     parser.add_argument("--tables-only", action="store_true", help="Tables II-IV only")
+    parser.add_argument("--table2-searches", nargs="*", default=["ls", "nsga2", "rs"],
+                        help="searches to run on the Table II set-ups")
     parser.add_argument("--splitters", nargs="*", default=[*SPLITTERS, "random-edges"])
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -83,7 +85,8 @@ def main() -> None:
         for seed in range(args.seeds):
             record({"table": "V", **run("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed)})
     if not args.quick:
-        for setup in TABLE_II + TABLE_III_IV:
+        setups = [t for t in TABLE_II if t[3] in args.table2_searches] + TABLE_III_IV
+        for setup in setups:
             for splitter in args.splitters:
                 record({"table": "II" if setup in TABLE_II else "III-IV", **run(*setup, splitter, 0)})
     summary = {}
