@@ -274,24 +274,33 @@ def shipped_weights(scheme: str) -> Path:
     return Path(str(resources.files("fuseplan.explain") / "weights" / f"gnn-{scheme}.pt"))
 
 
-def load_classifier(scheme: str, path: Path | None = None):
-    """The classifier for ``scheme``: the shipped weights, or those in ``path``.
+def load_tagged(path: Path, file_format: str, scheme: str, what: str = "fuseplan weights") -> dict[str, Any]:
+    """Read a weights file saved as a tagged dict, safely (``weights_only=True``: no pickled code runs).
 
-    Loads with ``weights_only=True`` (no pickled code runs); a missing file,
-    weights for another scheme or feature layout are clear errors.
+    A missing file, a file that is not of ``file_format`` or one made for
+    another scheme is a :class:`FuseplanError` naming the file.
     """
     torch = require_torch()
-    path = shipped_weights(scheme) if path is None else Path(path)
     if not path.exists():
-        raise FuseplanError(f"{path}: no such weights file")
+        raise FuseplanError(f"{path}: no such {what} file")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file
-        raise FuseplanError(f"{path}: not a fuseplan weights file ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(blob, dict) or blob.get("format") != WEIGHTS_FORMAT:
-        raise FuseplanError(f"{path}: not a fuseplan weights file")
+        raise FuseplanError(f"{path}: not a {what} file ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(blob, dict) or blob.get("format") != file_format:
+        raise FuseplanError(f"{path}: not a {what} file")
     if blob.get("scheme") != scheme:
-        raise FuseplanError(f"{path}: weights are for the {str(blob.get('scheme')).upper()} scheme, not {scheme.upper()}")
+        raise FuseplanError(f"{path}: {what} are for the {str(blob.get('scheme')).upper()} scheme, not {scheme.upper()}")
+    return blob
+
+
+def load_classifier(scheme: str, path: Path | None = None):
+    """The classifier for ``scheme``: the shipped weights, or those in ``path``.
+
+    A missing file, weights for another scheme or feature layout are clear errors.
+    """
+    path = shipped_weights(scheme) if path is None else Path(path)
+    blob = load_tagged(path, WEIGHTS_FORMAT, scheme, "fuseplan weights")
     if blob.get("feature_version") != FEATURE_VERSION or blob.get("vocabulary") != list(OP_VOCABULARY):
         raise FuseplanError(f"{path}: weights use feature version {blob.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}")

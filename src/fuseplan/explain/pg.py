@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.errors import FuseplanError
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
 from fuseplan.explain.features import buffer_features
-from fuseplan.explain.gnn import require_torch, split_indices
+from fuseplan.explain.gnn import load_tagged, require_torch, split_indices
 
 PG_FORMAT = "fuseplan-pgexplainer"
 HIDDEN = 128  # the classifier's embedding width; PGExplainer reads two per edge
@@ -94,16 +93,7 @@ def load_pg_explainer(model, scheme: str, path: Path | None = None):
     from torch_geometric.explain import PGExplainer
 
     path = shipped_pg_weights(scheme) if path is None else Path(path)
-    if not path.exists():
-        raise FuseplanError(f"{path}: no such PGExplainer weights file")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise FuseplanError(f"{path}: not a PGExplainer weights file ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(blob, dict) or blob.get("format") != PG_FORMAT:
-        raise FuseplanError(f"{path}: not a PGExplainer weights file")
-    if blob.get("scheme") != scheme:
-        raise FuseplanError(f"{path}: PGExplainer weights are for {str(blob.get('scheme')).upper()}, not {scheme.upper()}")
+    blob = load_tagged(path, PG_FORMAT, scheme, "PGExplainer weights")
     algorithm = PGExplainer(epochs=int(blob["epochs"]), lr=0.003)
     algorithm.mlp(torch.zeros(1, 2 * HIDDEN))  # materialise the lazy first layer before loading
     algorithm.mlp.load_state_dict(blob["state_dict"])

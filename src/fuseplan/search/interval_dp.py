@@ -24,7 +24,6 @@ answer is optimal among the interval plans of the order it reports.
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable
 from typing import Any

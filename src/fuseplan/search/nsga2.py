@@ -16,7 +16,6 @@ network); mutation flips bits.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import numpy as np

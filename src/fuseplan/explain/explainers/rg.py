@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers.gnn_based import GNNBasedExplainer
-from fuseplan.explain.gnn import require_torch
+from fuseplan.explain.gnn import load_tagged, require_torch
 
 RG_FORMAT = "fuseplan-rgexplainer"
 HIDDEN = 128
@@ -168,16 +167,8 @@ def shipped_rg_weights(scheme: str) -> Path:
 
 
 def load_rg_policy(model, scheme: str, path: Path | None = None) -> RGPolicy:
-    torch = require_torch()
     path = shipped_rg_weights(scheme) if path is None else Path(path)
-    if not path.exists():
-        raise FuseplanError(f"{path}: no such RG-Explainer weights file")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise FuseplanError(f"{path}: not an RG-Explainer weights file ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(blob, dict) or blob.get("format") != RG_FORMAT or blob.get("scheme") != scheme:
-        raise FuseplanError(f"{path}: not RG-Explainer weights for {scheme.upper()}")
+    blob = load_tagged(path, RG_FORMAT, scheme, "RG-Explainer weights")
     policy = RGPolicy(model)
     policy.load_state_dict(blob)
     return policy
