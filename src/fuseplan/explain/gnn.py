@@ -274,7 +274,7 @@ def shipped_weights(scheme: str) -> Path:
     return Path(str(resources.files("fuseplan.explain") / "weights" / f"gnn-{scheme}.pt"))
 
 
-def load_tagged(path: Path, file_format: str, scheme: str, what: str = "fuseplan weights") -> dict[str, Any]:
+def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights") -> dict[str, Any]:
     """Read a weights file saved as a tagged dict, safely (``weights_only=True``: no pickled code runs).
 
     A missing file, a file that is not of ``file_format`` or one made for
@@ -286,9 +286,9 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "fuseplan
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file
-        raise FuseplanError(f"{path}: not a {what} file ({str(exc).splitlines()[0][:120]})") from None
+        raise FuseplanError(f"{path}: not a fuseplan {what} file ({str(exc).splitlines()[0][:120]})") from None
     if not isinstance(blob, dict) or blob.get("format") != file_format:
-        raise FuseplanError(f"{path}: not a {what} file")
+        raise FuseplanError(f"{path}: not a fuseplan {what} file")
     if blob.get("scheme") != scheme:
         raise FuseplanError(f"{path}: {what} are for the {str(blob.get('scheme')).upper()} scheme, not {scheme.upper()}")
     return blob
@@ -300,7 +300,7 @@ def load_classifier(scheme: str, path: Path | None = None):
     A missing file, weights for another scheme or feature layout are clear errors.
     """
     path = shipped_weights(scheme) if path is None else Path(path)
-    blob = load_tagged(path, WEIGHTS_FORMAT, scheme, "fuseplan weights")
+    blob = load_tagged(path, WEIGHTS_FORMAT, scheme)
     if blob.get("feature_version") != FEATURE_VERSION or blob.get("vocabulary") != list(OP_VOCABULARY):
         raise FuseplanError(f"{path}: weights use feature version {blob.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}")
