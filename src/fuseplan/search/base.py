@@ -143,10 +143,8 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         interrupted = True
     wall = time.perf_counter() - start
     if ctx.best is None:
-        # Every operator alone always fits: the trivial plan is the fallback.
-        from fuseplan.plan.plan import Plan as _Plan
-
-        trivial = _Plan.from_groups([v] for v in sorted(problem.fuseable))
+        # Every fuseable operator fits alone: the trivial plan is the fallback.
+        trivial = Plan.from_groups([v] for v in sorted(problem.fuseable))
         ctx.consider(trivial, problem.evaluate(trivial))
     assert ctx.best is not None and ctx.best_cost is not None
     return SearchResult(
