@@ -26,7 +26,6 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.explain.explainers import Explanation, ExplainerAlgorithm
 from fuseplan.split import SPLITTERS, TreeSplitter, make_splitter
-from fuseplan.split.cuts import group_edges
 
 RESULTS = Path(__file__).resolve().parent / "results" / "splitters.json"
 KB = 1024
@@ -42,7 +41,7 @@ class RandomEdges(ExplainerAlgorithm):
     name = "random-edges"
 
     def explain(self, problem, group):
-        edges = group_edges(problem.graph, group)
+        edges = problem.graph.edges_within(group)
         random.Random(hash(tuple(sorted(group)))).shuffle(edges)
         return Explanation(group, tuple(edges), tuple(float(-k) for k in range(len(edges))), self.name)
 

@@ -13,7 +13,6 @@ from fuseplan.explain.explainers import EXPLAINERS, make_explainer  # noqa: E402
 from fuseplan.plan import FusionProblem  # noqa: E402
 from fuseplan.search import make_search, minimize  # noqa: E402
 from fuseplan.split import SPLITTERS, make_splitter  # noqa: E402
-from fuseplan.split.cuts import group_edges  # noqa: E402
 from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
 from tests.conftest import ZOO  # noqa: E402
 
@@ -35,7 +34,7 @@ def test_each_explainer_ranks_every_edge_deterministically(zoo_graphs, name):
     explainer = make_explainer(name)
     explainer.setup(problem)
     first = explainer.explain(problem, group)
-    assert sorted(first.edges) == group_edges(problem.graph, group)
+    assert sorted(first.edges) == problem.graph.edges_within(group)
     assert list(first.scores) == sorted(first.scores, reverse=True)
     assert explainer.explain(problem, group) == first
 

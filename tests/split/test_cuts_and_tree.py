@@ -12,7 +12,7 @@ from fuseplan.explain.explainers import Explanation, ExplainerAlgorithm, OracleE
 from fuseplan.graph.ir import CompGraph, OpNode, RowGeometry, Tensor
 from fuseplan.plan import FusionProblem, Plan, random_plan
 from fuseplan.split import TreeSplitter
-from fuseplan.split.cuts import candidate_cuts, cuts_at_edge, group_edges
+from fuseplan.split.cuts import candidate_cuts, cuts_at_edge
 from tests.dags import random_dags
 
 WINDOW = RowGeometry(kernel=3.0, stride=1.0, reach=1.0)
@@ -78,7 +78,7 @@ def test_nested_skips_of_squeeze_excite_inside_a_residual():
     for cut in cuts:
         assert directed(graph, cut) and frozenset().union(*cut) == group
     # candidates from several edges are deduplicated: the minimal set of solutions
-    all_cuts = candidate_cuts(graph, group, group_edges(graph, group))
+    all_cuts = candidate_cuts(graph, group, graph.edges_within(group))
     assert len(all_cuts) == len(set(all_cuts))
 
 
@@ -88,7 +88,7 @@ def test_every_cut_keeps_any_plan_acyclic(graph, seed):
     problem = FusionProblem(LBDFCostModel(graph, 10**9))
     plan = random_plan(problem, random.Random(seed), cut_probability=0.2)
     for group in plan.groups:
-        for cut in candidate_cuts(graph, group, group_edges(graph, group)):
+        for cut in candidate_cuts(graph, group, graph.edges_within(group)):
             assert len(cut) >= 2 and frozenset().union(*cut) == group
             assert all(graph.is_connected(p) for p in cut)
             assert problem.is_acyclic(plan.replace([group], cut))

@@ -114,6 +114,6 @@ def group_edges(graph: CompGraph, group: list[int]) -> np.ndarray:
     sorted order; the next ``E`` are the same edges reversed.
     """
     local = {v: k for k, v in enumerate(group)}
-    pairs = sorted((local[i], local[j]) for i in group for j in graph.successors[i] if j in local)
+    pairs = sorted((local[i], local[j]) for i, j in graph.edges_within(group))
     forward = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
     return np.concatenate([forward, forward[::-1]], axis=1)

@@ -176,19 +176,12 @@ class CompGraph:
 
     def is_connected(self, group: Iterable[int]) -> bool:
         """Whether ``group`` is weakly connected in this graph."""
-        members = set(group)
-        if not members:
-            return False
-        start = next(iter(members))
-        seen = {start}
-        stack = [start]
-        neighbours = self.neighbours
-        while stack:
-            for other in neighbours[stack.pop()]:
-                if other in members and other not in seen:
-                    seen.add(other)
-                    stack.append(other)
-        return len(seen) == len(members)
+        return len(self.components(group)) == 1
+
+    def edges_within(self, nodes: Iterable[int]) -> list[tuple[int, int]]:
+        """Data-flow edges ``(producer, consumer)`` between members of ``nodes``, sorted."""
+        members = set(nodes)
+        return sorted((i, j) for i in members for j in self.successors[i] if j in members)
 
     def components(self, nodes: Iterable[int]) -> list[frozenset[int]]:
         """Weakly connected components of the subgraph induced by ``nodes``."""

@@ -9,7 +9,6 @@ groups.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import cached_property
 
 from fuseplan.cost.base import CostModel
 from fuseplan.graph.ir import CompGraph
@@ -35,15 +34,6 @@ class FusionProblem:
     @property
     def buffer_bytes(self) -> int:
         return self.cost.buffer_bytes
-
-    @cached_property
-    def neighbours(self) -> tuple[frozenset[int], ...]:
-        """Fuseable neighbours of each operator (empty for excluded ones)."""
-        fuseable = self.fuseable
-        return tuple(
-            frozenset(n for n in nbrs if n in fuseable) if v in fuseable else frozenset()
-            for v, nbrs in enumerate(self.graph.neighbours)
-        )
 
     # -- pricing ---------------------------------------------------------
     def fits(self, group: Group) -> bool:

@@ -50,10 +50,7 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     members = sorted(group)
     for v in members:
         sub.add_node(v, label=f"{v}:{graph.nodes[v].op_type}")
-    for i in members:
-        for j in graph.successors[i]:
-            if j in group:
-                sub.add_edge(i, j)
+    sub.add_edges_from(graph.edges_within(members))
     # Layered layout along the topological labels keeps data flowing left to right.
     depth: dict[int, int] = {}
     for v in members:

@@ -84,7 +84,7 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
     """Cheapest interval plan of ``order``: ``(plan, DRAM bytes, intervals priced)``."""
     n = len(order)
     excluded = set(problem.excluded)
-    neighbours = problem.neighbours
+    neighbours = problem.graph.neighbours  # only fuseable operators ever enter a component
     evaluate = problem.cost.evaluate
     beta = problem.buffer_bytes
     best = [INF] * (n + 1)
@@ -170,7 +170,7 @@ def is_interval_plan(problem: FusionProblem, plan: Plan, order: list[int]) -> bo
             open_groups.discard(g)
         if not open_groups:
             in_run = set(run)
-            if any(group_of[u] != group_of[w] for w in run for u in problem.neighbours[w] if u in in_run):
+            if any(group_of[u] != group_of[w] for w in run for u in problem.graph.neighbours[w] if u in in_run):
                 return False
             run = []
     return not open_groups

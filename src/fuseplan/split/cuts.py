@@ -65,7 +65,3 @@ def candidate_cuts(graph: CompGraph, group: Group, edges: Iterable[tuple[int, in
                 out.append(cut)
     return out
 
-
-def group_edges(graph: CompGraph, group: Group) -> list[tuple[int, int]]:
-    """Data-flow edges between members of ``group``, sorted."""
-    return sorted((i, j) for i in group for j in graph.successors[i] if j in group)

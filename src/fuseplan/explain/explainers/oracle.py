@@ -11,7 +11,7 @@ from __future__ import annotations
 from fuseplan.explain.explainers.base import Explanation, ExplainerAlgorithm
 from fuseplan.plan.plan import Group
 from fuseplan.plan.problem import FusionProblem
-from fuseplan.split.cuts import cuts_at_edge, group_edges
+from fuseplan.split.cuts import cuts_at_edge
 
 
 class OracleExplainer(ExplainerAlgorithm):
@@ -20,7 +20,7 @@ class OracleExplainer(ExplainerAlgorithm):
     def explain(self, problem: FusionProblem, group: Group) -> Explanation:
         whole = problem.cost.buffer(group)
         scores = {}
-        for edge in group_edges(problem.graph, group):
+        for edge in problem.graph.edges_within(group):
             cuts = cuts_at_edge(problem.graph, group, edge)
             scores[edge] = whole - min(max(problem.cost.buffer(p) for p in parts) for parts in cuts) if cuts else 0.0
         return Explanation.from_scores(group, scores, self.name)
