@@ -2,14 +2,18 @@
 
 Writes ``benchmarks/results/splitters.json``. Run::
 
-    python benchmarks/bench_splitters.py [--seeds 3] [--quick | --tables-only] [--splitters ...] [--out FILE]
+    python benchmarks/bench_splitters.py [--seeds 3] [--quick | --tables-only] [--splitters ...]
+                                         [--jobs 2] [--no-merge] [--out FILE]
 
 * Table V set-up: mobilenet_v2, LBDF 128KB, Local Search, 2k plans, every splitter, ``--seeds`` seeds:
   rectify rate, wall time, DRAM.
-* Tables II-IV set-ups (seed 0): DRAM of each splitter and the random baseline with the same
-  search, budget and seed.
+* Tables II-IV set-ups (``--seeds`` seeds): DRAM of each splitter and the random baseline with
+  the same search, budget and seed.
 * ``random-edges``: Algorithm 1 fed a random ranking of edges, a control for what the
   explanations themselves contribute.
+* ``--no-merge``: Algorithm 1 without the merge-back step, the ablation for it.
+* ``--jobs N`` runs N searches at a time, one thread each (wall times then include the
+  neighbours' contention; compare them only within one results file).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import platform
 import random
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fuseplan import load_graph, make_cost_model
@@ -46,19 +51,35 @@ class RandomEdges(ExplainerAlgorithm):
         return Explanation(group, tuple(edges), tuple(float(-k) for k in range(len(edges))), self.name)
 
 
-def splitter_for(name: str):
-    return TreeSplitter(RandomEdges()) if name == "random-edges" else make_splitter(name)
+def splitter_for(name: str, merge: bool = True):
+    splitter = TreeSplitter(RandomEdges()) if name == "random-edges" else make_splitter(name)
+    if isinstance(splitter, TreeSplitter):
+        splitter.merge = merge
+    return splitter
 
 
-def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter: str, seed: int) -> dict:
+def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter: str, seed: int,
+        merge: bool = True) -> dict:
     problem = FusionProblem(make_cost_model(scheme, load_graph(model), kb * KB))
-    result = minimize(problem, make_search(algorithm), splitter_for(splitter), budget=budget, seed=seed)
+    result = minimize(problem, make_search(algorithm), splitter_for(splitter, merge), budget=budget, seed=seed)
     assert problem.check(result.plan) == []
     return {"model": model, "scheme": scheme, "buffer_kb": kb, "search": algorithm, "budget": budget,
             "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
             "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
             "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
-            "explainer_calls": result.details.get("explainer_calls")}
+            "explainer_calls": result.details.get("explainer_calls"), "merges": result.details.get("merges"),
+            "merge_back": merge}
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run_task(task: tuple) -> dict:
+    table, args = task
+    return {"table": table, **run(*args)}
 
 
 def main() -> None:
@@ -69,8 +90,21 @@ def main() -> None:
     parser.add_argument("--table2-searches", nargs="*", default=["ls", "nsga2", "rs"],
                         help="searches to run on the Table II set-ups")
     parser.add_argument("--splitters", nargs="*", default=[*SPLITTERS, "random-edges"])
+    parser.add_argument("--jobs", type=int, default=1, help="searches run at a time, one thread each")
+    parser.add_argument("--no-merge", action="store_true", help="Algorithm 1 without merge-back")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    merge = not args.no_merge
+    tasks: list[tuple] = []
+    for splitter in [] if args.tables_only else args.splitters:
+        for seed in range(args.seeds):
+            tasks.append(("V", ("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed, merge)))
+    if not args.quick:
+        setups = [t for t in TABLE_II if t[3] in args.table2_searches] + TABLE_III_IV
+        for setup in setups:
+            for seed in range(args.seeds):
+                for splitter in args.splitters:
+                    tasks.append(("II" if setup in TABLE_II else "III-IV", (*setup, splitter, seed, merge)))
     rows = []
 
     def record(row: dict) -> None:
@@ -78,16 +112,16 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"benchmark": "splitters", "python": platform.python_version(),
-                                        "machine": platform.machine(), "rows": rows}, indent=2) + "\n")
+                                        "machine": platform.machine(), "jobs": args.jobs, "rows": rows},
+                                       indent=2) + "\n")
 
-    for splitter in [] if args.tables_only else args.splitters:
-        for seed in range(args.seeds):
-            record({"table": "V", **run("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed)})
-    if not args.quick:
-        setups = [t for t in TABLE_II if t[3] in args.table2_searches] + TABLE_III_IV
-        for setup in setups:
-            for splitter in args.splitters:
-                record({"table": "II" if setup in TABLE_II else "III-IV", **run(*setup, splitter, 0)})
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, initializer=_one_thread) as pool:
+            for row in pool.map(_run_task, tasks):
+                record(row)
+    else:
+        for task in tasks:
+            record(_run_task(task))
     summary = {}
     for splitter in args.splitters:
         table_v = [r for r in rows if r["table"] == "V" and r["splitter"] == splitter]

@@ -8,7 +8,7 @@ import pytest
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.explain.dataset import BUFFERS_KB, build_dataset, load_dataset
-from fuseplan.explain.features import N_FEATURES, N_STATIC, OP_VOCABULARY, group_features
+from fuseplan.explain.features import N_FEATURES, N_SIZES, N_STATIC, OP_VOCABULARY, group_features
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_counts_labels_and_se_exclusion(small_dataset, zoo_graphs):
     cost = make_cost_model("lbdf", zoo_graphs["resnet18"], 1)
     for i in range(len(data)):
         static, sizes, edges, members = data.group(i)
-        assert 1 <= len(members) and static.shape == (len(members), N_STATIC) and sizes.shape == (len(members), 3)
+        assert 1 <= len(members) and static.shape == (len(members), N_STATIC) and sizes.shape == (len(members), N_SIZES)
         assert edges.shape[1] % 2 == 0 and (edges.size == 0 or edges.max() < len(members))
         if data.models[data.model[i]] == "resnet18":
             assert data.f_beta[i] == cost.buffer(frozenset(members.tolist()))

@@ -13,6 +13,7 @@ from fuseplan.graph.ir import CompGraph, OpNode, RowGeometry, Tensor
 from fuseplan.plan import FusionProblem, Plan, random_plan
 from fuseplan.split import TreeSplitter
 from fuseplan.split.cuts import candidate_cuts, cuts_at_edge
+from fuseplan.split.merge import merge_parts
 from tests.dags import random_dags
 
 WINDOW = RowGeometry(kernel=3.0, stride=1.0, reach=1.0)
@@ -111,9 +112,9 @@ def chain(n: int, weights: int) -> CompGraph:
     return build([("Conv", (), weights)] + [("Conv", (i,), weights) for i in range(n - 1)])
 
 
-def _splitter(graph, beta, explainer, top_k=8):
+def _splitter(graph, beta, explainer, top_k=8, merge=True):
     problem = FusionProblem(LBDFCostModel(graph, beta))
-    splitter = TreeSplitter(explainer, top_k=top_k)
+    splitter = TreeSplitter(explainer, top_k=top_k, merge=merge)
     splitter.setup(problem, random.Random(0))
     return problem, splitter
 
@@ -165,3 +166,40 @@ def test_oracle_splitter_on_a_residual_block_with_skip():
     assert len(parts) >= 2 and all(problem.fits(p) for p in parts)
     plan = Plan.from_groups(parts)
     assert problem.check(plan) == []
+
+
+def test_merge_back_joins_neighbours_that_fit_together():
+    graph = chain(6, 1000)
+    triple = LBDFCostModel(graph, 1).buffer(frozenset({0, 1, 2}))
+    # One blamed edge at a time peels single operators off the front: {0} {1} {2} {3,4,5}.
+    order = FixedOrder([(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
+    problem, plain = _splitter(graph, triple + 1, order, top_k=1, merge=False)
+    peeled = plain.split(frozenset(range(6)))
+    assert sorted(map(sorted, peeled)) == [[0], [1], [2], [3, 4, 5]]
+    problem, merging = _splitter(graph, triple + 1, order, top_k=1)
+    merged = merging.split(frozenset(range(6)))
+    assert sorted(map(sorted, merged)) == [[0, 1, 2], [3, 4, 5]]
+    assert merging.stats_dict()["merges"] == 2
+    assert sum(map(problem.cost.dram, merged)) < sum(map(problem.cost.dram, peeled))
+
+
+def test_merge_back_never_joins_across_a_path_through_another_part():
+    graph = build(RESIDUAL)
+    problem = FusionProblem(LBDFCostModel(graph, 10**9))
+    # conv0 and add4 are adjacent (the skip), but a path runs between them through {1, 2, 3}.
+    parts, merges = merge_parts(problem, (frozenset({0}), frozenset({1, 2, 3}), frozenset({4})))
+    assert parts == (frozenset(range(5)),) and merges == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph=random_dags(min_nodes=3), seed=st.integers(0, 2**31), beta=st.integers(2_000, 200_000))
+def test_merge_back_keeps_plans_acyclic_and_parts_fitting(graph, seed, beta):
+    problem = FusionProblem(LBDFCostModel(graph, beta))
+    plan = random_plan(problem, random.Random(seed), cut_probability=0.2)
+    for group in plan.groups:
+        singletons = tuple(frozenset({v}) for v in sorted(group))
+        parts, _ = merge_parts(problem, singletons)
+        assert frozenset().union(*parts) == group
+        assert all(graph.is_connected(p) for p in parts)
+        assert all(len(p) == 1 or problem.fits(p) for p in parts)
+        assert problem.is_acyclic(plan.replace([group], parts))

@@ -21,7 +21,7 @@ import numpy as np
 
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
-from fuseplan.explain.features import FEATURE_VERSION, N_STATIC, OP_VOCABULARY, group_edges, node_bytes, static_features
+from fuseplan.explain.features import FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes, static_features
 from fuseplan.graph import CompGraph, load_graph
 from fuseplan.plan import FusionProblem, random_plan
 
@@ -95,7 +95,7 @@ class GroupSet:
     scheme: str
     models: list[str]
     static: np.ndarray  # (nodes, N_STATIC) float32
-    sizes: np.ndarray  # (nodes, 3) int64: parameter, output-row and output bytes
+    sizes: np.ndarray  # (nodes, N_SIZES) int64: byte counts from features.node_bytes
     members: np.ndarray  # (nodes,) int32: operator index in its model
     edges: np.ndarray  # (2, edges) int32, local indices, both directions
     node_ptr: np.ndarray  # (groups + 1,) int64
@@ -146,7 +146,7 @@ class GroupSet:
         return cls(
             scheme=scheme, models=models,
             static=np.concatenate(static) if static else np.zeros((0, N_STATIC), np.float32),
-            sizes=np.concatenate(sizes) if sizes else np.zeros((0, 3), np.int64),
+            sizes=np.concatenate(sizes) if sizes else np.zeros((0, N_SIZES), np.int64),
             members=np.concatenate(members) if members else np.zeros(0, np.int32),
             edges=np.concatenate(edges, axis=1) if edges else np.zeros((2, 0), np.int32),
             node_ptr=np.array(node_ptr, dtype=np.int64), edge_ptr=np.array(edge_ptr, dtype=np.int64),

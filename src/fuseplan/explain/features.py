@@ -13,8 +13,10 @@ as its data-flow edge). Features per node, in this order:
   models use);
 * how the operator meets the group boundary: inputs read from outside, and
   whether its output is written out;
-* three ratios to beta, clipped at 4: parameter bytes, one output row, the
-  whole output tensor.
+* five ratios to beta, clipped at 4: parameter bytes, one output row, the
+  whole output tensor, one block of :data:`WEIGHT_BLOCK_CHANNELS` output
+  channels' parameters (what BRR keeps on chip at a time) and the input
+  window (window height times one input row, what LBDF line-buffers).
 
 The log terms follow the reference paper (shapes, weight size, buffer size
 as features); the ratios make "does it fit" a near-linear question for a
@@ -24,7 +26,7 @@ does, and datasets and weights record it.
 
 from __future__ import annotations
 
-from math import log2
+from math import ceil, log2
 
 import numpy as np
 
@@ -35,10 +37,14 @@ OP_VOCABULARY: tuple[str, ...] = (
     "MaxPool", "AveragePool", "Gemm", "Flatten", "Resize", "BatchNormalization", "Pad", "Reshape", "Transpose",
     "other",
 )
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
+# Output channels per streamed weight block; the BRR cost model's default, so
+# the feature measures the block that decides whether a BRR group fits.
+WEIGHT_BLOCK_CHANNELS = 16
 _OP_INDEX = {op: i for i, op in enumerate(OP_VOCABULARY)}
 N_STATIC = len(OP_VOCABULARY) + 6 + 1 + 3 + 2  # features that do not depend on beta
-N_FEATURES = N_STATIC + 1 + 3
+N_SIZES = 5  # byte counts per member that become ratios to beta (see node_bytes)
+N_FEATURES = N_STATIC + 1 + N_SIZES
 
 
 def _log(n: float, scale: float) -> float:
@@ -81,15 +87,26 @@ def static_features(graph: CompGraph, group: list[int], bytes_per_element: int =
 
 
 def node_bytes(graph: CompGraph, group: list[int], bytes_per_element: int = 1) -> np.ndarray:
-    """Per member: parameter bytes, bytes of one output row, bytes of the whole output."""
-    out = np.zeros((len(group), 3), dtype=np.int64)
+    """Per member, :data:`N_SIZES` byte counts.
+
+    Parameter bytes, one output row, the whole output, the parameters of one
+    block of :data:`WEIGHT_BLOCK_CHANNELS` output channels, and the input
+    window (window height times one row of the first input).
+    """
+    out = np.zeros((len(group), N_SIZES), dtype=np.int64)
     for k, v in enumerate(group):
         node = graph.nodes[v]
-        out[k, 0] = node.weight_numel * bytes_per_element
+        weights = node.weight_numel * bytes_per_element
+        out[k, 0] = weights
         if node.outputs:
             tensor = graph.tensors[node.outputs[0]]
             out[k, 1] = tensor.row_numel * bytes_per_element
             out[k, 2] = tensor.numel * bytes_per_element
+            channels = tensor.shape[1] if len(tensor.shape) > 1 else 1
+            out[k, 3] = ceil(weights * min(1.0, WEIGHT_BLOCK_CHANNELS / max(channels, 1)))
+        if node.inputs and node.input_geometry:
+            rows = ceil(node.input_geometry[0].kernel)
+            out[k, 4] = rows * graph.tensors[node.inputs[0]].row_numel * bytes_per_element
     return out
 
 

@@ -51,8 +51,11 @@ def invalid_samples(data: GroupSet, groups: list[int], limit: int, seed: int) ->
 
 
 def train_pg_explainer(model, data: GroupSet, *, epochs: int = 20, samples: int = 1200, seed: int = 0,
-                       batch_size: int = 32, on_epoch=None):
-    """Train PGExplainer on invalid training groups (mini-batches of graphs); returns the ``Explainer``."""
+                       batch_size: int = 32, edge_size: float = 0.05, on_epoch=None):
+    """Train PGExplainer on invalid training groups (mini-batches of graphs); returns the ``Explainer``.
+
+    ``edge_size`` weighs the penalty on the summed edge mask against keeping the verdict.
+    """
     torch = require_torch()
     from torch_geometric.data import Data
     from torch_geometric.loader import DataLoader
@@ -61,7 +64,9 @@ def train_pg_explainer(model, data: GroupSet, *, epochs: int = 20, samples: int 
     torch.manual_seed(seed)
     train_groups, _, _ = split_indices(len(data), seed)
     graphs = [Data(x=x, edge_index=e) for x, e in invalid_samples(data, train_groups, samples, seed)]
-    explainer = _explainer(model, PGExplainer(epochs=epochs, lr=0.003))
+    algorithm = PGExplainer(epochs=epochs, lr=0.003)
+    algorithm.coeffs = {**algorithm.coeffs, "edge_size": edge_size}
+    explainer = _explainer(model, algorithm)
     loader = DataLoader(graphs, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
     for epoch in range(epochs):
         total = 0.0

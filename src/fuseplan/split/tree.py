@@ -11,9 +11,13 @@ categories:
 3. no part fits: recurse on every part of every candidate and keep the
    cheapest complete result.
 
-Results are memoised by group. When no candidate leads to a complete split
-(a single operator left that cannot fit was excluded before the search, so
-this means the explanation pointed nowhere useful), the splitter falls back
+Results are memoised by group. Beyond the paper, the parts of a finished
+split are then merged back pairwise where a merge fits and lowers DRAM
+(:mod:`fuseplan.split.merge`; ``merge=False`` turns it off).
+
+When no candidate leads to a complete split (a single operator left that
+cannot fit was excluded before the search, so this means the explanation
+pointed nowhere useful), the splitter falls back
 to the random split and counts it: the **rectify rate** is the share of
 invalid groups repaired from the explanation alone (Table V of the paper).
 """
@@ -25,6 +29,7 @@ from typing import Any
 from fuseplan.plan.plan import Group
 from fuseplan.split.base import Splitter
 from fuseplan.split.cuts import candidate_cuts
+from fuseplan.split.merge import merge_parts
 from fuseplan.split.random_split import RandomSplitter
 
 
@@ -32,11 +37,14 @@ class TreeSplitter(Splitter):
     """Explanation-driven splitting (Algorithm 1) with a random fallback.
 
     ``explainer`` is any :class:`~fuseplan.explain.explainers.ExplainerAlgorithm`;
-    ``top_k`` explanation edges are turned into candidate cuts per group.
+    ``top_k`` explanation edges are turned into candidate cuts per group;
+    ``merge`` joins adjacent parts of the result again where that fits and saves DRAM.
     """
 
-    def __init__(self, explainer: Any, top_k: int = 4, max_expansions: int = 24) -> None:
+    def __init__(self, explainer: Any, top_k: int = 4, max_expansions: int = 24, merge: bool = True) -> None:
         super().__init__()
+        self.merge = merge
+        self.merges = 0
         self.explainer = explainer
         self.name = explainer.name
         self.top_k = top_k
@@ -54,19 +62,23 @@ class TreeSplitter(Splitter):
         self._fallback.setup(problem, rng)
         self.explainer.setup(problem)
         self._tree_memo.clear()
-        self.rectified = self.fallbacks = self.explainer_calls = 0
+        self.rectified = self.fallbacks = self.explainer_calls = self.merges = 0
         self.trace.clear()
 
     def stats_dict(self) -> dict[str, Any]:
         total = self.rectified + self.fallbacks
         return {**super().stats_dict(), "rectify_rate": round(self.rectified / total, 4) if total else None,
-                "rectified": self.rectified, "fallbacks": self.fallbacks, "explainer_calls": self.explainer_calls}
+                "rectified": self.rectified, "fallbacks": self.fallbacks, "explainer_calls": self.explainer_calls,
+                "merges": self.merges}
 
     def _split(self, group: Group) -> list[Group]:
         self._expansions = 0
         parts = self._tree(group)
         if parts is not None:
             self.rectified += 1
+            if self.merge and len(parts) > 2:
+                parts, merges = merge_parts(self._problem(), parts)
+                self.merges += merges
             return list(parts)
         self.fallbacks += 1
         return list(self._fallback.split(group))
