@@ -3,7 +3,7 @@
 Writes ``benchmarks/results/splitters.json``. Run::
 
     python benchmarks/bench_splitters.py [--seeds 3] [--quick | --tables-only] [--splitters ...]
-                                         [--jobs 2] [--no-merge] [--out FILE]
+                                         [--jobs 2] [--no-merge] [--top-k K] [--setups ...] [--out FILE]
 
 * Table V set-up: mobilenet_v2, LBDF 128KB, Local Search, 2k plans, every splitter, ``--seeds`` seeds:
   rectify rate, wall time, DRAM.
@@ -11,7 +11,10 @@ Writes ``benchmarks/results/splitters.json``. Run::
   the same search, budget and seed.
 * ``random-edges``: Algorithm 1 fed a random ranking of edges, a control for what the
   explanations themselves contribute.
-* ``--no-merge``: Algorithm 1 without the merge-back step, the ablation for it.
+* ``--no-merge``: Algorithm 1 without the merge-back step, the ablation for it; ``--top-k``:
+  how many blamed edges become candidate cuts (the splitter's default otherwise).
+* ``--setups``: only the Tables II-IV set-ups whose ``model-scheme-search`` name starts with one
+  of these (for ablations on a few set-ups).
 * ``--jobs N`` runs N searches at a time, one thread each (wall times then include the
   neighbours' contention; compare them only within one results file).
 """
@@ -51,24 +54,27 @@ class RandomEdges(ExplainerAlgorithm):
         return Explanation(group, tuple(edges), tuple(float(-k) for k in range(len(edges))), self.name)
 
 
-def splitter_for(name: str, merge: bool = True):
+def splitter_for(name: str, merge: bool = True, top_k: int | None = None):
     splitter = TreeSplitter(RandomEdges()) if name == "random-edges" else make_splitter(name)
     if isinstance(splitter, TreeSplitter):
         splitter.merge = merge
+        if top_k is not None:
+            splitter.top_k = top_k
     return splitter
 
 
 def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter: str, seed: int,
-        merge: bool = True) -> dict:
+        merge: bool = True, top_k: int | None = None) -> dict:
     problem = FusionProblem(make_cost_model(scheme, load_graph(model), kb * KB))
-    result = minimize(problem, make_search(algorithm), splitter_for(splitter, merge), budget=budget, seed=seed)
+    tree = splitter_for(splitter, merge, top_k)
+    result = minimize(problem, make_search(algorithm), tree, budget=budget, seed=seed)
     assert problem.check(result.plan) == []
     return {"model": model, "scheme": scheme, "buffer_kb": kb, "search": algorithm, "budget": budget,
             "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
             "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
             "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
             "explainer_calls": result.details.get("explainer_calls"), "merges": result.details.get("merges"),
-            "merge_back": merge}
+            "merge_back": merge, "top_k": getattr(tree, "top_k", None)}
 
 
 def _one_thread() -> None:
@@ -92,19 +98,23 @@ def main() -> None:
     parser.add_argument("--splitters", nargs="*", default=[*SPLITTERS, "random-edges"])
     parser.add_argument("--jobs", type=int, default=1, help="searches run at a time, one thread each")
     parser.add_argument("--no-merge", action="store_true", help="Algorithm 1 without merge-back")
+    parser.add_argument("--top-k", type=int, help="blamed edges turned into candidate cuts")
+    parser.add_argument("--setups", nargs="*", help="model-scheme-search prefixes of the set-ups to run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     merge = not args.no_merge
     tasks: list[tuple] = []
     for splitter in [] if args.tables_only else args.splitters:
         for seed in range(args.seeds):
-            tasks.append(("V", ("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed, merge)))
+            tasks.append(("V", ("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed, merge, args.top_k)))
     if not args.quick:
         setups = [t for t in TABLE_II if t[3] in args.table2_searches] + TABLE_III_IV
+        if args.setups:
+            setups = [t for t in setups if any(f"{t[0]}-{t[1]}-{t[3]}".startswith(p) for p in args.setups)]
         for setup in setups:
             for seed in range(args.seeds):
                 for splitter in args.splitters:
-                    tasks.append(("II" if setup in TABLE_II else "III-IV", (*setup, splitter, seed, merge)))
+                    tasks.append(("II" if setup in TABLE_II else "III-IV", (*setup, splitter, seed, merge, args.top_k)))
     rows = []
 
     def record(row: dict) -> None:

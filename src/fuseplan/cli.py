@@ -256,7 +256,7 @@ def why(
     buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
     explainer: Annotated[SplitterName, typer.Option(
         help="Which explainer blames the edges (not 'random').")] = SplitterName.rgexplainer,
-    top: Annotated[int, typer.Option(min=1, help="Edges to show and to try as cuts.")] = 5,
+    top: Annotated[int, typer.Option(min=1, help="Blamed edges to list and highlight.")] = 5,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
     bytes_per_element: BytesPerElementOpt = 1,
