@@ -30,6 +30,11 @@ from fuseplan.graph.ir import CompGraph
 DEFAULT_CHANNEL_BLOCK = 16
 
 
+def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANNEL_BLOCK) -> int:
+    """The part of an operator's ``weights`` that one block of ``channel_block`` output channels needs."""
+    return ceil(weights * min(1.0, channel_block / max(channels, 1)))
+
+
 class BRRCostModel(CostModel):
     """Buffer requirement reduction: weights streamed in channel blocks, features tiled by rows."""
 
@@ -41,7 +46,7 @@ class BRRCostModel(CostModel):
         self.channel_block = int(channel_block)
         # Parameters of one block of output channels, per operator.
         self._weight_block = tuple(
-            ceil(w * min(1.0, channel_block / c)) for w, c in zip(self.tables.node_weights, self.tables.node_channels)
+            weight_block(w, c, channel_block) for w, c in zip(self.tables.node_weights, self.tables.node_channels)
         )
 
     def price(self, group: Group) -> GroupCost:

@@ -21,7 +21,8 @@ import numpy as np
 
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
-from fuseplan.explain.features import FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes, static_features
+from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
+                                       static_features)
 from fuseplan.graph import CompGraph, load_graph
 from fuseplan.plan import FusionProblem, random_plan
 

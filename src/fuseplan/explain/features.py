@@ -30,6 +30,7 @@ from math import ceil, log2
 
 import numpy as np
 
+from fuseplan.cost.brr import DEFAULT_CHANNEL_BLOCK, weight_block
 from fuseplan.graph.ir import CompGraph
 
 OP_VOCABULARY: tuple[str, ...] = (
@@ -38,9 +39,9 @@ OP_VOCABULARY: tuple[str, ...] = (
     "other",
 )
 FEATURE_VERSION = 2
-# Output channels per streamed weight block; the BRR cost model's default, so
+# Output channels per streamed weight block: the BRR cost model's default, so
 # the feature measures the block that decides whether a BRR group fits.
-WEIGHT_BLOCK_CHANNELS = 16
+WEIGHT_BLOCK_CHANNELS = DEFAULT_CHANNEL_BLOCK
 _OP_INDEX = {op: i for i, op in enumerate(OP_VOCABULARY)}
 N_STATIC = len(OP_VOCABULARY) + 6 + 1 + 3 + 2  # features that do not depend on beta
 N_SIZES = 5  # byte counts per member that become ratios to beta (see node_bytes)
@@ -103,7 +104,7 @@ def node_bytes(graph: CompGraph, group: list[int], bytes_per_element: int = 1) -
             out[k, 1] = tensor.row_numel * bytes_per_element
             out[k, 2] = tensor.numel * bytes_per_element
             channels = tensor.shape[1] if len(tensor.shape) > 1 else 1
-            out[k, 3] = ceil(weights * min(1.0, WEIGHT_BLOCK_CHANNELS / max(channels, 1)))
+            out[k, 3] = weight_block(weights, channels, WEIGHT_BLOCK_CHANNELS)
         if node.inputs and node.input_geometry:
             rows = ceil(node.input_geometry[0].kernel)
             out[k, 4] = rows * graph.tensors[node.inputs[0]].row_numel * bytes_per_element

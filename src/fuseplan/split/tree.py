@@ -17,9 +17,9 @@ split are then merged back pairwise where a merge fits and lowers DRAM
 
 When no candidate leads to a complete split (a single operator left that
 cannot fit was excluded before the search, so this means the explanation
-pointed nowhere useful), the splitter falls back
-to the random split and counts it: the **rectify rate** is the share of
-invalid groups repaired from the explanation alone (Table V of the paper).
+pointed nowhere useful), the splitter falls back to the random split and
+counts it: the **rectify rate** is the share of invalid groups repaired from
+the explanation alone (Table V of the paper).
 """
 
 from __future__ import annotations
