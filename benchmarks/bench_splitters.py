@@ -2,7 +2,7 @@
 
 Writes ``benchmarks/results/splitters.json``. Run::
 
-    python benchmarks/bench_splitters.py [--seeds 3] [--quick | --tables-only] [--splitters ...]
+    python benchmarks/bench_splitters.py [--seeds 3] [--first-seed 0] [--quick | --tables-only] [--splitters ...]
                                          [--jobs 2] [--no-merge] [--top-k K] [--setups ...] [--out FILE]
 
 * Table V set-up: mobilenet_v2, LBDF 128KB, Local Search, 2k plans, every splitter, ``--seeds`` seeds:
@@ -90,7 +90,9 @@ def _run_task(task: tuple) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per set-up and splitter")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="run seeds FIRST..FIRST+SEEDS-1 (to extend an earlier run)")
     parser.add_argument("--quick", action="store_true", help="Table V only")
     parser.add_argument("--tables-only", action="store_true", help="Tables II-IV only")
     parser.add_argument("--table2-searches", nargs="*", default=["ls", "nsga2", "rs"],
@@ -103,16 +105,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     merge = not args.no_merge
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     tasks: list[tuple] = []
     for splitter in [] if args.tables_only else args.splitters:
-        for seed in range(args.seeds):
+        for seed in seeds:
             tasks.append(("V", ("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed, merge, args.top_k)))
     if not args.quick:
         setups = [t for t in TABLE_II if t[3] in args.table2_searches] + TABLE_III_IV
         if args.setups:
             setups = [t for t in setups if any(f"{t[0]}-{t[1]}-{t[3]}".startswith(p) for p in args.setups)]
         for setup in setups:
-            for seed in range(args.seeds):
+            for seed in seeds:
                 for splitter in args.splitters:
                     tasks.append(("II" if setup in TABLE_II else "III-IV", (*setup, splitter, seed, merge, args.top_k)))
     rows = []

@@ -19,8 +19,10 @@ from rich.table import Table
 from fuseplan import zoo
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
+from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
 from fuseplan.report.inspect import inspect_model
+from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
 
 app = typer.Typer(
@@ -125,14 +127,8 @@ class SearchName(str, Enum):
     dp = "dp"
 
 
-class SplitterName(str, Enum):
-    random = "random"
-    gnnexplainer = "gnnexplainer"
-    pgexplainer = "pgexplainer"
-    rgexplainer = "rgexplainer"
-    eig = "eig"
-    goat = "goat"
-    oracle = "oracle"
+SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str)
+ExplainerName = Enum("ExplainerName", {name: name for name in EXPLAINERS}, type=str)
 
 
 def _refuse_overwrite(output: Path | None, model: str) -> None:
@@ -254,8 +250,8 @@ def why(
     nodes: Annotated[str, typer.Option(help="The group: ONNX node names, comma-separated.")],
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the group.")] = Scheme.lbdf,
     buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
-    explainer: Annotated[SplitterName, typer.Option(
-        help="Which explainer blames the edges (not 'random').")] = SplitterName.rgexplainer,
+    explainer: Annotated[ExplainerName, typer.Option(
+        help="Which explainer blames the edges.")] = ExplainerName.rgexplainer,
     top: Annotated[int, typer.Option(min=1, help="Blamed edges to list and highlight.")] = 5,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
@@ -267,8 +263,6 @@ def why(
     from fuseplan.plan import FusionProblem
     from fuseplan.report.why import explain_group
 
-    if explainer == SplitterName.random:
-        raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
     buffer_bytes = parse_size(buffer)
     graph = _load(model, input_shape)
     names = [n.strip() for n in nodes.split(",") if n.strip()]

@@ -12,7 +12,7 @@ from fuseplan.explain.explainers import Explanation, ExplainerAlgorithm, OracleE
 from fuseplan.graph.ir import CompGraph, OpNode, RowGeometry, Tensor
 from fuseplan.plan import FusionProblem, Plan, random_plan
 from fuseplan.split import TreeSplitter
-from fuseplan.split.cuts import candidate_cuts, cuts_at_edge
+from fuseplan.graph.cuts import candidate_cuts, cuts_at_edge
 from fuseplan.split.merge import merge_parts
 from tests.dags import random_dags
 

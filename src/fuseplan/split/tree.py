@@ -1,7 +1,7 @@
 """Algorithm 1 of the reference paper: recursive greedy tree-based splitting.
 
 Given an invalid group, an explainer names the edges most responsible; each
-edge gives candidate cuts (:mod:`fuseplan.split.cuts`), which fall into three
+edge gives candidate cuts (:mod:`fuseplan.graph.cuts`), which fall into three
 categories:
 
 1. every part fits: keep the candidate with the lowest total ``F_D`` and stop
@@ -28,7 +28,7 @@ from typing import Any
 
 from fuseplan.plan.plan import Group
 from fuseplan.split.base import Splitter
-from fuseplan.split.cuts import candidate_cuts
+from fuseplan.graph.cuts import candidate_cuts
 from fuseplan.split.merge import merge_parts
 from fuseplan.split.random_split import RandomSplitter
 

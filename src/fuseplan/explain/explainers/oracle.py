@@ -1,7 +1,7 @@
 """The oracle explainer: blame measured with the exact cost model, no GNN involved.
 
 Each edge is scored by how much cutting the group there (the downstream cut
-of :mod:`fuseplan.split.cuts`) lowers the largest ``F_beta`` among the parts.
+of :mod:`fuseplan.graph.cuts`) lowers the largest ``F_beta`` among the parts.
 It answers the ablation question of how much the learned route loses or
 gains against perfect knowledge of the cost model.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from fuseplan.explain.explainers.base import Explanation, ExplainerAlgorithm
 from fuseplan.plan.plan import Group
 from fuseplan.plan.problem import FusionProblem
-from fuseplan.split.cuts import cuts_at_edge
+from fuseplan.graph.cuts import cuts_at_edge
 
 
 class OracleExplainer(ExplainerAlgorithm):
