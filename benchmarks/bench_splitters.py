@@ -3,7 +3,8 @@
 Writes ``benchmarks/results/splitters.json``. Run::
 
     python benchmarks/bench_splitters.py [--seeds 3] [--first-seed 0] [--quick | --tables-only] [--splitters ...]
-                                         [--jobs 2] [--no-merge] [--top-k K] [--setups ...] [--out FILE]
+                                         [--jobs 2] [--no-merge] [--refine] [--top-k K] [--setups ...]
+                                         [--out FILE]
 
 * Table V set-up: mobilenet_v2, LBDF 128KB, Local Search, 2k plans, every splitter, ``--seeds`` seeds:
   rectify rate, wall time, DRAM.
@@ -11,8 +12,9 @@ Writes ``benchmarks/results/splitters.json``. Run::
   the same search, budget and seed.
 * ``random-edges``: Algorithm 1 fed a random ranking of edges, a control for what the
   explanations themselves contribute.
-* ``--no-merge``: Algorithm 1 without the merge-back step, the ablation for it; ``--top-k``:
-  how many blamed edges become candidate cuts (the splitter's default otherwise).
+* ``--no-merge``: Algorithm 1 without the merge-back step, the ablation for it; ``--refine``:
+  with refinement of parts that fit but pay for the buffer in DRAM; ``--top-k``: how many
+  blamed edges become candidate cuts (the splitter's default otherwise).
 * ``--setups``: only the Tables II-IV set-ups whose ``model-scheme-search`` name starts with one
   of these (for ablations on a few set-ups).
 * ``--jobs N`` runs N searches at a time, one thread each (wall times then include the
@@ -54,19 +56,20 @@ class RandomEdges(ExplainerAlgorithm):
         return Explanation(group, tuple(edges), tuple(float(-k) for k in range(len(edges))), self.name)
 
 
-def splitter_for(name: str, merge: bool = True, top_k: int | None = None):
+def splitter_for(name: str, merge: bool = True, top_k: int | None = None, refine: bool = False):
     splitter = TreeSplitter(RandomEdges()) if name == "random-edges" else make_splitter(name)
     if isinstance(splitter, TreeSplitter):
         splitter.merge = merge
+        splitter.refine = refine
         if top_k is not None:
             splitter.top_k = top_k
     return splitter
 
 
 def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter: str, seed: int,
-        merge: bool = True, top_k: int | None = None) -> dict:
+        merge: bool = True, top_k: int | None = None, refine: bool = False) -> dict:
     problem = FusionProblem(make_cost_model(scheme, load_graph(model), kb * KB))
-    tree = splitter_for(splitter, merge, top_k)
+    tree = splitter_for(splitter, merge, top_k, refine)
     result = minimize(problem, make_search(algorithm), tree, budget=budget, seed=seed)
     assert problem.check(result.plan) == []
     return {"model": model, "scheme": scheme, "buffer_kb": kb, "search": algorithm, "budget": budget,
@@ -74,7 +77,8 @@ def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter:
             "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
             "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
             "explainer_calls": result.details.get("explainer_calls"), "merges": result.details.get("merges"),
-            "merge_back": merge, "top_k": getattr(tree, "top_k", None)}
+            "merge_back": merge, "top_k": getattr(tree, "top_k", None), "refine": refine,
+            "refinements": result.details.get("refinements")}
 
 
 def _one_thread() -> None:
@@ -100,6 +104,8 @@ def main() -> None:
     parser.add_argument("--splitters", nargs="*", default=[*SPLITTERS, "random-edges"])
     parser.add_argument("--jobs", type=int, default=1, help="searches run at a time, one thread each")
     parser.add_argument("--no-merge", action="store_true", help="Algorithm 1 without merge-back")
+    parser.add_argument("--refine", action="store_true",
+                        help="Algorithm 1 with refinement of parts that pay for the buffer in DRAM")
     parser.add_argument("--top-k", type=int, help="blamed edges turned into candidate cuts")
     parser.add_argument("--setups", nargs="*", help="model-scheme-search prefixes of the set-ups to run")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -109,7 +115,8 @@ def main() -> None:
     tasks: list[tuple] = []
     for splitter in [] if args.tables_only else args.splitters:
         for seed in seeds:
-            tasks.append(("V", ("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed, merge, args.top_k)))
+            tasks.append(("V", ("mobilenet_v2", "lbdf", 128, "ls", 2000, splitter, seed, merge, args.top_k,
+                                 args.refine)))
     if not args.quick:
         setups = [t for t in TABLE_II if t[3] in args.table2_searches] + TABLE_III_IV
         if args.setups:
@@ -117,7 +124,8 @@ def main() -> None:
         for setup in setups:
             for seed in seeds:
                 for splitter in args.splitters:
-                    tasks.append(("II" if setup in TABLE_II else "III-IV", (*setup, splitter, seed, merge, args.top_k)))
+                    tasks.append(("II" if setup in TABLE_II else "III-IV", (*setup, splitter, seed, merge, args.top_k,
+                                                                           args.refine)))
     rows = []
 
     def record(row: dict) -> None:

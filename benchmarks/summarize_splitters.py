@@ -6,7 +6,7 @@ mean DRAM of every splitter over the seeds it shares with the random
 splitter, then a count per splitter of set-ups where that mean is lower,
 equal or higher than random's. Run::
 
-    python benchmarks/summarize_splitters.py benchmarks/results/splitters_tables*.json [--splitters ...]
+    python benchmarks/summarize_splitters.py benchmarks/results/splitters_tables*.json [--splitters ...] [--refine]
 
 Comparisons are paired: a splitter's run on a seed is compared with the
 random splitter's run on the same set-up and seed (the same search, budget
@@ -28,11 +28,13 @@ MB = 1024 * 1024
 SETUP_KEYS = ("table", "model", "scheme", "buffer_kb", "search", "budget")
 
 
-def load_rows(paths: list[Path]) -> list[dict]:
+def load_rows(paths: list[Path], refine: bool = False) -> list[dict]:
     seen: dict[tuple, dict] = {}
     for path in paths:
         for row in json.loads(path.read_text())["rows"]:
             if row.get("table") == "V" or not row.get("merge_back", True):
+                continue
+            if row["splitter"] != "random" and bool(row.get("refine")) != refine:
                 continue
             if row.get("top_k") not in (None, 16):
                 continue
@@ -70,8 +72,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--splitters", nargs="*", help="columns, in order (default: all found)")
+    parser.add_argument("--refine", action="store_true", help="the runs of Algorithm 1 with refinement")
     args = parser.parse_args()
-    rows = load_rows(args.files)
+    rows = load_rows(args.files, args.refine)
     by_setup: dict[tuple, dict[str, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
     for row in rows:
         by_setup[tuple(row[k] for k in SETUP_KEYS)][row["splitter"]][row["seed"]] = row["dram_bytes"]

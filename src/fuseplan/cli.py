@@ -148,6 +148,9 @@ def plan(
     splitter: Annotated[SplitterName, typer.Option(
         help="How groups that do not fit are split: random (the paper's baseline) or Algorithm 1 driven by an "
              "explainer (GNN-based ones need the gnn extra).")] = SplitterName.random,
+    refine: Annotated[bool, typer.Option(
+        help="Algorithm 1 also cuts parts that fit but re-read their weights per row tile (BRR) where a cut "
+             "at a blamed edge lowers DRAM; explainer-driven splitters only.")] = False,
     budget: Annotated[int, typer.Option(min=1, help="Partition plans the search may propose.")] = 5000,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same plan.")] = 0,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
@@ -169,6 +172,7 @@ def plan(
     buffer_bytes = parse_size(buffer)
     for path in (output, onnx_out):
         _refuse_overwrite(path, model)
+    repair = make_splitter(splitter.value, refine=refine)
     graph = _load(model, input_shape)
     problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
     algorithm = make_search(search.value)
@@ -180,7 +184,7 @@ def plan(
     with progress:
         task = progress.add_task("search", total=budget, best="-")
         result = minimize(
-            problem, algorithm, make_splitter(splitter.value), budget=budget, seed=seed,
+            problem, algorithm, repair, budget=budget, seed=seed,
             on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
             on_propose=lambda n: progress.update(task, completed=n),
         )
@@ -213,7 +217,8 @@ def plan(
         rate = details.get("rectify_rate")
         stdout.print(
             f"repairs            {details['invalid_groups']} invalid groups split in {details['splitter_seconds']:.2f} s"
-            + (f"; rectify rate {100 * rate:.1f}% ({details['explainer_calls']} explainer calls)" if rate is not None else ""),
+            + (f"; rectify rate {100 * rate:.1f}% ({details['explainer_calls']} explainer calls)" if rate is not None else "")
+            + (f"; {details['refinements']} refinement cuts" if "refinements" in details else ""),
             highlight=False)
     if output is not None:
         stdout.print(f"plan written to {output}", highlight=False)

@@ -119,3 +119,12 @@ def test_plan_json_output_and_bad_options():
     assert fuseplan("plan", "squeezenet", "--search", "magic").returncode == 2
     assert fuseplan("plan", "squeezenet", "--budget", "0").returncode == 2
     assert_one_line_error(fuseplan("plan", "squeezenet", "--buffer", "0KB"), "must be a positive")
+
+
+def test_refine_lowers_brr_dram_and_needs_an_explainer():
+    common = ("plan", "vgg16", "--scheme", "brr", "--buffer", "128KB", "--search", "rs", "--budget", "300",
+              "--splitter", "oracle", "--json")
+    plain, refined = (json.loads(fuseplan(*common, *extra).stdout) for extra in ((), ("--refine",)))
+    assert refined["search"]["refinements"] > 0 and "refinements" not in plain["search"]
+    assert refined["dram_bytes"] < plain["dram_bytes"]
+    assert_one_line_error(fuseplan("plan", "vgg16", "--refine"), "needs an explainer-driven splitter")

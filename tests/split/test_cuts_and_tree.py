@@ -7,13 +7,14 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuseplan.cost import LBDFCostModel
+from fuseplan.cost import BRRCostModel, LBDFCostModel
 from fuseplan.explain.explainers import Explanation, ExplainerAlgorithm, OracleExplainer
 from fuseplan.graph.ir import CompGraph, OpNode, RowGeometry, Tensor
 from fuseplan.plan import FusionProblem, Plan, random_plan
 from fuseplan.split import TreeSplitter
 from fuseplan.graph.cuts import candidate_cuts, cuts_at_edge
 from fuseplan.split.merge import merge_parts
+from fuseplan.split.refine import pays_for_buffer, refine_parts
 from tests.dags import random_dags
 
 WINDOW = RowGeometry(kernel=3.0, stride=1.0, reach=1.0)
@@ -203,3 +204,50 @@ def test_merge_back_keeps_plans_acyclic_and_parts_fitting(graph, seed, beta):
         assert all(graph.is_connected(p) for p in parts)
         assert all(len(p) == 1 or problem.fits(p) for p in parts)
         assert problem.is_acyclic(plan.replace([group], parts))
+
+
+def test_refine_cuts_a_fitting_part_that_rereads_its_weights():
+    graph = chain(4, 3000)
+    problem = FusionProblem(BRRCostModel(graph, 8000))
+    whole = frozenset(range(4))
+    # It fits, but weights and features do not fit together: three row tiles, weights read three times.
+    assert problem.fits(whole) and pays_for_buffer(problem, whole)
+    blamed = FixedOrder([(1, 2), (0, 1), (2, 3)])
+    parts, cuts = refine_parts(problem, (whole,), lambda part: blamed.explain(problem, part).edges)
+    assert parts == (frozenset({0, 1}), frozenset({2, 3})) and cuts == 1
+    assert not any(pays_for_buffer(problem, p) for p in parts)
+    assert sum(map(problem.cost.dram, parts)) < problem.cost.dram(whole)
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph=random_dags(min_nodes=3), seed=st.integers(0, 2**31), beta=st.integers(2_000, 200_000))
+def test_refine_lowers_dram_keeps_parts_fitting_and_plans_acyclic(graph, seed, beta):
+    for cost in (BRRCostModel(graph, beta), LBDFCostModel(graph, beta)):
+        problem = FusionProblem(cost)
+        plan = random_plan(problem, random.Random(seed), cut_probability=0.2)
+        for group in plan.groups:
+            if not problem.fits(group):
+                continue
+            parts, cuts = refine_parts(problem, (group,), graph.edges_within)
+            assert frozenset().union(*parts) == group and all(problem.fits(p) for p in parts)
+            assert problem.is_acyclic(plan.replace([group], parts))
+            assert sum(map(cost.dram, parts)) <= cost.dram(group)
+            if isinstance(cost, LBDFCostModel):  # LBDF's F_D does not depend on the buffer: nothing to refine
+                assert parts == (group,) and cuts == 0
+
+
+def test_refine_on_vgg16_brr_never_costs_more_and_often_saves(zoo_graphs):
+    problem = FusionProblem(BRRCostModel(zoo_graphs["vgg16"], 128 * 1024))
+    plain, refining = TreeSplitter(OracleExplainer()), TreeSplitter(OracleExplainer(), refine=True)
+    plain.setup(problem, random.Random(0))
+    refining.setup(problem, random.Random(0))
+    rng = random.Random(0)
+    invalid = {g for _ in range(20) for g in random_plan(problem, rng).groups if not problem.fits(g)}
+    saved = 0
+    for group in sorted(invalid, key=sorted):
+        before, after = plain.split(group), refining.split(group)
+        assert all(problem.fits(p) for p in after) and frozenset().union(*after) == group
+        dram_before, dram_after = (sum(map(problem.cost.dram, parts)) for parts in (before, after))
+        assert dram_after <= dram_before
+        saved += dram_after < dram_before
+    assert saved >= len(invalid) // 4 and refining.stats_dict()["refinements"] > 0

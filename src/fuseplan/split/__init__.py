@@ -12,16 +12,19 @@ from fuseplan.split.tree import TreeSplitter
 SPLITTERS = ("random", *EXPLAINERS)
 
 
-def make_splitter(name: str) -> Splitter:
-    """A fresh splitter by name: ``random`` (the paper's baseline) or Algorithm 1 driven by an explainer."""
+def make_splitter(name: str, refine: bool = False) -> Splitter:
+    """A fresh splitter by name: ``random`` (the paper's baseline) or Algorithm 1 driven by an explainer;
+    ``refine`` turns on Algorithm 1's refinement of parts that pay for the buffer in DRAM."""
     name = name.lower()
     if name == "random":
+        if refine:
+            raise FuseplanError("refinement cuts at blamed edges: it needs an explainer-driven splitter, not random")
         return RandomSplitter()
     if name not in SPLITTERS:
         raise FuseplanError(f"unknown splitter {name!r}; choose one of {', '.join(SPLITTERS)}")
     from fuseplan.explain.explainers import make_explainer
 
-    return TreeSplitter(make_explainer(name))
+    return TreeSplitter(make_explainer(name), refine=refine)
 
 
 __all__ = ["RandomSplitter", "SPLITTERS", "SplitStats", "Splitter", "TreeSplitter", "make_splitter"]

@@ -13,7 +13,10 @@ categories:
 
 Results are memoised by group. Beyond the paper, the parts of a finished
 split are then merged back pairwise where a merge fits and lowers DRAM
-(:mod:`fuseplan.split.merge`; ``merge=False`` turns it off).
+(:mod:`fuseplan.split.merge`; ``merge=False`` turns it off), and, with
+``refine=True``, parts that fit but pay for the buffer in DRAM (BRR's
+weight reloads) are cut further where that lowers DRAM
+(:mod:`fuseplan.split.refine`).
 
 When no candidate leads to a complete split (a single operator left that
 cannot fit was excluded before the search, so this means the explanation
@@ -31,6 +34,7 @@ from fuseplan.split.base import Splitter
 from fuseplan.graph.cuts import candidate_cuts
 from fuseplan.split.merge import merge_parts
 from fuseplan.split.random_split import RandomSplitter
+from fuseplan.split.refine import refine_parts
 
 
 # Blamed edges turned into candidate cuts per group. Category 1 picks the
@@ -45,14 +49,19 @@ class TreeSplitter(Splitter):
 
     ``explainer`` is any :class:`~fuseplan.explain.explainers.ExplainerAlgorithm`;
     ``top_k`` explanation edges are turned into candidate cuts per group;
-    ``merge`` joins adjacent parts of the result again where that fits and saves DRAM.
+    ``merge`` joins adjacent parts of the result again where that fits and saves DRAM;
+    ``refine`` cuts parts that fit but move more DRAM than they would with an unlimited
+    buffer, where a cut at a blamed edge lowers DRAM.
     """
 
     def __init__(self, explainer: Any, top_k: int = DEFAULT_TOP_K, max_expansions: int = 24,
-                 merge: bool = True) -> None:
+                 merge: bool = True, refine: bool = False) -> None:
         super().__init__()
         self.merge = merge
         self.merges = 0
+        self.refine = refine
+        self.refinements = 0
+        self._refine_memo: dict[Group, tuple[Group, ...]] = {}
         self.explainer = explainer
         self.name = explainer.name
         self.top_k = top_k
@@ -70,14 +79,15 @@ class TreeSplitter(Splitter):
         self._fallback.setup(problem, rng)
         self.explainer.setup(problem)
         self._tree_memo.clear()
-        self.rectified = self.fallbacks = self.explainer_calls = self.merges = 0
+        self._refine_memo.clear()
+        self.rectified = self.fallbacks = self.explainer_calls = self.merges = self.refinements = 0
         self.trace.clear()
 
     def stats_dict(self) -> dict[str, Any]:
         total = self.rectified + self.fallbacks
         return {**super().stats_dict(), "rectify_rate": round(self.rectified / total, 4) if total else None,
                 "rectified": self.rectified, "fallbacks": self.fallbacks, "explainer_calls": self.explainer_calls,
-                "merges": self.merges}
+                "merges": self.merges, **({"refinements": self.refinements} if self.refine else {})}
 
     def _split(self, group: Group) -> list[Group]:
         self._expansions = 0
@@ -87,9 +97,16 @@ class TreeSplitter(Splitter):
             if self.merge and len(parts) > 2:
                 parts, merges = merge_parts(self._problem(), parts)
                 self.merges += merges
+            if self.refine:
+                parts, cuts = refine_parts(self._problem(), parts, self._blamed_edges, self._refine_memo)
+                self.refinements += cuts
             return list(parts)
         self.fallbacks += 1
         return list(self._fallback.split(group))
+
+    def _blamed_edges(self, group: Group) -> tuple[tuple[int, int], ...]:
+        self.explainer_calls += 1
+        return self.explainer.explain(self._problem(), group).edges[: self.top_k]
 
     def _tree(self, group: Group) -> tuple[Group, ...] | None:
         problem = self._problem()
@@ -100,9 +117,7 @@ class TreeSplitter(Splitter):
         self._expansions += 1
         if len(group) == 1 or self._expansions > self.max_expansions:
             return None  # not memoised when cut short by the bound: another route may finish it
-        self.explainer_calls += 1
-        explanation = self.explainer.explain(problem, group)
-        cuts = candidate_cuts(problem.graph, group, explanation.edges[: self.top_k])
+        cuts = candidate_cuts(problem.graph, group, self._blamed_edges(group))
         category1: list[tuple[int, tuple[Group, ...]]] = []
         category2: list[tuple[int, tuple[Group, ...], tuple[Group, ...]]] = []
         category3: list[tuple[Group, ...]] = []
