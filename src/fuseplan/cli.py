@@ -258,6 +258,8 @@ def why(
     explainer: Annotated[ExplainerName, typer.Option(
         help="Which explainer blames the edges.")] = ExplainerName.rgexplainer,
     top: Annotated[int, typer.Option(min=1, help="Blamed edges to list and highlight.")] = 5,
+    refine: Annotated[bool, typer.Option(
+        help="Also cut parts that fit but re-read their weights per row tile (BRR), as plan --refine does.")] = False,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
     bytes_per_element: BytesPerElementOpt = 1,
@@ -284,7 +286,7 @@ def why(
         raise FuseplanError(f"{graph.nodes[unfuseable[0]].name} does not fit the {format_bytes(buffer_bytes)} buffer "
                             f"even alone ({len(unfuseable)} such operator{'s' if len(unfuseable) > 1 else ''} in the "
                             "group); leave unfuseable operators out or use a larger --buffer")
-    report = explain_group(problem, group, explainer.value, top=top, seed=seed)
+    report = explain_group(problem, group, explainer.value, top=top, seed=seed, refine=refine)
     data = report.to_json()
     if png is not None:
         from fuseplan.report.figures import plot_explanation

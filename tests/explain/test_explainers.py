@@ -86,3 +86,13 @@ def test_why_bad_input():
     assert refused.returncode == 2 and "'random' is not one of" in refused.stderr  # only explainers are offered
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/layer4/layer4.0/conv1/Conv,/layer4/layer4.0/relu/Relu",
                                    "--buffer", "128KB", "--explainer", "oracle"), "does not fit the 128.00 KB buffer even alone")
+
+
+def test_why_refine_cuts_a_part_that_rereads_its_weights():
+    # conv-relu-conv of vgg16 under BRR: Algorithm 1's two fitting parts still tile their conv weights.
+    names = "/features/features.12/Conv,/features/features.13/Relu,/features/features.14/Conv"
+    args = ("why", "vgg16", "--scheme", "brr", "--buffer", "128KB", "--explainer", "oracle", "--nodes", names, "--json")
+    plain, refined = (json.loads(fuseplan(*args, *extra).stdout) for extra in ((), ("--refine",)))
+    dram = [sum(p["dram_bytes"] for p in report["split"]) for report in (plain, refined)]
+    assert len(refined["split"]) > len(plain["split"]) and dram[1] < dram[0]
+    assert all(p["buffer_bytes"] < 128 * 1024 for p in refined["split"])

@@ -39,12 +39,14 @@ class WhyReport:
         }
 
 
-def explain_group(problem: FusionProblem, group: Group, explainer: str, top: int = 5, seed: int = 0) -> WhyReport:
-    """Blame the edges of ``group`` with ``explainer`` and split it as Algorithm 1 would (``top``: edges reported)."""
+def explain_group(problem: FusionProblem, group: Group, explainer: str, top: int = 5, seed: int = 0,
+                  refine: bool = False) -> WhyReport:
+    """Blame the edges of ``group`` with ``explainer`` and split it as Algorithm 1 would (``top``: edges
+    reported; ``refine``: with refinement of parts that pay for the buffer in DRAM)."""
     algorithm = make_explainer(explainer)
     algorithm.setup(problem)
     explanation = algorithm.explain(problem, group)
-    splitter = TreeSplitter(algorithm)  # the same candidate set a search's splitter uses
+    splitter = TreeSplitter(algorithm, refine=refine)  # the same candidate set a search's splitter uses
     splitter.setup(problem, random.Random(seed))
     parts = splitter.split(group)
     return WhyReport(problem, group, explanation, parts, splitter.fallbacks == 0, top)
