@@ -149,7 +149,7 @@ def plan(
         help="How groups that do not fit are split: random (the paper's baseline) or Algorithm 1 driven by an "
              "explainer (GNN-based ones need the gnn extra).")] = SplitterName.random,
     refine: Annotated[bool, typer.Option(
-        help="Algorithm 1 also cuts parts that fit but re-read their weights per row tile (BRR) where a cut "
+        "--refine", help="Algorithm 1 also cuts parts that fit but re-read their weights per row tile (BRR) where a cut "
              "at a blamed edge lowers DRAM; explainer-driven splitters only.")] = False,
     budget: Annotated[int, typer.Option(min=1, help="Partition plans the search may propose.")] = 5000,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same plan.")] = 0,
@@ -259,7 +259,7 @@ def why(
         help="Which explainer blames the edges.")] = ExplainerName.rgexplainer,
     top: Annotated[int, typer.Option(min=1, help="Blamed edges to list and highlight.")] = 5,
     refine: Annotated[bool, typer.Option(
-        help="Also cut parts that fit but re-read their weights per row tile (BRR), as plan --refine does.")] = False,
+        "--refine", help="Also cut parts that fit but re-read their weights per row tile (BRR), as plan --refine does.")] = False,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
     bytes_per_element: BytesPerElementOpt = 1,
