@@ -69,15 +69,15 @@ def splitter_for(name: str, merge: bool = True, top_k: int | None = None, refine
 def run(model: str, scheme: str, kb: int, algorithm: str, budget: int, splitter: str, seed: int,
         merge: bool = True, top_k: int | None = None, refine: bool = False) -> dict:
     problem = FusionProblem(make_cost_model(scheme, load_graph(model), kb * KB))
-    tree = splitter_for(splitter, merge, top_k, refine)
-    result = minimize(problem, make_search(algorithm), tree, budget=budget, seed=seed)
+    repair = splitter_for(splitter, merge, top_k, refine)
+    result = minimize(problem, make_search(algorithm), repair, budget=budget, seed=seed)
     assert problem.check(result.plan) == []
     return {"model": model, "scheme": scheme, "buffer_kb": kb, "search": algorithm, "budget": budget,
             "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
             "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
             "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
             "explainer_calls": result.details.get("explainer_calls"), "merges": result.details.get("merges"),
-            "merge_back": merge, "top_k": getattr(tree, "top_k", None), "refine": refine,
+            "merge_back": merge, "top_k": getattr(repair, "top_k", None), "refine": refine,
             "refinements": result.details.get("refinements")}
 
 

@@ -128,7 +128,6 @@ class SearchName(str, Enum):
 
 
 SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str)
-ExplainerName = Enum("ExplainerName", {name: name for name in EXPLAINERS}, type=str)
 
 
 def _refuse_overwrite(output: Path | None, model: str) -> None:
@@ -255,8 +254,9 @@ def why(
     nodes: Annotated[str, typer.Option(help="The group: ONNX node names, comma-separated.")],
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the group.")] = Scheme.lbdf,
     buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
-    explainer: Annotated[ExplainerName, typer.Option(
-        help="Which explainer blames the edges.")] = ExplainerName.rgexplainer,
+    # A plain string, checked by make_explainer, so a wrong name gets the one-line error rather than a usage box.
+    explainer: Annotated[str, typer.Option(
+        help=f"Which explainer blames the edges: {', '.join(EXPLAINERS)}.")] = "rgexplainer",
     top: Annotated[int, typer.Option(min=1, help="Blamed edges to list and highlight.")] = 5,
     refine: Annotated[bool, typer.Option(
         "--refine", help="Also cut parts that fit but re-read their weights per row tile (BRR), as plan --refine does.")] = False,
@@ -270,6 +270,9 @@ def why(
     from fuseplan.plan import FusionProblem
     from fuseplan.report.why import explain_group
 
+    explainer = explainer.lower()
+    if explainer == "random":
+        raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
     buffer_bytes = parse_size(buffer)
     graph = _load(model, input_shape)
     names = [n.strip() for n in nodes.split(",") if n.strip()]
@@ -286,7 +289,7 @@ def why(
         raise FuseplanError(f"{graph.nodes[unfuseable[0]].name} does not fit the {format_bytes(buffer_bytes)} buffer "
                             f"even alone ({len(unfuseable)} such operator{'s' if len(unfuseable) > 1 else ''} in the "
                             "group); leave unfuseable operators out or use a larger --buffer")
-    report = explain_group(problem, group, explainer.value, top=top, seed=seed, refine=refine)
+    report = explain_group(problem, group, explainer, top=top, seed=seed, refine=refine)
     data = report.to_json()
     if png is not None:
         from fuseplan.report.figures import plot_explanation

@@ -82,8 +82,10 @@ def test_why_bad_input():
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/nope"), "no operator named '/nope'")
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv,/layer1/layer1.0/Add"),
                           "do not form a connected group")
-    refused = fuseplan("why", "resnet18", "--nodes", "/conv1/Conv", "--explainer", "random")
-    assert refused.returncode == 2 and "'random' is not one of" in refused.stderr  # only explainers are offered
+    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv", "--explainer", "random"),
+                          "explains nothing")
+    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv", "--explainer", "shap"),
+                          "unknown explainer 'shap'; choose one of gnnexplainer")
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/layer4/layer4.0/conv1/Conv,/layer4/layer4.0/relu/Relu",
                                    "--buffer", "128KB", "--explainer", "oracle"), "does not fit the 128.00 KB buffer even alone")
 
