@@ -6,12 +6,15 @@ Every user error becomes one ``error: ...`` line on stderr and exit status 2.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import onnx
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -20,7 +23,8 @@ from fuseplan import zoo
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import EXPLAINERS
-from fuseplan.graph import CompGraph, load_graph, parse_input_shape
+from fuseplan.files import check_output_dir, check_outputs, external_data_files, external_data_output, save_onnx
+from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
@@ -130,12 +134,6 @@ class SearchName(str, Enum):
 SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str)
 
 
-def _refuse_overwrite(output: Path | None, model: str) -> None:
-    source = Path(model)
-    if output is not None and source.exists() and output.resolve() == source.resolve():
-        raise FuseplanError(f"refusing to overwrite the input model {model}; choose another output path")
-
-
 @app.command()
 def plan(
     model: ModelArg,
@@ -169,10 +167,17 @@ def plan(
     from fuseplan.split import make_splitter
 
     buffer_bytes = parse_size(buffer)
-    for path in (output, onnx_out):
-        _refuse_overwrite(path, model)
+    source, _ = model_path(model)
+    outputs = [("plan", output), ("annotated model", onnx_out)]
+    check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
     repair = make_splitter(splitter.value, refine=refine)
     graph = _load(model, input_shape)
+    source_model = None
+    if onnx_out is not None:
+        source_model = read_model(source)
+        data_files = external_data_files(source_model, source.parent)
+        data_out = external_data_output(source_model, source.parent, onnx_out)
+        check_outputs([*outputs, ("annotated model's weights", data_out)], [source, *data_files])
     problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
     algorithm = make_search(search.value)
     progress = Progress(
@@ -182,18 +187,19 @@ def plan(
     )
     with progress:
         task = progress.add_task("search", total=budget, best="-")
-        result = minimize(
-            problem, algorithm, repair, budget=budget, seed=seed,
-            on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
-            on_propose=lambda n: progress.update(task, completed=n),
-        )
+        with _searching():
+            result = minimize(
+                problem, algorithm, repair, budget=budget, seed=seed,
+                on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
+                on_propose=lambda n: progress.update(task, completed=n),
+            )
     reference = reference_record(problem, result)
     document = plan_document(problem, result.plan, result.search_record(), reference)
+    if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
+        assert source_model is not None
+        save_onnx(annotate_onnx(source_model, problem, result.plan), onnx_out, source.parent)
     if output is not None:
         write_json(document, output)
-    if onnx_out is not None:
-        source = Path(model) if Path(model).exists() else zoo.path(model)
-        onnx.save(annotate_onnx(read_model(source), problem, result.plan), str(onnx_out))
     if as_json:
         print(json.dumps(document, indent=2))
         return
@@ -274,6 +280,7 @@ def why(
     if explainer == "random":
         raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
     buffer_bytes = parse_size(buffer)
+    check_outputs([("picture", png)], [model_path(model)[0]])
     graph = _load(model, input_shape)
     names = [n.strip() for n in nodes.split(",") if n.strip()]
     if not names:
@@ -354,6 +361,7 @@ def dataset_build(
     from fuseplan.explain.dataset import build_dataset
 
     _refuse_non_empty(output)
+    check_output_dir(output, "dataset directory")
     names = models or zoo.names()
     chosen = [s.value for s in schemes] if schemes else ["lbdf", "brr"]
     # Without --groups, zoo models get the reference paper's counts and other models 1000 groups.
@@ -372,7 +380,16 @@ def dataset_build(
             share = info["valid_share"][model]
             table.add_row(model, str(count), *(f"{100 * share[kb]:.1f}%" for kb in meta["buffers_kb"]))
         stdout.print(table)
+        _warn_short_samples(info["groups_per_model"], meta["groups_requested"], scheme)
     stdout.print(f"dataset written to {output}", highlight=False)
+
+
+def _warn_short_samples(got: dict[str, int], asked: dict[str, int], scheme: str) -> None:
+    """Say when a model has fewer distinct groups than were asked for (small networks run out)."""
+    for model, count in got.items():
+        if count < asked.get(model, 0):
+            stderr.print(f"warning: {model} has only {count} distinct {scheme.upper()} groups of the "
+                         f"{asked[model]} asked for", highlight=False)
 
 
 @figure_app.command("valid-share")
@@ -384,6 +401,7 @@ def figure_valid_share(
     from fuseplan.explain.dataset import load_dataset
     from fuseplan.report.figures import plot_valid_share
 
+    check_outputs([("figure", output)], [dataset / "meta.json"])
     meta_path = dataset / "meta.json"
     schemes = []
     for scheme in ("lbdf", "brr"):
@@ -395,7 +413,7 @@ def figure_valid_share(
                 raise
     if not schemes:
         load_dataset(dataset, "lbdf")  # raises the precise reason
-    meta = json.loads(meta_path.read_text())
+    _, meta = load_dataset(dataset, schemes[0])
     meta["schemes"] = {s: meta["schemes"][s] for s in schemes}
     plot_valid_share(meta, output)
     stdout.print(f"figure written to {output}", highlight=False)
@@ -422,6 +440,7 @@ def classifier_train(
     from fuseplan.explain.dataset import load_dataset
 
     gnn.require_torch()
+    check_outputs([("weights", output)], [dataset / f"{scheme.value}.npz", dataset / "meta.json"])
     data, _ = load_dataset(dataset, scheme.value)
     splits = {}
     if holdout_family is not None:
@@ -469,6 +488,10 @@ def classifier_train_explainers(
     from fuseplan.explain.explainers.rg import save_rg_explainer, train_rg_explainer
     from fuseplan.explain.pg import save_pg_explainer, train_pg_explainer
 
+    check_output_dir(output_dir)
+    inputs = [dataset / f"{scheme.value}.npz", dataset / "meta.json", *([weights] if weights else [])]
+    if output_dir.is_dir():
+        check_outputs([(f"{kind} weights", output_dir / f"{kind}-{scheme.value}.pt") for kind in ("pg", "rg")], inputs)
     model, _ = gnn.load_classifier(scheme.value, weights)
     data, _ = load_dataset(dataset, scheme.value)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -516,6 +539,8 @@ def classifier_evaluate(
     else:
         graphs = {Path(m).stem if m.endswith(".onnx") else m: _load(m, None) for m in models or []}
         data = sample_dataset(graphs, scheme.value, {name: groups for name in graphs}, seed)
+        _warn_short_samples({name: int((data.model == i).sum()) for i, name in enumerate(data.models)},
+                            {name: groups for name in graphs}, scheme.value)
         indices = None
         source = ", ".join(graphs)
     result = gnn.evaluate(model, gnn.SampleBatches(data, indices))
@@ -530,12 +555,105 @@ def classifier_evaluate(
         f"{c['fp']} invalid predicted valid, {c['tn']} invalid predicted invalid", highlight=False)
 
 
-def main() -> None:
-    """Console-script entry point: run the app, turning user errors into one line."""
+class _SignalGuard:
+    """SIGINT and SIGTERM stop a search but never the writing of its result.
+
+    Before the search, a signal aborts the command. During the search the
+    first signal raises ``KeyboardInterrupt``, which :func:`fuseplan.search.minimize`
+    turns into "stop and return the best valid plan so far"; every later
+    signal, and any signal once the search has returned, is only recorded, so
+    the plan, its reference figures and the output files are always completed.
+    """
+
+    def __init__(self) -> None:
+        self.phase = "before"  # "before" -> "search" -> "after"
+        self.received: list[int] = []
+
+    def handle(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+        if self.phase == "before" or (self.phase == "search" and len(self.received) == 1):
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def search(self) -> Iterator[None]:
+        self.phase = "search"
+        try:
+            yield
+        finally:
+            self.phase = "after"
+
+
+_guard: _SignalGuard | None = None
+
+
+@contextmanager
+def _searching() -> Iterator[None]:
+    """Mark the search (see :class:`_SignalGuard`); a no-op when the app runs without :func:`run`."""
+    if _guard is None:
+        yield
+        return
+    with _guard.search():
+        yield
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` and return its exit status; every expected failure is one line.
+
+    The Typer app runs with ``standalone_mode=False``, so instead of printing
+    a usage box and exiting, Typer raises. Everything it raises for bad usage
+    (an unknown option or choice, a missing argument, an extra argument)
+    derives from the public ``typer.TyperException`` (Typer's vendored click
+    exceptions subclass it) and carries ``format_message()`` and
+    ``exit_code``; those two public names are all this relies on, so no
+    private module is imported. An empty message means Typer has already
+    printed the help (a group called without a command). ``--help`` and
+    ``typer.Exit`` come back as a returned exit status.
+    """
+    global _guard
+    args = list(sys.argv[1:] if argv is None else argv)
+    guard = _SignalGuard()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, guard.handle)
+    _guard = guard
     try:
-        app()
+        status = app(args=args, prog_name="fuseplan", standalone_mode=False)
+        if status == 130 and guard.received:  # Typer turns KeyboardInterrupt into exit status 130
+            stderr.print("error: interrupted", highlight=False, markup=False)
+            return 128 + int(guard.received[0])
+        return status if isinstance(status, int) else 0
     except FuseplanError as exc:
-        stderr.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(2)
+        stderr.print(f"error: {_one_line(str(exc))}", highlight=False, markup=False)
+        return 2
+    except typer.TyperException as exc:
+        message = _one_line(exc.format_message())
+        if message:
+            context = getattr(exc, "ctx", None)
+            hint = f" (see `{context.command_path} --help`)" if context is not None else ""
+            stderr.print(f"error: {message}{hint}", highlight=False, markup=False)
+        return 2
+    except typer.Abort:
+        stderr.print("error: aborted", highlight=False, markup=False)
+        return 1
+    except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
+        where = f" ({exc.filename})" if exc.filename else ""
+        stderr.print(f"error: {_one_line(exc.strerror or str(exc))}{where}", highlight=False, markup=False)
+        return 2
     except KeyboardInterrupt:
-        sys.exit(130)
+        signum = guard.received[0] if guard.received else signal.SIGINT
+        stderr.print("error: interrupted", highlight=False, markup=False)
+        return 128 + int(signum)
+    finally:
+        _guard = None
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())

@@ -21,12 +21,14 @@ import numpy as np
 
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
+from fuseplan.files import atomic_directory, atomic_file, check_input, read_input, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
                                        static_features)
 from fuseplan.graph import CompGraph, load_graph
 from fuseplan.plan import FusionProblem, random_plan
 
 FORMAT = "fuseplan-groups"
+MAX_META_BYTES = 16 * 1024**2
 BUFFERS_KB: tuple[int, ...] = (128, 256, 512, 1024, 2048)
 MAX_GROUP = 48  # larger groups never fit any buffer we study; they only slow training
 GROUPS_PER_PLAN = 8  # take a few groups from each random plan, for variety
@@ -123,8 +125,11 @@ class GroupSet:
         return share
 
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, static=self.static, sizes=self.sizes, members=self.members, edges=self.edges,
-                            node_ptr=self.node_ptr, edge_ptr=self.edge_ptr, f_beta=self.f_beta, model=self.model)
+        """Write the arrays to ``path`` (an ``.npz`` file) atomically."""
+        with atomic_file(path) as handle:
+            np.savez_compressed(handle, static=self.static, sizes=self.sizes, members=self.members,
+                                edges=self.edges, node_ptr=self.node_ptr, edge_ptr=self.edge_ptr,
+                                f_beta=self.f_beta, model=self.model)
 
     @classmethod
     def from_groups(cls, scheme: str, graphs: dict[str, CompGraph], groups: Sequence[tuple[str, tuple[int, ...]]],
@@ -171,24 +176,31 @@ def sample_dataset(graphs: dict[str, CompGraph], scheme: str, counts: dict[str, 
 def build_dataset(models: Sequence[str], schemes: Sequence[str], out: Path, seed: int = 0,
                   counts: dict[str, int] | None = None, bytes_per_element: int = 1,
                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Sample, price and store a dataset in ``out``; returns its ``meta.json`` content."""
+    """Sample, price and store a dataset in ``out``; returns its ``meta.json`` content.
+
+    ``out`` must be new or an empty directory; it appears complete or not at
+    all (see :func:`fuseplan.files.atomic_directory`). ``groups_requested``
+    in the metadata records how many groups each model was asked for: a small
+    network may have fewer distinct groups.
+    """
     graphs = {Path(m).stem if m.endswith(".onnx") else m: load_graph(m) for m in models}
     counts = {**SAMPLE_COUNTS, **(counts or {})}
-    out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "format": FORMAT, "feature_version": FEATURE_VERSION, "vocabulary": list(OP_VOCABULARY),
         "seed": seed, "bytes_per_element": bytes_per_element, "buffers_kb": list(BUFFERS_KB),
-        "models": list(graphs), "schemes": {},
+        "models": list(graphs), "groups_requested": {name: counts.get(name, 1000) for name in graphs},
+        "schemes": {},
     }
-    for scheme in schemes:
-        data = sample_dataset(graphs, scheme, counts, seed, bytes_per_element, progress)
-        data.save(out / f"{scheme}.npz")
-        meta["schemes"][scheme] = {
-            "models": data.models, "groups": len(data), "samples": len(data) * len(BUFFERS_KB),
-            "groups_per_model": {m: int(np.sum(data.model == i)) for i, m in enumerate(data.models)},
-            "valid_share": data.valid_share(),
-        }
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    with atomic_directory(out) as staging:
+        for scheme in schemes:
+            data = sample_dataset(graphs, scheme, counts, seed, bytes_per_element, progress)
+            data.save(staging / f"{scheme}.npz")
+            meta["schemes"][scheme] = {
+                "models": data.models, "groups": len(data), "samples": len(data) * len(BUFFERS_KB),
+                "groups_per_model": {m: int(np.sum(data.model == i)) for i, m in enumerate(data.models)},
+                "valid_share": data.valid_share(),
+            }
+        write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
 
 
@@ -198,16 +210,19 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
     if not directory.is_dir() or not meta_path.exists():
         raise FuseplanError(f"{directory}: not a dataset directory (no meta.json); build one with `fuseplan dataset build`")
     try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise FuseplanError(f"{meta_path}: corrupt dataset metadata ({exc})") from None
-    if meta.get("format") != FORMAT:
+        meta = json.loads(read_input(meta_path, "dataset metadata file", MAX_META_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise FuseplanError(f"{meta_path}: corrupt dataset metadata ({type(exc).__name__})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise FuseplanError(f"{directory}: not a fuseplan group dataset")
     if meta.get("feature_version") != FEATURE_VERSION or meta.get("vocabulary") != list(OP_VOCABULARY):
         raise FuseplanError(f"{directory}: built for feature version {meta.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}: rebuild the dataset")
-    if scheme not in meta.get("schemes", {}):
-        raise FuseplanError(f"{directory}: has no {scheme.upper()} data (schemes: {', '.join(meta.get('schemes', {}))})")
+    if not isinstance(meta.get("schemes"), dict) or not all(isinstance(v, dict) for v in meta["schemes"].values()):
+        raise FuseplanError(f"{meta_path}: corrupt dataset metadata (\"schemes\" is not an object of objects)")
+    if scheme not in meta["schemes"]:
+        raise FuseplanError(f"{directory}: has no {scheme.upper()} data (schemes: {', '.join(meta['schemes'])})")
+    check_input(directory / f"{scheme}.npz", "dataset file")
     try:
         with np.load(directory / f"{scheme}.npz") as arrays:
             data = GroupSet(scheme=scheme, models=meta["schemes"][scheme]["models"],

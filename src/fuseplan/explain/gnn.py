@@ -9,9 +9,10 @@ torch-geometric).
 
 from __future__ import annotations
 
+import io
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from fuseplan.errors import FuseplanError
+from fuseplan.files import atomic_file, read_input
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
 from fuseplan.explain.features import FEATURE_VERSION, N_FEATURES, OP_VOCABULARY, buffer_features
 
@@ -262,12 +264,14 @@ def train(data: GroupSet, *, epochs: int = 50, seed: int = 0, batch_size: int = 
 
 # -- weights -------------------------------------------------------------
 WEIGHTS_FORMAT = "fuseplan-validity-gnn"
+MAX_WEIGHTS_BYTES = 256 * 1024**2  # the classifier and explainers are a few hundred KB
 
 
 def save_weights(model, scheme: str, path: Path, extra: dict[str, Any] | None = None) -> None:
     torch = require_torch()
-    torch.save({"format": WEIGHTS_FORMAT, "scheme": scheme, "feature_version": FEATURE_VERSION,
-                "vocabulary": list(OP_VOCABULARY), "state_dict": model.state_dict(), "info": extra or {}}, path)
+    with atomic_file(path) as handle:
+        torch.save({"format": WEIGHTS_FORMAT, "scheme": scheme, "feature_version": FEATURE_VERSION,
+                    "vocabulary": list(OP_VOCABULARY), "state_dict": model.state_dict(), "info": extra or {}}, handle)
 
 
 def shipped_weights(scheme: str) -> Path:
@@ -281,10 +285,9 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights"
     another scheme is a :class:`FuseplanError` naming the file.
     """
     torch = require_torch()
-    if not path.exists():
-        raise FuseplanError(f"{path}: no such {what} file")
+    data = read_input(path, f"{what} file", MAX_WEIGHTS_BYTES)
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file
         raise FuseplanError(f"{path}: not a fuseplan {what} file ({str(exc).splitlines()[0][:120]})") from None
     if not isinstance(blob, dict) or blob.get("format") != file_format:
@@ -305,9 +308,12 @@ def load_classifier(scheme: str, path: Path | None = None):
         raise FuseplanError(f"{path}: weights use feature version {blob.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}")
     model = build_model()
+    state = blob.get("state_dict")
+    if not isinstance(state, Mapping):
+        raise FuseplanError(f"{path}: weights file has no state dict (a mapping of parameter names to tensors)")
     try:
-        model.load_state_dict(blob["state_dict"])
-    except (RuntimeError, KeyError) as exc:
+        model.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError, AttributeError, ValueError) as exc:
         raise FuseplanError(f"{path}: weights do not match the classifier ({str(exc).splitlines()[0][:120]})") from None
     model.eval()
     return model, blob.get("info", {})

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from fuseplan.files import atomic_file
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
 from fuseplan.explain.features import buffer_features
 from fuseplan.explain.gnn import load_tagged, require_torch, split_indices
@@ -84,8 +85,9 @@ def train_pg_explainer(model, data: GroupSet, *, epochs: int = 20, samples: int 
 def save_pg_explainer(explainer, scheme: str, path: Path) -> None:
     torch = require_torch()
     algorithm = explainer.algorithm
-    torch.save({"format": PG_FORMAT, "scheme": scheme, "epochs": algorithm.epochs,
-                "state_dict": algorithm.mlp.state_dict()}, path)
+    with atomic_file(path) as handle:
+        torch.save({"format": PG_FORMAT, "scheme": scheme, "epochs": algorithm.epochs,
+                    "state_dict": algorithm.mlp.state_dict()}, handle)
 
 
 def shipped_pg_weights(scheme: str) -> Path:

@@ -1,7 +1,7 @@
 """Stage 1: ONNX import and the computation-graph IR."""
 
 from fuseplan.graph.ir import CompGraph, OpNode, RowGeometry, Tensor
-from fuseplan.graph.onnx_import import graph_from_model, load_graph, parse_input_shape, read_model
+from fuseplan.graph.onnx_import import graph_from_model, load_graph, model_path, parse_input_shape, read_model
 
-__all__ = ["CompGraph", "OpNode", "RowGeometry", "Tensor", "graph_from_model", "load_graph",
+__all__ = ["CompGraph", "OpNode", "RowGeometry", "Tensor", "graph_from_model", "load_graph", "model_path",
            "parse_input_shape", "read_model"]

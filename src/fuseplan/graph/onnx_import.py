@@ -26,6 +26,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from fuseplan.errors import FuseplanError
+from fuseplan.files import read_input
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, row_geometry
 
@@ -37,14 +38,15 @@ _SOURCE_OPS = frozenset({"Shape", "Size"})  # constant once shapes are static
 
 
 def read_model(path: str | Path) -> onnx.ModelProto:
-    """Load an ONNX file without its external weight data, or fail with one clear line."""
+    """Load an ONNX file without its external weight data, or fail with one clear line.
+
+    Only a regular file of at most :data:`~fuseplan.files.MAX_INPUT_BYTES` is
+    read; external data files are never opened.
+    """
     path = Path(path)
-    if not path.exists():
-        raise FuseplanError(f"{path}: no such file")
-    if path.is_dir():
-        raise FuseplanError(f"{path}: is a directory, not an ONNX file")
+    data = read_input(path, "ONNX file")
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf raises several unrelated types
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise FuseplanError(f"{path}: not a readable ONNX model ({reason})") from None
@@ -400,18 +402,21 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
     )
 
 
-def load_graph(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
-    """Load a model given as an ONNX file path or a zoo model name."""
+def model_path(source: str | Path) -> tuple[Path, str]:
+    """The file behind a model argument (an ONNX path or a zoo name) and the model's name."""
     from fuseplan import zoo
 
     path = Path(source)
     if not path.exists() and str(source) in zoo.names():
-        path = zoo.path(str(source))
-        name = str(source)
-    elif not path.exists() and path.suffix.lower() != ".onnx" and "/" not in str(source):
+        return zoo.path(str(source)), str(source)
+    if not path.exists() and path.suffix.lower() != ".onnx" and "/" not in str(source):
         raise FuseplanError(
             f"{source!r} is neither an existing file nor a zoo model (try `fuseplan zoo`)"
         )
-    else:
-        name = path.stem
+    return path, path.stem
+
+
+def load_graph(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
+    """Load a model given as an ONNX file path or a zoo model name."""
+    path, name = model_path(source)
     return graph_from_model(read_model(path), name=name, input_shapes=input_shapes)

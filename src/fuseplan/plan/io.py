@@ -14,6 +14,7 @@ from typing import Any
 import onnx
 
 from fuseplan.errors import FuseplanError
+from fuseplan.files import read_input, write_text
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 
@@ -52,7 +53,8 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
 
 
 def write_json(document: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    """Write ``document`` to ``path`` atomically (see :mod:`fuseplan.files`)."""
+    write_text(path, json.dumps(document, indent=2) + "\n")
 
 
 @dataclass(frozen=True)
@@ -79,25 +81,40 @@ _REQUIRED = {"format": str, "version": int, "model": str, "scheme": str, "buffer
              "excluded": list}
 
 
+# Plan files list node names; even a model with a million operators stays far below this.
+MAX_PLAN_BYTES = 256 * 1024**2
+
+
 def read_plan_file(path: Path) -> PlanFile:
     """Read and shape-check a plan.json; any problem is one clear :class:`FuseplanError`."""
-    if not path.exists():
-        raise FuseplanError(f"{path}: no such file")
+    data = read_input(path, "plan file", MAX_PLAN_BYTES)
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FuseplanError(f"{path}: not a plan file (invalid JSON: {exc})") from None
+    except RecursionError:  # the standard parser recurses once per nesting level
+        raise FuseplanError(f"{path}: not a plan file (JSON nested too deeply)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise FuseplanError(f"{path}: not a plan file (expected \"format\": \"{FORMAT}\")")
     if document.get("version") != VERSION:
         raise FuseplanError(f"{path}: plan format version {document.get('version')!r} is not supported "
                             f"(this fuseplan reads version {VERSION})")
     for key, kind in _REQUIRED.items():
-        if not isinstance(document.get(key), kind):
-            raise FuseplanError(f"{path}: plan file field {key!r} is missing or not a {kind.__name__}")
-    for group in document["groups"]:
+        value = document.get(key)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise FuseplanError(f"{path}: plan file field {key!r} is missing or not a{'n' if kind is int else ''} "
+                                f"{kind.__name__}")
+    for position, group in enumerate(document["groups"]):
         if not isinstance(group, dict) or not isinstance(group.get("nodes"), list):
             raise FuseplanError(f"{path}: every group needs a \"nodes\" list")
+        if not group["nodes"]:
+            raise FuseplanError(f"{path}: group {position} has an empty \"nodes\" list")
+        if not all(isinstance(name, str) for name in group["nodes"]):
+            raise FuseplanError(f"{path}: group {position} lists a node that is not a name (string)")
+    if not all(isinstance(name, str) for name in document["excluded"]):
+        raise FuseplanError(f"{path}: \"excluded\" lists a node that is not a name (string)")
+    if document["buffer_bytes"] < 1 or document["bytes_per_element"] < 1:
+        raise FuseplanError(f"{path}: \"buffer_bytes\" and \"bytes_per_element\" must be positive")
     return PlanFile(document)
 
 

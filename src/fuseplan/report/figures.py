@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from fuseplan.files import atomic_file
+
 
 def plot_valid_share(meta: dict[str, Any], path: Path) -> None:
     """One panel per scheme, one curve per network: share of valid sampled groups vs buffer size."""
@@ -34,8 +36,18 @@ def plot_valid_share(meta: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    """Save ``fig`` as a PNG atomically; the format is fixed, whatever the file name ends with."""
+    import matplotlib.pyplot as plt
+
+    try:
+        with atomic_file(path) as handle:
+            fig.savefig(handle, dpi=110, format="png")
+    finally:
+        plt.close(fig)
 
 
 def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5, title: str = "") -> None:
@@ -77,5 +89,4 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     ax.set_title(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split")
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)

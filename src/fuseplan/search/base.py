@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuseplan.errors import FuseplanError
 from fuseplan.plan.plan import Plan, PlanCost
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.split.base import Splitter
+from fuseplan.units import format_bytes
 
 
 class BudgetExhausted(Exception):
@@ -126,10 +128,15 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
 
     Same problem, algorithm, splitter, budget and seed give the same plan.
     A ``KeyboardInterrupt`` stops the search and still returns the best valid
-    plan found so far (``interrupted=True``).
+    plan found so far (``interrupted=True``). A problem without a fuseable
+    operator (none fits the buffer alone) is a :class:`FuseplanError`.
     """
     if budget < 1:
         raise ValueError("budget must be at least 1")
+    if not problem.fuseable:
+        raise FuseplanError(
+            f"{problem.graph.name}: no operator fits the {format_bytes(problem.buffer_bytes)} buffer even alone "
+            f"(all {len(problem.excluded)} are unfuseable), so there is nothing to fuse; use a larger buffer")
     rng = random.Random(seed)
     splitter.setup(problem, random.Random(rng.getrandbits(64)))
     ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fuseplan.files import atomic_file
 from fuseplan.explain.explainers.gnn_based import GNNBasedExplainer
 from fuseplan.explain.gnn import load_tagged, require_torch
 
@@ -159,7 +160,8 @@ def train_rg_explainer(model, data, *, epochs: int = 8, samples: int = 1200, see
 
 def save_rg_explainer(policy: RGPolicy, scheme: str, path: Path) -> None:
     torch = require_torch()
-    torch.save({"format": RG_FORMAT, "scheme": scheme, **policy.state_dict()}, path)
+    with atomic_file(path) as handle:
+        torch.save({"format": RG_FORMAT, "scheme": scheme, **policy.state_dict()}, handle)
 
 
 def shipped_rg_weights(scheme: str) -> Path:
