@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal, localcontext
 
 from fuseplan.errors import FuseplanError
 
@@ -25,26 +26,32 @@ _UNITS = {
 
 _SIZE = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*([A-Za-z]*)\s*$")
 
+MAX_SIZE = 1024**4  # 1 TiB: far beyond any on-chip buffer, small enough for exact integer arithmetic everywhere
+
 
 def parse_size(text: str | int) -> int:
-    """Return the number of bytes that ``text`` denotes.
+    """Return the number of bytes that ``text`` denotes, computed exactly (no floating point).
 
     >>> parse_size("128KB"), parse_size("0.5MiB"), parse_size("131072")
     (131072, 524288, 131072)
     """
-    if isinstance(text, int):
-        value, unit = float(text), ""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value, unit = Decimal(text), ""
     else:
         match = _SIZE.match(str(text))
-        if match is None or match.group(2).upper() not in _UNITS:
+        if match is None or match.group(2).upper() not in _UNITS or len(match.group(1)) > 40:
             raise FuseplanError(
                 f"cannot read size {text!r}: expected a number with an optional unit "
                 "(B, KB, KiB, MB, MiB, GB), for example 256KB, 0.5MiB or 131072"
             )
-        value, unit = float(match.group(1)), match.group(2).upper()
-    size = value * _UNITS[unit]
-    if size < 1 or size != int(size):
+        value, unit = Decimal(match.group(1)), match.group(2).upper()
+    with localcontext() as context:
+        context.prec = 100  # exact: the number has at most 40 digits and the unit at most 10
+        size = value * _UNITS[unit]
+    if size < 1 or size != size.to_integral_value():
         raise FuseplanError(f"size {text!r} must be a positive whole number of bytes")
+    if size > MAX_SIZE:
+        raise FuseplanError(f"size {text!r} is more than the largest buffer fuseplan accepts, 1 TiB")
     return int(size)
 
 

@@ -86,6 +86,7 @@ class OpNode:
     weight_names: tuple[str, ...] = ()
     weight_numel: int = 0
     known_op: bool = True
+    onnx_name: str | None = None  # the ONNX node's own name when ``name`` differs from it ("" if unnamed)
 
     @property
     def is_barrier(self) -> bool:

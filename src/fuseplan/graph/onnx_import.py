@@ -105,6 +105,14 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
         tensor_type = value.type.tensor_type
         if value.name in input_shapes:
             shape = input_shapes[value.name]
+            declared = tensor_type.shape.dim if tensor_type.HasField("shape") else None
+            if declared is not None and len(declared) != len(shape):
+                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                                 for d in declared)
+                raise FuseplanError(
+                    f"{label}: input {value.name!r} has {len(declared)} dimensions [{shown}]; "
+                    f"--input-shape gives {len(shape)} ({'x'.join(map(str, shape))})"
+                )
             tensor_type.shape.ClearField("dim")
             for d in shape:
                 tensor_type.shape.dim.add().dim_value = int(d)
@@ -252,12 +260,25 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return result
 
 
+def _name_occurrences(model: onnx.ModelProto) -> dict[str, int]:
+    """For each node (keyed by its first output, unique in ONNX): how many nodes up to it in file order share its name."""
+    seen: dict[str, int] = {}
+    occurrence: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.name:
+            seen[node.name] = seen.get(node.name, 0) + 1
+            if node.output:
+                occurrence[node.output[0]] = seen[node.name]
+    return occurrence
+
+
 def graph_from_model(model: onnx.ModelProto, name: str = "model",
                      input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
     """Build a :class:`CompGraph` from an in-memory ONNX model (which is not modified)."""
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
     model = model_copy
+    occurrence = _name_occurrences(model)
     _fix_input_shapes(model, input_shapes or {}, name)
     model = _infer_shapes(model, name)
     for _ in range(4):  # each round can unlock shape values for the next
@@ -319,13 +340,21 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
             kept.append(node)
             live.update(resolve(x) for x in node.input if x)
     kept.reverse()
+    if not kept:
+        raise FuseplanError(f"{name}: no operator computes on the model's inputs (everything folds to constants "
+                            "or aliases); there is nothing to plan")
 
     tensor_index: dict[str, int] = {}
     tensor_names: list[str] = []
     producers: list[int | None] = []
 
-    def add_tensor(tname: str, producer: int | None, origin: str) -> int:
+    def add_tensor(tname: str, producer: int | None, origin: str, custom: bool = False) -> int:
         shape = shapes.get(tname)
+        if shape is None and custom:
+            raise FuseplanError(
+                f"{name}: the shape of tensor {tname!r} ({origin}) is unknown: ONNX cannot infer the outputs of "
+                "operators outside its standard domains; declare the tensor's shape in the model's value_info"
+            )
         if shape is None:
             raise FuseplanError(
                 f"{name}: the shape of tensor {tname!r} ({origin}) is unknown after shape inference; "
@@ -339,13 +368,17 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
     for tname in model_inputs:
         add_tensor(tname, None, "model input")
 
-    used_names: set[str] = set()
+    used_names: set[str] = {node.name for node in kept if node.name}
+    taken: set[str] = set()
     built: list[dict[str, Any]] = []
     for index, node in enumerate(kept):
         node_name = node.name or f"{node.op_type}_{index}"
-        while node_name in used_names:
-            node_name = f"{node_name}_{index}"
-        used_names.add(node_name)
+        k = occurrence.get(node.output[0], 1) if node.name and node.output else 1
+        if k > 1 or (not node.name and node_name in used_names):
+            node_name = f"{node_name}#{k}"
+        while node_name in taken:  # only if the model itself uses names such as "conv#2"
+            node_name += "#"
+        taken.add(node_name)
         act_in: list[int] = []
         weights: list[str] = []
         weight_shapes: list[tuple[int, ...]] = []
@@ -363,7 +396,8 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
             if tname not in tensor_index:
                 raise FuseplanError(f"{name}: node {node_name!r} reads {tname!r}, which nothing produces")
             act_in.append(tensor_index[tname])
-        outs = [add_tensor(o, index, f"output of {node.op_type} node {node_name!r}")
+        outs = [add_tensor(o, index, f"output of {node.op_type} node {node_name!r}",
+                           custom=node.domain not in ("", "ai.onnx"))
                 for o in node.output if o and o in live]
         pads = None
         if node.op_type == "Pad" and len(node.input) > 1 and node.input[1]:
@@ -379,7 +413,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
                           inputs=tuple(act_in), outputs=tuple(outs), input_geometry=geometry,
                           weight_names=tuple(weights),
                           weight_numel=sum(prod(s) for s in weight_shapes),
-                          known_op=known))
+                          known_op=known, onnx_name=None if node_name == node.name else node.name))
 
     consumers: list[list[int]] = [[] for _ in tensor_names]
     for spec in built:

@@ -49,6 +49,10 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
     }
     if reference is not None:
         document["reference"] = reference
+    renamed = {node.name: {"onnx_name": node.onnx_name, "output": graph.tensors[node.outputs[0]].name}
+               for node in graph.nodes if node.onnx_name is not None}
+    if renamed:  # unnamed nodes and repeated names: how to find each in the model
+        document["renamed"] = renamed
     return document
 
 
