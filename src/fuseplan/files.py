@@ -57,8 +57,7 @@ def check_input(path: str | Path, what: str = "file", limit: int = MAX_INPUT_BYT
     except OSError as exc:
         raise FuseplanError(f"{path}: cannot read the {what} ({exc.strerror})") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = _describe(info.st_mode)
-        raise FuseplanError(f"{path}: is {kind}, not {'an' if what[0] in 'aeiou' else 'a'} {what}")
+        raise FuseplanError(f"{path}: is {_describe(info.st_mode)}, not a regular file (expected the {what})")
     if info.st_size > limit:
         raise FuseplanError(f"{path}: {info.st_size} bytes is more than the {limit} bytes a {what} may have")
     if not os.access(path, os.R_OK):
