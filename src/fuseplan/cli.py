@@ -600,7 +600,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def run(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
     """Run the command line on ``argv`` and return its exit status; every expected failure is one line.
 
     The Typer app runs with ``standalone_mode=False``, so instead of printing
@@ -612,6 +612,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     private module is imported. An empty message means Typer has already
     printed the help (a group called without a command). ``--help`` and
     ``typer.Exit`` come back as a returned exit status.
+
+    With ``restore_signals=False`` (the console script, which exits next),
+    signals that arrive after the command has finished are ignored rather
+    than handed back to Python's default handler, which would turn a late
+    Ctrl-C into a traceback during shutdown.
     """
     global _guard
     args = list(sys.argv[1:] if argv is None else argv)
@@ -650,10 +655,18 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 128 + int(signum)
     finally:
         _guard = None
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        guard.phase = "after"
+        if restore_signals:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def main() -> None:
     """Console-script entry point."""
-    sys.exit(run())
+    status = run(restore_signals=False)
+    if threading.current_thread() is threading.main_thread():
+        # While the interpreter shuts down it resets Python-level handlers to the default action,
+        # which would let a late signal kill a run that has already succeeded; ignored stays ignored.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    sys.exit(status)
