@@ -118,14 +118,18 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
                 tensor_type.shape.dim.add().dim_value = int(d)
             continue
         dims = tensor_type.shape.dim if tensor_type.HasField("shape") else None
-        if dims is None or any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
+        if dims is None or any(not d.HasField("dim_value") for d in dims):
             shown = "?" if dims is None else "x".join(
-                str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims
+                str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
             )
             raise FuseplanError(
                 f"{label}: input {value.name!r} has a dynamic shape [{shown}]; "
                 f"fix it with --input-shape {value.name}=1x3x224x224 (your sizes)"
             )
+        if any(d.dim_value <= 0 for d in dims):
+            shown = "x".join(str(d.dim_value) for d in dims)
+            raise FuseplanError(f"{label}: input {value.name!r} has the shape [{shown}]; every dimension must be "
+                                "positive (fix it with --input-shape)")
 
 
 def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
@@ -202,6 +206,28 @@ def _needs_folding(model: onnx.ModelProto) -> bool:
     return any(shapes.get(o) is None for node in model.graph.node for o in node.output if o)
 
 
+def _folds_too_large(node: onnx.NodeProto, values: Mapping[str, Any]) -> bool:
+    """Whether evaluating ``node`` would build a large array (hostile or unusual models): never try."""
+    import numpy as np
+
+    def ints(i: int) -> list[int]:
+        return [int(v) for v in np.asarray(values[node.input[i]]).reshape(-1)]
+
+    try:
+        if node.op_type == "ConstantOfShape":
+            return prod(max(d, 0) for d in ints(0)) > _FOLD_LIMIT
+        if node.op_type == "Expand":
+            return prod(max(d, 0) for d in ints(1)) * max(1, np.asarray(values[node.input[0]]).size) > _FOLD_LIMIT
+        if node.op_type == "Tile":
+            return prod(max(r, 0) for r in ints(1)) * np.asarray(values[node.input[0]]).size > _FOLD_LIMIT
+        if node.op_type == "Range":
+            start, limit, delta = (float(np.asarray(values[x]).reshape(-1)[0]) for x in node.input[:3])
+            return delta == 0 or abs((limit - start) / delta) > _FOLD_LIMIT
+    except (IndexError, KeyError, ValueError, TypeError, OverflowError):
+        return True
+    return False
+
+
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Evaluate small constant subgraphs (shape arithmetic) and store them as initializers.
 
@@ -235,6 +261,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             folded.append(node)
             continue
         if node.op_type != "Constant" and not (feeds and all(x in values for x in feeds)):
+            continue
+        if _folds_too_large(node, values):
             continue
         try:
             results = ReferenceEvaluator(node, opsets=opset).run(None, {x: values[x] for x in feeds})
@@ -357,8 +385,9 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
             )
         if shape is None:
             raise FuseplanError(
-                f"{name}: the shape of tensor {tname!r} ({origin}) is unknown after shape inference; "
-                "fix the model's input shapes with --input-shape NAME=1x3x224x224"
+                f"{name}: the shape of tensor {tname!r} ({origin}) is unknown after shape inference; the node's "
+                "attributes may not fit its inputs (a kernel larger than its input, a zero stride, a missing or "
+                "mistyped attribute), or a shape depends on values only known at run time"
             )
         tensor_index[tname] = len(tensor_names)
         tensor_names.append(tname)
