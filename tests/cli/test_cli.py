@@ -1,7 +1,14 @@
-"""The command line, run as a user runs it: a separate process, exit codes, stderr."""
+"""The command line as a user runs it: exit codes, stdout and stderr.
+
+Commands run in this process through the console script's entry point
+(:func:`fuseplan.cli.run`); the tests that are about the installed script
+itself start a real process.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -10,14 +17,25 @@ from pathlib import Path
 import onnx
 import pytest
 
+from fuseplan.cli import run
 from tests.builders import legacy_style, with_unknown_op
+from tests.cli.inprocess import Outcome
 
 
-def fuseplan(*args: str) -> subprocess.CompletedProcess[str]:
+def fuseplan(*args: str) -> Outcome:
+    """Run ``fuseplan args...`` in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run([str(a) for a in args])
+    return Outcome(code, out.getvalue(), err.getvalue())
+
+
+def console_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m fuseplan args...`` in a new process, as the installed script runs."""
     return subprocess.run([sys.executable, "-m", "fuseplan", *args], capture_output=True, text=True, timeout=120)
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str], pattern: str) -> None:
+def assert_one_line_error(result: Outcome | subprocess.CompletedProcess[str], pattern: str) -> None:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -26,11 +44,16 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], pattern: str
 
 
 def test_help_lists_commands():
-    result = fuseplan("--help")
+    result = console_script("--help")
     assert result.returncode == 0
     assert "inspect" in result.stdout and "zoo" in result.stdout
     for command in ("inspect", "zoo"):
         assert fuseplan(command, "--help").returncode == 0
+
+
+def test_console_script_errors_are_one_line():
+    assert_one_line_error(console_script("inspect", "no_such_model"), "neither an existing file nor a zoo model")
+    assert_one_line_error(console_script("plan", "resnet18", "--scheme", "foo"), "Invalid value for '--scheme'")
 
 
 def test_zoo_json():
