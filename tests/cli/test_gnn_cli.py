@@ -9,6 +9,7 @@ import pytest
 from tests.cli.test_cli import assert_one_line_error, fuseplan
 
 pytest.importorskip("torch_geometric")
+pytestmark = pytest.mark.slow  # trains classifiers: the full suite only
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,12 @@ def _invalid_group(problem: FusionProblem, size: int = 14) -> frozenset[int]:
     raise AssertionError("no invalid group found")
 
 
-@pytest.mark.parametrize("name", EXPLAINERS)
+def _slow_gnnexplainer(names):
+    """GNNExplainer optimises a mask per group: its cases run in the full suite only."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n == "gnnexplainer" else n for n in names]
+
+
+@pytest.mark.parametrize("name", _slow_gnnexplainer(EXPLAINERS))
 def test_each_explainer_ranks_every_edge_deterministically(zoo_graphs, name):
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["efficientnet_b0"], 128 * 1024))
     group = _invalid_group(problem)
@@ -39,7 +44,7 @@ def test_each_explainer_ranks_every_edge_deterministically(zoo_graphs, name):
     assert explainer.explain(problem, group) == first
 
 
-@pytest.mark.parametrize("splitter", SPLITTERS)
+@pytest.mark.parametrize("splitter", _slow_gnnexplainer(SPLITTERS))
 @pytest.mark.parametrize("search", ["rs", "ls", "nsga2"])
 def test_every_splitter_in_every_search(zoo_graphs, splitter, search):
     # The cheap splitters run on the whole zoo; the GNN-driven ones on one network per family shape

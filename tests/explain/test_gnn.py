@@ -24,6 +24,7 @@ def trained(tmp_path_factory):
     return data, model, report, weights
 
 
+@pytest.mark.slow
 def test_small_pipeline_learns(trained):
     data, _, report, _ = trained
     assert report.train_samples == int(0.8 * len(data)) * 5
@@ -34,12 +35,14 @@ def test_small_pipeline_learns(trained):
     assert report.history[-1]["loss"] < report.history[0]["loss"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_training(trained):
     data, _, report, _ = trained
     _, again = gnn.train(data, epochs=8, seed=0, batch_size=64)
     assert again.history == report.history and again.test == report.test
 
 
+@pytest.mark.slow
 def test_weights_round_trip_and_errors(trained, tmp_path):
     data, model, report, weights = trained
     loaded, _ = gnn.load_classifier("lbdf", weights)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +44,7 @@ def test_interval_membership_of_cut_plans(graph, seed):
     assert is_interval_plan(problem, Plan.from_groups(cut_order(problem, order, cuts)), order)
 
 
+@pytest.mark.slow
 def test_dp_is_fast_and_valid_on_the_zoo(zoo_graphs):
     for name, graph in zoo_graphs.items():
         for scheme in ("lbdf", "brr"):

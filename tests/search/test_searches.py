@@ -14,8 +14,11 @@ from tests.conftest import BUFFERS_KB, ZOO
 STOCHASTIC = ("rs", "ls", "nsga2", "auto")
 
 
+LARGEST = ("resnet101", "resnet152", "efficientnet_b0", "efficientnet_b3")  # the full suite only
+
+
 @pytest.mark.parametrize("scheme", ["lbdf", "brr"])
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGEST else n for n in ZOO])
 def test_every_algorithm_returns_a_valid_plan(zoo_graphs, name, scheme):
     graph = zoo_graphs[name]
     for kb in BUFFERS_KB:
@@ -39,7 +42,8 @@ def test_same_seed_same_plan(zoo_graphs, algorithm):
     assert runs[0].history != runs[2].history or algorithm == "auto"
 
 
-@pytest.mark.parametrize("name", ["efficientnet_b0", "resnet50", "deeplabv3_mobilenet_v3_large", "squeezenet"])
+@pytest.mark.parametrize("name", [pytest.param("efficientnet_b0", marks=pytest.mark.slow), "resnet50",
+                                  pytest.param("deeplabv3_mobilenet_v3_large", marks=pytest.mark.slow), "squeezenet"])
 def test_no_search_beats_the_dp_inside_its_plan_space(zoo_graphs, name):
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs[name], 256 * 1024))
     orders = candidate_orders(problem)

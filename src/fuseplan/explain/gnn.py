@@ -285,6 +285,8 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights"
     another scheme is a :class:`FuseplanError` naming the file.
     """
     torch = require_torch()
+    if not path.exists():
+        raise FuseplanError(f"{path}: no such {what} file")
     data = read_input(path, f"{what} file", MAX_WEIGHTS_BYTES)
     try:
         blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
