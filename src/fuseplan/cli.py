@@ -404,16 +404,16 @@ def figure_valid_share(
     check_outputs([("figure", output)], [dataset / "meta.json"])
     meta_path = dataset / "meta.json"
     schemes = []
+    meta: dict = {}
     for scheme in ("lbdf", "brr"):
         try:
-            load_dataset(dataset, scheme)
+            _, meta = load_dataset(dataset, scheme)
             schemes.append(scheme)
         except FuseplanError:
             if not meta_path.exists():
                 raise
     if not schemes:
         load_dataset(dataset, "lbdf")  # raises the precise reason
-    _, meta = load_dataset(dataset, schemes[0])
     meta["schemes"] = {s: meta["schemes"][s] for s in schemes}
     plot_valid_share(meta, output)
     stdout.print(f"figure written to {output}", highlight=False)
