@@ -164,12 +164,16 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _default_mode() -> int:
-    # mkstemp creates files readable by the owner only; outputs get the usual mode (0666 less the umask).
+def _umask() -> int:
     # os.umask can only be read by setting it, so it is set back at once.
     mask = os.umask(0o022)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+def _default_mode(directory: bool = False) -> int:
+    # mkstemp and mkdtemp create entries for the owner only; outputs get the usual mode (0666 or 0777 less the umask).
+    return (0o777 if directory else 0o666) & ~_umask()
 
 
 @contextmanager
@@ -317,7 +321,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         for child in staging.iterdir():
             with open(child, "rb+") as handle:
                 os.fsync(handle.fileno())
-        os.chmod(staging, 0o777 & ~(0o666 ^ _default_mode()))
+        os.chmod(staging, _default_mode(directory=True))
         os.replace(staging, path)  # rename(2) may replace an empty directory
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
