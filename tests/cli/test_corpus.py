@@ -143,6 +143,14 @@ def _constant_of_huge_shape() -> onnx.ModelProto:
     return _model(nodes, [_value("x", [1, 1])], [_value("y", None)], [shape])
 
 
+def _constant_blown_up(op: str, second: np.ndarray) -> onnx.ModelProto:
+    """A one-element constant tiled or expanded to about 2**28 elements before it meets the activations."""
+    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    nodes = [helper.make_node(op, ["one", "s"], ["c"], name="blow_up"),
+             helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    return _model(nodes, [_value("x", [1, 1])], [_value("y", None)], [one, numpy_helper.from_array(second, "s")])
+
+
 def _pool_without_kernel() -> onnx.ModelProto:
     return _model([helper.make_node("MaxPool", ["x"], ["y"], name="pool")], [_value("x", [1, 4, 8, 8])],
                   [_value("y", None)])
@@ -185,6 +193,8 @@ HOSTILE: dict[str, Callable[[], onnx.ModelProto]] = {
     "huge reshape": _huge_reshape,
     "huge constant-of-shape": _constant_of_huge_shape,
     "subgraph operator": _subgraph_if,
+    "constant expanded to 2**28 elements": lambda: _constant_blown_up("Expand", np.array([2**14, 2**14], np.int64)),
+    "constant tiled to 2**28 elements": lambda: _constant_blown_up("Tile", np.array([2**28], np.int64)),
     "future opset": lambda: _model(_relu_chain().graph.node, [_value("x", [1, 4, 8, 8])],
                                    [_value("t2", [1, 4, 8, 8])], opset=99),
     "no inputs": lambda: _model([helper.make_node("Constant", [], ["y"], name="c",

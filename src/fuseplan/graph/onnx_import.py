@@ -191,8 +191,11 @@ def _constant_value(name: str, initializers: Mapping[str, onnx.TensorProto],
 
 
 def _infer_shapes(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    # Data propagation computes constant tensors element by element; a model that tiles or expands a
+    # constant into a large array would take minutes, so such models are inferred without it.
+    data_prop = not _builds_large_constants(model)
     try:
-        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FuseplanError(f"{name}: ONNX shape inference failed: {first}") from None
@@ -206,7 +209,37 @@ def _needs_folding(model: onnx.ModelProto) -> bool:
     return any(shapes.get(o) is None for node in model.graph.node for o in node.output if o)
 
 
-def _folds_too_large(node: onnx.NodeProto, values: Mapping[str, Any]) -> bool:
+_PROPAGATION_LIMIT = 1 << 20  # elements of a constant that shape inference's data propagation may build
+
+
+def _builds_large_constants(model: onnx.ModelProto) -> bool:
+    """Whether some node turns constants only into a constant of more than ``_PROPAGATION_LIMIT`` elements."""
+    import numpy as np
+
+    values: dict[str, Any] = {}  # small integer constants: shapes, repeats, range bounds
+    sizes: dict[str, int] = {}  # element counts of every constant
+    tensors = [(init.name, init) for init in model.graph.initializer]
+    tensors += [(node.output[0], attr.t) for node in model.graph.node if node.op_type == "Constant" and node.output
+                for attr in node.attribute if attr.name == "value"]
+    for name, tensor in tensors:
+        sizes[name] = prod(tensor.dims)
+        if sizes[name] <= 16 and tensor.data_type == onnx.TensorProto.INT64 and tensor.data_location == 0:
+            try:
+                values[name] = numpy_helper.to_array(tensor)
+            except Exception:  # a malformed payload: not a value
+                pass
+    for node in model.graph.node:
+        inputs = [x for x in node.input if x]
+        if node.op_type not in ("ConstantOfShape", "Expand", "Tile", "Range") or not all(x in sizes for x in inputs):
+            continue
+        # The data input counts by its size alone (a broadcast view allocates nothing).
+        known = {**values, **{x: np.broadcast_to(np.zeros(1), (sizes[x],)) for x in inputs[:1] if x not in values}}
+        if all(x in known for x in inputs) and _folds_too_large(node, known, _PROPAGATION_LIMIT):
+            return True
+    return False
+
+
+def _folds_too_large(node: onnx.NodeProto, values: Mapping[str, Any], limit: int = _FOLD_LIMIT) -> bool:
     """Whether evaluating ``node`` would build a large array (hostile or unusual models): never try."""
     import numpy as np
 
@@ -215,14 +248,14 @@ def _folds_too_large(node: onnx.NodeProto, values: Mapping[str, Any]) -> bool:
 
     try:
         if node.op_type == "ConstantOfShape":
-            return prod(max(d, 0) for d in ints(0)) > _FOLD_LIMIT
+            return prod(max(d, 0) for d in ints(0)) > limit
         if node.op_type == "Expand":
-            return prod(max(d, 0) for d in ints(1)) * max(1, np.asarray(values[node.input[0]]).size) > _FOLD_LIMIT
+            return prod(max(d, 0) for d in ints(1)) * max(1, np.asarray(values[node.input[0]]).size) > limit
         if node.op_type == "Tile":
-            return prod(max(r, 0) for r in ints(1)) * np.asarray(values[node.input[0]]).size > _FOLD_LIMIT
+            return prod(max(r, 0) for r in ints(1)) * np.asarray(values[node.input[0]]).size > limit
         if node.op_type == "Range":
-            start, limit, delta = (float(np.asarray(values[x]).reshape(-1)[0]) for x in node.input[:3])
-            return delta == 0 or abs((limit - start) / delta) > _FOLD_LIMIT
+            start, stop, delta = (float(np.asarray(values[x]).reshape(-1)[0]) for x in node.input[:3])
+            return delta == 0 or abs((stop - start) / delta) > limit
     except (IndexError, KeyError, ValueError, TypeError, OverflowError):
         return True
     return False
