@@ -606,10 +606,10 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
     The Typer app runs with ``standalone_mode=False``, so instead of printing
     a usage box and exiting, Typer raises. Everything it raises for bad usage
     (an unknown option or choice, a missing argument, an extra argument)
-    derives from the public ``typer.TyperException`` (Typer's vendored click
-    exceptions subclass it) and carries ``format_message()`` and
-    ``exit_code``; those two public names are all this relies on, so no
-    private module is imported. An empty message means Typer has already
+    derives from the public ``typer.TyperException`` (since Typer 0.26, which
+    vendors click, click's exceptions subclass it; pyproject.toml requires
+    it) and carries ``format_message()``; that class and method are all this
+    relies on, so no private module is imported. An empty message means Typer has already
     printed the help (a group called without a command). ``--help`` and
     ``typer.Exit`` come back as a returned exit status.
 
