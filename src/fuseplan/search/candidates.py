@@ -1,0 +1,162 @@
+"""Every group that can appear in a valid plan: connected, convex and fitting the buffer.
+
+A plan is valid iff its groups are connected, fit the buffer and the graph
+of groups is acyclic; a group that is not convex (a path leaves it and comes
+back) always closes a cycle, so candidates are the connected convex fitting
+sets of fuseable operators.
+
+**Enumeration.** Sets are grown one operator at a time from a seed ``m``,
+adding only neighbours labelled above ``m``, so each set is reached from its
+smallest member. Every connected convex set ``S`` with smallest member ``m``
+is reached through connected convex sets: if ``|S| > 1``, some member other
+than ``m`` can be removed keeping ``S`` connected and convex. Proof: take a
+leaf block of the block-cut tree of ``S`` (the whole of ``S`` if it has no
+cut vertex). The data-flow edges inside the block have a source and a sink,
+which are different vertices, and at most one of them is the block's cut
+vertex; the other has all its neighbours in ``S`` inside the block, so it has
+no predecessor (or no successor) in ``S`` at all. Removing an operator with
+no predecessor or no successor in ``S`` keeps ``S`` convex (a path leaving
+and re-entering ``S`` minus it would either be such a path for ``S`` or give
+it a neighbour in ``S`` on the wrong side), and removing a non-cut vertex
+keeps it connected. With two or more leaf blocks there are two such
+operators, so one differs from ``m``; with one block, its source and sink
+differ, and only one can be ``m``.
+
+**Pruning.** ``F_beta`` can fall when a producer joins a group, so a set
+that does not fit is still grown; only :meth:`CostModel.buffer_floor`, which
+never decreases as a set grows, prunes. Sets are bitmasks (Python ints over
+operator labels); convexity is ``descendants & ancestors ⊆ set``, kept
+incrementally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuseplan.plan.problem import FusionProblem
+
+
+class TooManyCandidates(Exception):
+    """Raised when enumeration passes its limit on sets visited."""
+
+
+def bits(mask: int) -> list[int]:
+    """The set bits of ``mask``, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+@dataclass(frozen=True)
+class Reachability:
+    """Strict descendants and ancestors of every operator, as bitmasks over operator labels."""
+
+    descendants: tuple[int, ...]
+    ancestors: tuple[int, ...]
+
+    @classmethod
+    def of(cls, problem: FusionProblem) -> Reachability:
+        graph = problem.graph
+        n = len(graph)
+        desc = [0] * n
+        for v in range(n - 1, -1, -1):  # labels are a topological order
+            mask = 0
+            for s in graph.successors[v]:
+                mask |= desc[s] | (1 << s)
+            desc[v] = mask
+        anc = [0] * n
+        for v in range(n):
+            mask = 0
+            for p in graph.predecessors[v]:
+                mask |= anc[p] | (1 << p)
+            anc[v] = mask
+        return cls(tuple(desc), tuple(anc))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The candidate groups of a problem, as bitmasks, with their prices."""
+
+    masks: tuple[int, ...]
+    dram: tuple[int, ...]
+    by_min: dict[int, tuple[int, ...]]  # smallest member -> candidate positions
+    sets_visited: int
+
+    def __len__(self) -> int:
+        return len(self.masks)
+
+
+def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) -> Candidates:
+    """All connected convex fuseable groups that fit the buffer (see the module docstring).
+
+    Raises :class:`TooManyCandidates` once more than ``max_sets`` sets have
+    been visited (fitting or not).
+    """
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    reach = Reachability.of(problem)
+    desc, anc = reach.descendants, reach.ancestors
+    fuseable_mask = 0
+    for v in problem.fuseable:
+        fuseable_mask |= 1 << v
+    neighbour_mask = [0] * len(graph)
+    for v in problem.fuseable:
+        for u in graph.neighbours[v]:
+            neighbour_mask[v] |= 1 << u
+        neighbour_mask[v] &= fuseable_mask
+    # The buffer floor, kept incrementally: touched tensors as a bitmask, operator terms summed or maxed.
+    b = cost.bytes_per_element
+    terms = cost.floor_terms()
+    by_max = cost.floor_combine == "max"
+    row_numel = cost.tables.tensor_row_numel
+    tensor_mask = [0] * len(graph)
+    for v in problem.fuseable:
+        for t in (*(t for t, _k, _s, _r in cost.tables.node_inputs[v]), *cost.tables.node_outputs[v]):
+            tensor_mask[v] |= 1 << t
+    evaluate = cost.evaluate
+
+    masks: list[int] = []
+    drams: list[int] = []
+    by_min: dict[int, tuple[int, ...]] = {}
+    visited = 0
+    for m in sorted(problem.fuseable):
+        above = fuseable_mask & ~((1 << (m + 1)) - 1)
+        start = 1 << m
+        seen = {start}
+        stack = [(start, desc[m], anc[m], neighbour_mask[m] & above, tensor_mask[m],
+                  terms[m], sum(row_numel[t] for t in bits(tensor_mask[m])))]
+        mine: list[int] = []
+        while stack:
+            mask, d, a, frontier, touched, own, rows = stack.pop()
+            visited += 1
+            if max_sets is not None and visited > max_sets:
+                raise TooManyCandidates(f"more than {max_sets} connected convex sets under the buffer floor")
+            members = frozenset(bits(mask))
+            buffer, dram = evaluate(members)
+            if buffer < beta:
+                mine.append(len(masks))
+                masks.append(mask)
+                drams.append(dram)
+            rest = frontier
+            while rest:
+                low = rest & -rest
+                rest ^= low
+                grown = mask | low
+                if grown in seen:
+                    continue
+                seen.add(grown)
+                u = low.bit_length() - 1
+                gd, ga = d | desc[u], a | anc[u]
+                if gd & ga & ~grown:
+                    continue  # not convex: a path leaves the set and comes back
+                grown_own = max(own, terms[u]) if by_max else own + terms[u]
+                grown_rows = rows + sum(row_numel[t] for t in bits(tensor_mask[u] & ~touched))
+                if b * (grown_own + grown_rows) >= beta:
+                    continue
+                stack.append((grown, gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
+                              touched | tensor_mask[u], grown_own, grown_rows))
+        by_min[m] = tuple(mine)
+    return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min, sets_visited=visited)
