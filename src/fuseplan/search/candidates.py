@@ -24,20 +24,21 @@ differ, and only one can be ``m``.
 
 **Pruning.** ``F_beta`` can fall when a producer joins a group, so a set
 that does not fit is still grown; only :meth:`CostModel.buffer_floor`, which
-never decreases as a set grows, prunes. Sets are bitmasks (Python ints over
+never decreases as a set grows, prunes. Sets are visited smallest first
+from each seed; a limit on sets visited is shared out evenly over the seeds,
+and a seed that needs less leaves the rest to the seeds after it. A seed cut
+short by the limit makes the enumeration incomplete: the candidates still
+build valid plans, but the optimum over them proves nothing. Sets are bitmasks (Python ints over
 operator labels); convexity is ``descendants & ancestors ⊆ set``, kept
 incrementally.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from fuseplan.plan.problem import FusionProblem
-
-
-class TooManyCandidates(Exception):
-    """Raised when enumeration passes its limit on sets visited."""
 
 
 def bits(mask: int) -> list[int]:
@@ -84,6 +85,7 @@ class Candidates:
     dram: tuple[int, ...]
     by_min: dict[int, tuple[int, ...]]  # smallest member -> candidate positions
     sets_visited: int
+    complete: bool = True  # False when a per-seed limit cut the enumeration short
 
     def __len__(self) -> int:
         return len(self.masks)
@@ -92,8 +94,8 @@ class Candidates:
 def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) -> Candidates:
     """All connected convex fuseable groups that fit the buffer (see the module docstring).
 
-    Raises :class:`TooManyCandidates` once more than ``max_sets`` sets have
-    been visited (fitting or not).
+    At most about ``max_sets`` sets (fitting or not) are visited; if that cuts
+    any seed short, the result has ``complete=False``.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -116,30 +118,27 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
     for v in problem.fuseable:
         for t in (*(t for t, _k, _s, _r in cost.tables.node_inputs[v]), *cost.tables.node_outputs[v]):
             tensor_mask[v] |= 1 << t
-    evaluate = cost.evaluate
+    price = cost.price  # uncached: most visited sets are never priced again
 
-    masks: list[int] = []
-    drams: list[int] = []
-    by_min: dict[int, tuple[int, ...]] = {}
-    visited = 0
-    for m in sorted(problem.fuseable):
+    def grow(m: int, allowance: float) -> tuple[list[tuple[int, int]], int, bool]:
+        """Fitting sets with smallest member ``m``, smallest first: ``(sets and DRAM, visited, cut short)``."""
         above = fuseable_mask & ~((1 << (m + 1)) - 1)
         start = 1 << m
         seen = {start}
-        stack = [(start, desc[m], anc[m], neighbour_mask[m] & above, tensor_mask[m],
-                  terms[m], sum(row_numel[t] for t in bits(tensor_mask[m])))]
-        mine: list[int] = []
-        while stack:
-            mask, d, a, frontier, touched, own, rows = stack.pop()
-            visited += 1
-            if max_sets is not None and visited > max_sets:
-                raise TooManyCandidates(f"more than {max_sets} connected convex sets under the buffer floor")
-            members = frozenset(bits(mask))
-            buffer, dram = evaluate(members)
+        queue = deque([(start, desc[m], anc[m], neighbour_mask[m] & above, tensor_mask[m],
+                        terms[m], sum(row_numel[t] for t in bits(tensor_mask[m])))])
+        found: list[tuple[int, int]] = []
+        visits = 0
+        cut = False
+        while queue:
+            mask, d, a, frontier, touched, own, rows = queue.popleft()
+            visits += 1
+            buffer, dram = price(frozenset(bits(mask)))
             if buffer < beta:
-                mine.append(len(masks))
-                masks.append(mask)
-                drams.append(dram)
+                found.append((mask, dram))
+            if visits + len(queue) >= allowance:
+                cut = cut or bool(frontier)
+                continue
             rest = frontier
             while rest:
                 low = rest & -rest
@@ -156,7 +155,44 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
                 grown_rows = rows + sum(row_numel[t] for t in bits(tensor_mask[u] & ~touched))
                 if b * (grown_own + grown_rows) >= beta:
                     continue
-                stack.append((grown, gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
+                queue.append((grown, gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
                               touched | tensor_mask[u], grown_own, grown_rows))
-        by_min[m] = tuple(mine)
-    return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min, sets_visited=visited)
+        return found, visits, cut
+
+    # First pass: an even share per seed, unused allowance carried forward. Second pass: seeds cut
+    # short start again with what the first pass left over, shared out the same way.
+    seeds = sorted(problem.fuseable)
+    limit = float("inf") if max_sets is None else float(max_sets)
+    per_seed: dict[int, list[tuple[int, int]]] = {}
+    visited = 0
+    cut_seeds: list[int] = []
+    for position, m in enumerate(seeds):
+        allowance = max(1.0, (position + 1) * limit / len(seeds) - visited)
+        per_seed[m], visits, cut = grow(m, allowance)
+        visited += visits
+        if cut:
+            cut_seeds.append(m)
+    spare = limit - visited
+    complete = not cut_seeds
+    if cut_seeds and spare > len(cut_seeds):
+        complete = True
+        used = 0
+        for position, m in enumerate(cut_seeds):
+            allowance = max(1.0, (position + 1) * spare / len(cut_seeds) - used)
+            found, visits, cut = grow(m, allowance)
+            used += visits
+            if len(found) > len(per_seed[m]):
+                per_seed[m] = found
+            complete = complete and not cut
+        visited += used
+
+    masks: list[int] = []
+    drams: list[int] = []
+    by_min: dict[int, tuple[int, ...]] = {}
+    for m in seeds:
+        by_min[m] = tuple(range(len(masks), len(masks) + len(per_seed[m])))
+        for mask, dram in per_seed[m]:
+            masks.append(mask)
+            drams.append(dram)
+    return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min, sets_visited=visited,
+                      complete=complete)

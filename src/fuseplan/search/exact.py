@@ -52,7 +52,7 @@ from typing import Any
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
-from fuseplan.search.candidates import Candidates, TooManyCandidates, bits, enumerate_candidates
+from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
 
 #: Limits that keep ``exact`` (and ``auto``) from running for minutes; all are deterministic.
 MAX_SETS = 400_000  # connected convex sets the enumeration may visit
@@ -108,35 +108,47 @@ def _charges(problem: FusionProblem, candidates: Candidates) -> list[int]:
 def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES) -> ExactOutcome:
     """A* over downsets (see the module docstring); stops after ``max_states`` settled states."""
     start_time = time.perf_counter()
-    n = len(problem.graph)
+    graph = problem.graph
+    n = len(graph)
     full = (1 << n) - 1
     pred = _predecessor_masks(problem)
     outside = _outside_predecessors(candidates, pred)
     charge = _charges(problem, candidates)
-    excluded = frozenset(problem.excluded)
+    excluded_mask = 0
+    for v in problem.excluded:
+        excluded_mask |= 1 << v
+    successors = graph.successors
     masks, drams, by_min = candidates.masks, candidates.dram, candidates.by_min
     for v in problem.fuseable:
         if not by_min.get(v):  # cannot happen: a fuseable operator fits alone
             return ExactOutcome(None, None, 0, False, "downset", {"states": 0})
 
-    def close(state: int) -> int:
-        """Add every unfuseable operator whose predecessors are all in ``state``."""
-        changed = True
-        while changed:
-            changed = False
-            for v in excluded:
-                if not state >> v & 1 and pred[v] & state == pred[v]:
-                    state |= 1 << v
-                    changed = True
-        return state
+    def advance(state: int, ready: int, added: int) -> tuple[int, int]:
+        """``state`` grown by ``added``, then by every unfuseable operator that becomes ready; and the
+        new ready set (operators outside the state whose predecessors are all in it)."""
+        state |= added
+        ready &= ~added
+        while added:
+            newly = 0
+            for v in bits(added):
+                for s in successors[v]:
+                    if not state >> s & 1 and pred[s] & state == pred[s]:
+                        newly |= 1 << s
+            ready |= newly
+            added = ready & excluded_mask
+            state |= added
+            ready &= ~added
+        return state, ready
 
-    def heuristic(state: int) -> int:
-        return sum(charge[v] for v in bits(full & ~state))
-
-    origin = close(0)
+    sources = 0
+    for v in range(n):
+        if not pred[v]:
+            sources |= 1 << v
+    origin, origin_ready = advance(0, sources, sources & excluded_mask)
     best_g = {origin: 0}
+    ready_of = {origin: origin_ready}
     parent: dict[int, tuple[int, int]] = {}
-    open_heap = [(heuristic(origin), 0, origin)]
+    open_heap = [(sum(charge), 0, origin)]
     settled: set[int] = set()
     while open_heap:
         f, g, state = heapq.heappop(open_heap)
@@ -156,21 +168,20 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
             return ExactOutcome(None, None, bound, False, "downset",
                                 {"states": len(settled), "stopped": "state limit",
                                  "seconds": round(time.perf_counter() - start_time, 3)})
-        free = full & ~state
         h = f - g
-        for r in bits(free):
-            if pred[r] & state != pred[r]:
-                continue
+        ready = ready_of[state]
+        for r in bits(ready):
             for c in by_min.get(r, ()):
                 mask = masks[c]
-                if mask & state or outside[c] & ~state:
+                if mask & state or outside[c] & state != outside[c]:
                     continue
-                nxt = close(state | mask)
                 ng = g + drams[c]
+                nxt, nxt_ready = advance(state, ready, mask)
                 if ng < best_g.get(nxt, ng + 1):
                     best_g[nxt] = ng
+                    ready_of[nxt] = nxt_ready
                     parent[nxt] = (state, c)
-                    nh = h - sum(charge[v] for v in bits(nxt & ~state))
+                    nh = h - sum(charge[v] for v in bits(mask))
                     heapq.heappush(open_heap, (ng + nh, ng, nxt))
     return ExactOutcome(None, None, 0, False, "downset", {"states": len(settled)})
 
@@ -275,23 +286,31 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
 
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
                 solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
-    """The optimum if the limits allow, else the best proven bound and any solver incumbent."""
+    """The optimum if the limits allow, else the best proven bound and the best plan found.
+
+    When the candidates are too many to enumerate within ``max_sets``, the
+    smallest ones of each seed still give valid plans: the same formulations
+    then find the best plan built from them, which is not proven optimal,
+    and the proven bound is the all-fused lower bound
+    (:meth:`CostModel.dram_lower_bound`).
+    """
     start_time = time.perf_counter()
-    try:
-        candidates = enumerate_candidates(problem, max_sets=max_sets)
-    except TooManyCandidates as exc:
-        return ExactOutcome(None, None, problem.cost.dram_lower_bound(), False, "none",
-                            {"stopped": str(exc)})
-    enumerated = round(time.perf_counter() - start_time, 3)
+    candidates = enumerate_candidates(problem, max_sets=max_sets)
+    stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
+                             "sets_visited": candidates.sets_visited,
+                             "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
     outcome = downset_search(problem, candidates, max_states)
-    if not outcome.optimal and solver_time > 0:
+    if outcome.plan is None and solver_time > 0:
         fallback = partition_search(problem, candidates, solver_time, seed, hint)
         fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
         fallback.stats = {"downset": outcome.stats, **fallback.stats}
         outcome = fallback
-    outcome.lower_bound = max(outcome.lower_bound, 0)
-    outcome.stats = {"candidates": len(candidates), "sets_visited": candidates.sets_visited,
-                     "enumeration_seconds": enumerated, **outcome.stats}
+    if not candidates.complete:  # optimal among the kept candidates only
+        outcome.optimal = False
+        outcome.lower_bound = problem.cost.dram_lower_bound()
+        outcome.method = f"restricted {outcome.method}"
+    outcome.lower_bound = max(outcome.lower_bound, problem.cost.dram_lower_bound())
+    outcome.stats = {**stats, **outcome.stats}
     return outcome
 
 
