@@ -6,10 +6,10 @@ from typing import Any
 
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchResult
-from fuseplan.search.interval_dp import IntervalDP, IntervalDPTooLarge, candidate_orders, is_interval_plan
+from fuseplan.search.interval_dp import MAX_WORK, IntervalDP, IntervalDPTooLarge, candidate_orders, is_interval_plan
 
 
-def reference_record(problem: FusionProblem, result: SearchResult) -> dict[str, Any]:
+def reference_record(problem: FusionProblem, result: SearchResult, max_work: int | None = MAX_WORK) -> dict[str, Any]:
     """The ``reference`` object of plan.json for ``result``.
 
     Reuses the interval DP's answer when the search computed it (``dp``,
@@ -21,7 +21,7 @@ def reference_record(problem: FusionProblem, result: SearchResult) -> dict[str, 
     record: dict[str, Any] = {"algorithm": "interval-dp"}
     reference = result.reference
     if reference is None:
-        dp = IntervalDP()
+        dp = IntervalDP(max_work=max_work)
         try:
             dp.solve(problem)
         except IntervalDPTooLarge as exc:

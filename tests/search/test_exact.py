@@ -1,0 +1,168 @@
+"""The exact search: candidates, both formulations, brute force, and the zoo regression."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuseplan.cost import make_cost_model
+from fuseplan.plan import FusionProblem
+from fuseplan.plan.plan import Plan
+from fuseplan.search import IntervalDP, make_search, minimize
+from fuseplan.search.candidates import enumerate_candidates
+from fuseplan.search.exact import downset_search, partition_search, solve_exact
+from fuseplan.split import make_splitter
+from tests.dags import branchy_network, random_dags
+
+KB = 1024
+
+
+def set_partitions(items: list[int]):
+    """Every partition of ``items`` into non-empty blocks."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for partition in set_partitions(rest):
+        yield [[first], *partition]
+        for i in range(len(partition)):
+            yield partition[:i] + [[first, *partition[i]]] + partition[i + 1:]
+
+
+def brute_force(problem: FusionProblem) -> int:
+    """The least DRAM of any valid plan, by trying every partition of the fuseable operators."""
+    best = None
+    for blocks in set_partitions(sorted(problem.fuseable)):
+        plan = Plan.from_groups(blocks)
+        if problem.check(plan):
+            continue
+        dram = problem.evaluate(plan).dram
+        if best is None or dram < best:
+            best = dram
+    assert best is not None  # every operator alone is valid
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_dags(min_nodes=2, max_nodes=8), st.sampled_from(["lbdf", "brr"]),
+       st.sampled_from([3 * KB, 6 * KB, 12 * KB, 24 * KB]))
+def test_exact_agrees_with_brute_force(graph, scheme, buffer_bytes):
+    problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes))
+    optimum = brute_force(problem)
+    candidates = enumerate_candidates(problem)
+    by_path = downset_search(problem, candidates)
+    assert by_path.optimal and by_path.dram == optimum and problem.check(by_path.plan) == []
+    assert problem.evaluate(by_path.plan).dram == optimum
+    by_partition = partition_search(problem, candidates)
+    assert by_partition.optimal and by_partition.dram == optimum and problem.check(by_partition.plan) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_dags(min_nodes=2, max_nodes=10), st.sampled_from(["lbdf", "brr"]),
+       st.sampled_from([3 * KB, 8 * KB, 24 * KB]))
+def test_candidates_are_the_connected_convex_fitting_sets(graph, scheme, buffer_bytes):
+    problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes))
+    fuseable = sorted(problem.fuseable)
+    expected = {
+        frozenset(group)
+        for size in range(1, len(fuseable) + 1)
+        for group in combinations(fuseable, size)
+        if graph.is_connected(group) and graph.is_convex(group) and problem.fits(frozenset(group))
+    }
+    candidates = enumerate_candidates(problem)
+    found = [frozenset(v for v in range(len(graph)) if mask >> v & 1) for mask in candidates.masks]
+    assert len(found) == len(set(found))  # each set once
+    assert set(found) == expected and candidates.complete
+    for mask, dram in zip(candidates.masks, candidates.dram):
+        assert dram == problem.cost.dram(frozenset(v for v in range(len(graph)) if mask >> v & 1))
+
+
+def test_both_formulations_agree_on_the_zoo(zoo_graphs):
+    for name in ("squeezenet", "resnet50", "mobilenet_v3_small"):
+        for scheme in ("lbdf", "brr"):
+            problem = FusionProblem(make_cost_model(scheme, zoo_graphs[name], 128 * KB))
+            candidates = enumerate_candidates(problem)
+            by_path = downset_search(problem, candidates)
+            by_partition = partition_search(problem, candidates, seed=3)
+            assert by_path.optimal and by_partition.optimal, (name, scheme)
+            assert by_path.dram == by_partition.dram, (name, scheme)
+            assert problem.check(by_partition.plan) == []
+
+
+def test_resnet50_lbdf_1mb_optimum_lies_outside_the_interval_plans(zoo_graphs):
+    graph = zoo_graphs["resnet50"]
+    problem = FusionProblem(make_cost_model("lbdf", graph, 1024 * KB))
+    outcome = solve_exact(problem)
+    assert outcome.optimal and outcome.lower_bound == outcome.dram
+    assert problem.check(outcome.plan) == []
+    interval = IntervalDP().solve(problem)[1]
+    assert outcome.dram < interval
+    names = {v: graph.nodes[v].name for v in range(len(graph))}
+    (group,) = [g for g in outcome.plan.groups
+                if any(names[v] == "/layer3/layer3.0/downsample/downsample.0/Conv" for v in g)]
+    members = {names[v] for v in group}
+    assert "/layer3/layer3.0/conv1/Conv" in members
+    assert any(name.startswith("/layer2/layer2.3/") for name in members)
+
+
+def test_state_limit_falls_back_to_set_partitioning(zoo_graphs):
+    problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 128 * KB))
+    optimum = solve_exact(problem).dram
+    outcome = solve_exact(problem, max_states=5)
+    assert outcome.method == "partition" and outcome.optimal and outcome.dram == optimum
+    assert outcome.stats["downset"]["stopped"] == "state limit"
+
+
+def test_stopped_searches_report_a_proven_bound(zoo_graphs):
+    problem = FusionProblem(make_cost_model("brr", zoo_graphs["mobilenet_v2"], 256 * KB))
+    optimum = solve_exact(problem).dram
+    stopped = solve_exact(problem, max_states=5, solver_time=0.0)
+    assert stopped.plan is None and not stopped.optimal
+    assert problem.cost.dram_lower_bound() <= stopped.lower_bound <= optimum
+    restricted = solve_exact(problem, max_sets=300)
+    assert not restricted.optimal and restricted.method.startswith("restricted")
+    assert problem.check(restricted.plan) == [] and restricted.dram >= optimum
+    assert restricted.lower_bound == problem.cost.dram_lower_bound() <= optimum
+
+
+def test_auto_and_exact_report_optimality_and_repeat(zoo_graphs):
+    problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 128 * KB))
+    runs = [minimize(problem, make_search(name), make_splitter("random"), budget=200, seed=seed)
+            for name in ("exact", "auto") for seed in (0, 0)]
+    assert runs[0].plan == runs[1].plan == runs[2].plan == runs[3].plan
+    for result in runs:
+        assert result.details["optimal"] and result.details["lower_bound_bytes"] == result.cost.dram
+
+
+def test_auto_on_a_network_too_large_to_prove_still_gives_a_bounded_valid_plan():
+    from fuseplan.search import Auto
+
+    problem = FusionProblem(make_cost_model("lbdf", branchy_network(150, seed=1, channels=(8, 16)), 32 * KB))
+    result = minimize(problem, Auto(max_sets=2000), make_splitter("random"), budget=100, seed=0)
+    assert problem.check(result.plan) == []
+    assert not result.details["optimal"]
+    assert result.details["exact"]["method"].startswith("restricted")
+    assert problem.cost.dram_lower_bound() == result.details["lower_bound_bytes"] < result.cost.dram
+
+
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+def test_generated_networks_are_solved_exactly_at_small_buffers(scheme):
+    problem = FusionProblem(make_cost_model(scheme, branchy_network(200, seed=2, channels=(32, 64)), 64 * KB))
+    outcome = solve_exact(problem)
+    assert outcome.optimal and problem.check(outcome.plan) == []
+    assert outcome.dram <= IntervalDP().solve(problem)[1]
+
+
+def test_the_interval_reference_is_skipped_beyond_its_work_limit():
+    from fuseplan.search import reference_record
+
+    problem = FusionProblem(make_cost_model("brr", branchy_network(120, seed=4, channels=(8,)), 256 * KB))
+    result = minimize(problem, make_search("exact"), make_splitter("random"), budget=10, seed=0)
+    skipped = reference_record(problem, result, max_work=1000)
+    assert "skipped" in skipped and "ratio" not in skipped
+    assert skipped["lower_bound_bytes"] == problem.cost.dram_lower_bound()
+    full = reference_record(problem, result)
+    assert "skipped" not in full and full["ratio"] <= 1.0
