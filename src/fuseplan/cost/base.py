@@ -160,19 +160,24 @@ class CostModel(ABC):
         return self.bytes_per_element * (own + self.feature_floor(members))
 
     def feature_floor(self, group: Iterable[int]) -> int:
-        """Elements of one row of every tensor ``group`` reads or writes.
+        """Feature elements ``group`` keeps on chip at the least, by a rule that only grows with the group.
 
-        The streaming analysis keeps at least one row of each such tensor on
-        chip, so this never exceeds the resident features, and it only grows
-        with the group.
+        The streaming analysis keeps at least one row of every tensor the
+        group reads or writes, and at least ``K`` rows (capped at the height)
+        of a tensor that a member reads through a window of ``K`` rows,
+        wherever that tensor comes from.
         """
         tables = self.tables
-        touched: set[int] = set()
+        rows: dict[int, int] = {}
         for v in group:
-            touched.update(t for t, _k, _s, _r in tables.node_inputs[v])
-            touched.update(tables.node_outputs[v])
+            for t, kernel, _s, _r in tables.node_inputs[v]:
+                need = min(int(kernel), tables.tensor_rows[t])
+                if need > rows.get(t, 0):
+                    rows[t] = need
+            for t in tables.node_outputs[v]:
+                rows.setdefault(t, 1)
         row_numel = tables.tensor_row_numel
-        return sum(row_numel[t] for t in touched)
+        return sum(row_numel[t] * max(1, r) for t, r in rows.items())
 
     def alone_dram(self, v: int) -> int:
         """DRAM bytes of operator ``v`` run by itself, tiled as the scheme would if it does not fit.

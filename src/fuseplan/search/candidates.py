@@ -109,15 +109,36 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
         for u in graph.neighbours[v]:
             neighbour_mask[v] |= 1 << u
         neighbour_mask[v] &= fuseable_mask
-    # The buffer floor, kept incrementally: touched tensors as a bitmask, operator terms summed or maxed.
+    # The buffer floor (CostModel.buffer_floor), kept incrementally: operator terms summed or maxed, and
+    # feature rows. A tensor's floor rows are the widest window a member reads it through (at least 1).
     b = cost.bytes_per_element
     terms = cost.floor_terms()
     by_max = cost.floor_combine == "max"
-    row_numel = cost.tables.tensor_row_numel
-    tensor_mask = [0] * len(graph)
-    for v in problem.fuseable:
-        for t in (*(t for t, _k, _s, _r in cost.tables.node_inputs[v]), *cost.tables.node_outputs[v]):
-            tensor_mask[v] |= 1 << t
+    tables = cost.tables
+    row_numel = tables.tensor_row_numel
+    window = [tuple((t, max(1, min(int(k), tables.tensor_rows[t]))) for t, k, _s, _r in tables.node_inputs[v])
+              for v in range(len(graph))]
+    readers = [tuple((c, r) for c, ins in ((c, window[c]) for c in tables.tensor_consumers[t])
+                     for tt, r in ins if tt == t) for t in range(len(row_numel))]
+    producer = [graph.tensors[t].producer for t in range(len(row_numel))]
+
+    def floor_rows(t: int, mask: int) -> int:
+        """Floor rows of tensor ``t`` for the set ``mask`` (0 if the set does not touch it)."""
+        rows = 1 if producer[t] is not None and mask >> producer[t] & 1 else 0
+        for c, r in readers[t]:
+            if mask >> c & 1 and r > rows:
+                rows = r
+        return rows
+
+    def extra_rows(u: int, mask: int) -> int:
+        """Feature elements the floor gains when ``u`` joins the set ``mask``."""
+        grown = mask | (1 << u)
+        extra = 0
+        for t in {t for t, _r in window[u]} | set(tables.node_outputs[u]):
+            gain = floor_rows(t, grown) - floor_rows(t, mask)
+            if gain:
+                extra += gain * row_numel[t]
+        return extra
     price = cost.price  # uncached: most visited sets are never priced again
 
     def grow(m: int, allowance: float) -> tuple[list[tuple[int, int]], int, bool]:
@@ -125,15 +146,14 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
         above = fuseable_mask & ~((1 << (m + 1)) - 1)
         start = 1 << m
         seen = {start}
-        queue = deque([(start, desc[m], anc[m], neighbour_mask[m] & above, tensor_mask[m],
-                        terms[m], sum(row_numel[t] for t in bits(tensor_mask[m])))])
+        queue = deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m], extra_rows(m, 0))])
         found: list[tuple[int, int]] = []
         visits = 0
         cut = False
         while queue:
-            mask, d, a, frontier, touched, own, rows = queue.popleft()
+            mask, members, d, a, frontier, own, rows = queue.popleft()
             visits += 1
-            buffer, dram = price(frozenset(bits(mask)))
+            buffer, dram = price(frozenset(members))
             if buffer < beta:
                 found.append((mask, dram))
             if visits + len(queue) >= allowance:
@@ -152,11 +172,11 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
                 if gd & ga & ~grown:
                     continue  # not convex: a path leaves the set and comes back
                 grown_own = max(own, terms[u]) if by_max else own + terms[u]
-                grown_rows = rows + sum(row_numel[t] for t in bits(tensor_mask[u] & ~touched))
+                grown_rows = rows + extra_rows(u, mask)
                 if b * (grown_own + grown_rows) >= beta:
                     continue
-                queue.append((grown, gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
-                              touched | tensor_mask[u], grown_own, grown_rows))
+                queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
+                              grown_own, grown_rows))
         return found, visits, cut
 
     # First pass: an even share per seed, unused allowance carried forward. Second pass: seeds cut
