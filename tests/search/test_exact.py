@@ -166,3 +166,20 @@ def test_the_interval_reference_is_skipped_beyond_its_work_limit():
     assert skipped["lower_bound_bytes"] == problem.cost.dram_lower_bound()
     full = reference_record(problem, result)
     assert "skipped" not in full and full["ratio"] <= 1.0
+
+
+def test_restricted_candidates_keep_the_interval_plans(zoo_graphs):
+    from fuseplan.search.candidates import run_components
+    from fuseplan.search.interval_dp import candidate_orders
+
+    graph = zoo_graphs["deeplabv3_mobilenet_v3_large"]
+    problem = FusionProblem(make_cost_model("lbdf", graph, 256 * KB))
+    order = candidate_orders(problem)["model"]
+    for mask, dram in run_components(problem, order):
+        group = frozenset(v for v in range(len(graph)) if mask >> v & 1)
+        assert graph.is_connected(group) and graph.is_convex(group) and problem.fits(group)
+        assert dram == problem.cost.dram(group)
+    # cut the enumeration short: the best plan over what is kept is still no worse than the interval DP's
+    restricted = solve_exact(problem, max_sets=200)
+    assert not restricted.optimal and problem.check(restricted.plan) == []
+    assert restricted.dram <= IntervalDP().solve(problem)[1]

@@ -36,6 +36,7 @@ incrementally.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fuseplan.plan.problem import FusionProblem
@@ -91,11 +92,14 @@ class Candidates:
         return len(self.masks)
 
 
-def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) -> Candidates:
+def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
+                         orders: Sequence[Sequence[int]] = ()) -> Candidates:
     """All connected convex fuseable groups that fit the buffer (see the module docstring).
 
     At most about ``max_sets`` sets (fitting or not) are visited; if that cuts
-    any seed short, the result has ``complete=False``.
+    any seed short, the result has ``complete=False``, and the groups of the
+    interval plans of ``orders`` are added (:func:`run_components`), so that
+    plans built from the candidates are never worse than the interval DP's.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -206,6 +210,14 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
             complete = complete and not cut
         visited += used
 
+    if not complete:
+        known = {mask for found in per_seed.values() for mask, _ in found}
+        for order in orders:
+            for mask, dram in run_components(problem, order, reach):
+                if mask not in known:
+                    known.add(mask)
+                    per_seed[(mask & -mask).bit_length() - 1].append((mask, dram))
+
     masks: list[int] = []
     drams: list[int] = []
     by_min: dict[int, tuple[int, ...]] = {}
@@ -216,3 +228,77 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None) ->
             drams.append(dram)
     return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min, sets_visited=visited,
                       complete=complete)
+
+
+#: How far past the last growth of a run's component :func:`run_components` keeps scanning.
+RUN_SLACK = 64
+#: Operators priced per order by :func:`run_components`, at most.
+RUN_WORK = 3_000_000
+
+
+def run_components(problem: FusionProblem, order: Sequence[int], reach: Reachability | None = None,
+                   max_work: int = RUN_WORK) -> list[tuple[int, int]]:
+    """Fitting convex groups of the form "the component of ``order[p]`` among the fuseable operators of
+    ``order[p:j]``", with their DRAM, for every start ``p`` and end ``j``.
+
+    These are the groups the interval DP builds its plans from: a component
+    of a run is the component of its first member within the run from that
+    member on. A component only grows with ``j`` and its buffer floor with
+    it, so each start stops once the floor passes the buffer, or
+    :data:`RUN_SLACK` positions after its component last grew. All starts
+    together price at most about ``max_work`` operators, shared out evenly
+    over the starts (a start that needs less passes the rest on).
+    """
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    reach = reach or Reachability.of(problem)
+    desc, anc = reach.descendants, reach.ancestors
+    fuseable = problem.fuseable
+    neighbours = graph.neighbours
+    found: list[tuple[int, int]] = []
+    work = 0
+    share = max_work / max(1, len(order))
+    for p, m in enumerate(order):
+        if m not in fuseable:
+            continue
+        allowance = (p + 1) * share
+        root: dict[int, int] = {m: m}  # operator -> component id within the run
+        members: dict[int, list[int]] = {m: [m]}
+        last_growth = p
+        grown = True
+        for j in range(p, len(order)):
+            v = order[j]
+            if j > p:
+                if v not in fuseable:
+                    continue
+                touching = {root[u] for u in neighbours[v] if u in root}
+                merged = [v]
+                for c in touching:
+                    merged += members.pop(c)
+                target = root[m] if root[m] in touching else v
+                for u in merged:
+                    root[u] = target
+                members[target] = merged
+                grown = target == root[m] and root[m] in touching
+            if not grown:
+                if j - last_growth > RUN_SLACK:
+                    break
+                continue
+            last_growth = j
+            group = members[root[m]]
+            if cost.buffer_floor(group) >= beta:
+                break
+            work += len(group)
+            if work > allowance:
+                break
+            mask = d = a = 0
+            for u in group:
+                mask |= 1 << u
+                d |= desc[u]
+                a |= anc[u]
+            if d & a & ~mask:
+                continue  # not convex: skipped, but it may become convex as it grows
+            buffer, dram = cost.price(frozenset(group))
+            if buffer < beta:
+                found.append((mask, dram))
+    return found

@@ -53,6 +53,7 @@ from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
+from fuseplan.search.interval_dp import candidate_orders
 
 #: Limits that keep ``exact`` (and ``auto``) from running for minutes; all are deterministic.
 MAX_SETS = 400_000  # connected convex sets the enumeration may visit
@@ -289,13 +290,15 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
 
     When the candidates are too many to enumerate within ``max_sets``, the
-    smallest ones of each seed still give valid plans: the same formulations
-    then find the best plan built from them, which is not proven optimal,
-    and the proven bound is the all-fused lower bound
-    (:meth:`CostModel.dram_lower_bound`).
+    smallest ones of each seed and the groups of the interval plans of the
+    interval DP's orders still give valid plans: the same formulations then
+    find the best plan built from them (never worse than the interval DP's),
+    which is not proven optimal, and the proven bound is the all-fused lower
+    bound (:meth:`CostModel.dram_lower_bound`).
     """
     start_time = time.perf_counter()
-    candidates = enumerate_candidates(problem, max_sets=max_sets)
+    candidates = enumerate_candidates(problem, max_sets=max_sets,
+                                      orders=list(candidate_orders(problem).values()))
     stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
