@@ -183,3 +183,32 @@ def test_restricted_candidates_keep_the_interval_plans(zoo_graphs):
     restricted = solve_exact(problem, max_sets=200)
     assert not restricted.optimal and problem.check(restricted.plan) == []
     assert restricted.dram <= IntervalDP().solve(problem)[1]
+
+
+def crossed_pairs() -> "CompGraph":
+    """x1, x2 both feed y1 and y2: the pairs {x1, y1} and {x2, y2} are convex but read from each other."""
+    from fuseplan.graph.ir import CompGraph, OpNode, Tensor
+    from tests.dags import POINT, WINDOW
+
+    def conv(i, inputs, weights):
+        geometry = (WINDOW,) + (POINT,) * (len(inputs) - 1)
+        return OpNode(index=i, name=f"n{i}", op_type="Conv" if len(inputs) == 1 else "Add", attributes={},
+                      inputs=inputs, outputs=(i + 1,), input_geometry=geometry, weight_numel=weights)
+
+    nodes = (conv(0, (0,), 3000), conv(1, (0,), 3000), conv(2, (1, 2), 2500), conv(3, (1, 2), 2500))
+    consumers = {0: (0, 1), 1: (2, 3), 2: (2, 3), 3: (), 4: ()}
+    tensors = tuple(Tensor(index=t, name=f"t{t}", shape=(1, 16, 16, 16), producer=None if t == 0 else t - 1,
+                           consumers=consumers[t], is_model_output=t in (3, 4)) for t in range(5))
+    return CompGraph(name="crossed", nodes=nodes, tensors=tensors, model_inputs=(0,), model_outputs=(3, 4))
+
+
+def test_cycle_cuts_make_set_partitioning_exact():
+    graph = crossed_pairs()
+    for kb in (4, 8, 10, 12, 16, 24):
+        problem = FusionProblem(make_cost_model("lbdf", graph, kb * KB))
+        candidates = enumerate_candidates(problem)
+        outcome = partition_search(problem, candidates)
+        assert outcome.optimal and problem.check(outcome.plan) == []
+        assert outcome.dram == brute_force(problem) == downset_search(problem, candidates).dram
+        if kb == 10:  # the crossed pairs fit, no triple does: without cuts the solver picks the cycle
+            assert outcome.stats["cuts"] >= 1
