@@ -159,7 +159,7 @@ def test_generated_networks_are_solved_exactly_at_small_buffers(scheme):
 def test_the_interval_reference_is_skipped_beyond_its_work_limit():
     from fuseplan.search import reference_record
 
-    problem = FusionProblem(make_cost_model("brr", branchy_network(120, seed=4, channels=(8,)), 256 * KB))
+    problem = FusionProblem(make_cost_model("lbdf", branchy_network(120, seed=4, channels=(16, 32)), 64 * KB))
     result = minimize(problem, make_search("exact"), make_splitter("random"), budget=10, seed=0)
     skipped = reference_record(problem, result, max_work=1000)
     assert "skipped" in skipped and "ratio" not in skipped
