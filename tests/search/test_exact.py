@@ -13,7 +13,7 @@ from fuseplan.plan import FusionProblem
 from fuseplan.plan.plan import Plan
 from fuseplan.search import IntervalDP, make_search, minimize
 from fuseplan.search.candidates import enumerate_candidates
-from fuseplan.search.exact import downset_search, partition_search, solve_exact
+from fuseplan.search.exact import cut_lower_bound, downset_search, partition_search, solve_exact
 from fuseplan.split import make_splitter
 from tests.dags import branchy_network, random_dags
 
@@ -58,6 +58,7 @@ def test_exact_agrees_with_brute_force(graph, scheme, buffer_bytes):
     assert problem.evaluate(by_path.plan).dram == optimum
     by_partition = partition_search(problem, candidates)
     assert by_partition.optimal and by_partition.dram == optimum and problem.check(by_partition.plan) == []
+    assert problem.cost.dram_lower_bound() <= cut_lower_bound(problem) <= optimum
 
 
 @settings(max_examples=40, deadline=None)
@@ -125,7 +126,19 @@ def test_stopped_searches_report_a_proven_bound(zoo_graphs):
     restricted = solve_exact(problem, max_sets=300)
     assert not restricted.optimal and restricted.method.startswith("restricted")
     assert problem.check(restricted.plan) == [] and restricted.dram >= optimum
-    assert restricted.lower_bound == problem.cost.dram_lower_bound() <= optimum
+    assert restricted.lower_bound == cut_lower_bound(problem) <= optimum
+
+
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+def test_the_cut_bound_is_proven_and_tighter_than_fusing_everything(zoo_graphs, scheme):
+    tighter = 0
+    for name in ("squeezenet", "resnet50", "mobilenet_v2", "vgg16"):
+        for kb in (64, 256, 1024):
+            problem = FusionProblem(make_cost_model(scheme, zoo_graphs[name], kb * KB))
+            bound, everything = cut_lower_bound(problem), problem.cost.dram_lower_bound()
+            assert everything <= bound <= solve_exact(problem).dram, (name, kb)
+            tighter += bound > everything
+    assert tighter >= 8
 
 
 def test_auto_and_exact_report_optimality_and_repeat(zoo_graphs):
@@ -145,7 +158,7 @@ def test_auto_on_a_network_too_large_to_prove_still_gives_a_bounded_valid_plan()
     assert problem.check(result.plan) == []
     assert not result.details["optimal"]
     assert result.details["exact"]["method"].startswith("restricted")
-    assert problem.cost.dram_lower_bound() == result.details["lower_bound_bytes"] < result.cost.dram
+    assert cut_lower_bound(problem) == result.details["lower_bound_bytes"] < result.cost.dram
 
 
 @pytest.mark.parametrize("scheme", ["lbdf", "brr"])
