@@ -337,9 +337,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     When the candidates are too many to enumerate within ``max_sets``, the
     smallest ones of each seed and the groups of the interval plans of the
     interval DP's orders still give valid plans: the same formulations then
-    find the best plan built from them (never worse than the interval DP's),
-    which is not proven optimal, and the proven bound is the all-fused lower
-    bound (:meth:`CostModel.dram_lower_bound`).
+    find the best plan built from them (usually no worse than the interval
+    DP's), which is not proven optimal, and the proven bound is
+    :func:`cut_lower_bound`.
     """
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
