@@ -39,11 +39,34 @@ def test_lbdf(graph):
     assert not LBDFCostModel(graph, 12 * KB).fits({0, 1})
 
 
+def test_brr_alternation(graph):
+    brr = BRRCostModel(graph, 12 * KB)
+    group = frozenset({0, 1})
+    # entry full: conv1 keeps all channels, conv2 one block; entry partial: the reverse
+    assert brr.modes(group, True) == {0: True, 1: False}
+    assert brr.modes(group, False) == {0: False, 1: True}
+    x, y1, y2 = (t.index for t in graph.tensors)
+    assert brr.held_channels(group, brr.modes(group, True), (x, y1, y2)) == {y2: 0.5}
+    assert brr.held_channels(group, brr.modes(group, False), (x, y1, y2)) == {y1: 0.5}
+
+
 def test_brr(graph):
-    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (7056, 56576)
+    assert BRRCostModel(graph, 12 * KB).schedules(frozenset({0, 1})) == {
+        "row tiles, entry full": (6800, 44992), "row tiles, entry partial": (6288, 44992)}
+    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (6288, 44992)
     assert BRRCostModel(graph, 12 * KB).fits({0, 1})
-    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (7056, 195584)
-    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (7056, 21824)
+    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (6288, 79744)
+    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (6288, 21824)
+
+
+def test_brr_channel_passes(graph):
+    # conv2 alone at 8KB: row tiles re-read its weights 6 times; two passes
+    # over blocks of 21 output channels re-read its input once more instead
+    brr = BRRCostModel(graph, 8 * KB)
+    assert brr.schedules(frozenset({1})) == {
+        "row tiles, entry full": (5904, 71872), "row tiles, entry partial": (6416, 71872),
+        "channel passes": (1536 + 21 * 305, 9248 + 2 * 8192 + 8192)}
+    assert brr.evaluate({1}) == (7941, 33824)
 
 
 def test_bytes_per_element_scales_everything(graph):

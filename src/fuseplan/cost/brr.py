@@ -1,22 +1,37 @@
 """BRR: buffer requirement reduction (Cai et al., "Optimus", LCTES 2021).
 
-Weights need not stay on chip: they are cut into blocks of output channels
-and streamed, and the group runs in row tiles, re-reading its weights once
-per tile when they do not fit beside the features. With ``b`` bytes per
-element, ``F`` the resident feature rows at one output row per step, ``L``
-the extra feature elements per extra output row in a tile, ``H`` the rows
-of the tallest tensor the group writes back, ``W`` the group's weights and
-``w_blk`` the largest block of ``k`` output channels of any of its operators::
+Weights need not stay on chip, and a convolution need not hold all its
+output channels. Along a path of convolutions the group alternates:
+
+* a *partial* convolution produces one block of ``k`` output channels at a
+  time (it needs all channels of its input window);
+* the *full* convolution after it accumulates partial sums over those
+  input-channel blocks, so it keeps all its output channels, and its input
+  holds only one block.
+
+Operators without weights (pooling, element-wise ops, concatenation,
+depthwise convolutions) pass their input's mode on (full if any input is
+full). The group's entry convolutions start full or partial; both choices
+are priced and the one that moves less DRAM is kept. With ``b`` bytes per
+element, ``F`` the resident feature elements of the rows the streaming
+analysis keeps (each tensor counted with the channels its mode holds),
+``L`` the extra elements per extra output row in a tile, ``H`` the rows of
+the tallest tensor the group writes back, ``W`` the group's weights and
+``w_blk`` the largest block of ``k`` output channels of any operator::
 
     F_beta = b * (F + w_blk)
     tiles  = 1                                   if b * (W + F) < beta
-           = ceil(H / h), h = floor((beta - F_beta) / (b * L)) + 1   otherwise
+           = ceil(H / h), h = floor((beta - 1 - F_beta) / (b * L)) + 1   otherwise
     F_D    = b * (W * tiles + inputs + outputs)
 
+A group of one operator with weights (and the in-place operators on its
+output) may instead run in passes over blocks of its output channels,
+re-reading its input once per pass rather than its weights once per row
+tile; the schedule that moves less DRAM is kept.
 Squeeze-and-Excite blocks are priced with the same streaming rules as in
-LBDF (their input is held whole until the excitation is known); the
-reference paper does not evaluate BRR on SE networks, and neither do our
-reference tables. Details in ``docs/cost-models.md``.
+LBDF (their input is held whole until the excitation is known). Equations,
+differences from the Optimus code and worked examples are in
+``docs/cost-models.md``.
 """
 
 from __future__ import annotations
@@ -24,10 +39,12 @@ from __future__ import annotations
 from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import footprint
+from fuseplan.cost.streaming import footprint, in_place_operators
 from fuseplan.graph.ir import CompGraph
 
 DEFAULT_CHANNEL_BLOCK = 16
+
+FULL, PARTIAL = True, False
 
 
 def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANNEL_BLOCK) -> int:
@@ -35,8 +52,21 @@ def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANN
     return ceil(weights * min(1.0, channel_block / max(channels, 1)))
 
 
+def blockable_operators(graph: CompGraph) -> tuple[bool, ...]:
+    """Operators whose output channels can be computed a block at a time from all input channels.
+
+    Dense convolutions and fully connected layers; not depthwise or grouped
+    convolutions (each output channel reads only its own input channels).
+    """
+    return tuple(
+        node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.weight_numel > 0
+        and int(node.attributes.get("group", 1)) == 1
+        for node in graph.nodes
+    )
+
+
 class BRRCostModel(CostModel):
-    """Buffer requirement reduction: weights streamed in channel blocks, features tiled by rows."""
+    """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
 
@@ -44,28 +74,145 @@ class BRRCostModel(CostModel):
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
         super().__init__(graph, buffer_bytes, bytes_per_element)
         self.channel_block = int(channel_block)
+        tables = self.tables
         # Parameters of one block of output channels, per operator.
-        self._weight_block = tuple(
-            weight_block(w, c, channel_block) for w, c in zip(self.tables.node_weights, self.tables.node_channels)
+        self._weight_block = tuple(weight_block(w, c, channel_block)
+                                   for w, c in zip(tables.node_weights, tables.node_channels))
+        self.in_place = in_place_operators(graph)
+        self.blockable = blockable_operators(graph)
+        self._producer = tuple(t.producer for t in graph.tensors)
+        # Share of a tensor one channel block is: min(1, k / C).
+        self._block_share = tuple(
+            min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
+            for t in graph.tensors
         )
 
+    # -- the full/partial alternation ------------------------------------------------------
+    def modes(self, group: Group, entry: bool) -> dict[int, bool]:
+        """Full (``True``) or partial (``False``) per operator of ``group``, entry convolutions ``entry``."""
+        producer = self._producer
+        blockable = self.blockable
+        node_inputs = self.tables.node_inputs
+        mode: dict[int, bool] = {}
+        for v in sorted(group):
+            inner = [mode[p] for t, *_ in node_inputs[v] if (p := producer[t]) is not None and p in group]
+            if blockable[v]:
+                # after a partial producer, accumulate its blocks: full; after a full one: partial
+                mode[v] = (not inner[0]) if inner else entry
+            else:
+                mode[v] = any(inner) if inner else FULL
+        return mode
+
+    def held_channels(self, group: Group, mode: dict[int, bool], tensors) -> dict[int, float]:
+        """Share of its channels each of ``tensors`` holds on chip, where less than all.
+
+        A tensor holds one block of channels when it arrives a block at a
+        time (read from DRAM, or made by a partial operator) and every reader
+        in the group takes one block at a time: a full convolution (it
+        accumulates over input blocks) or a partial operator without weights.
+        """
+        producer = self._producer
+        blockable = self.blockable
+        consumers = self.tables.tensor_consumers
+        block_share = self._block_share
+        share: dict[int, float] = {}
+        for t in tensors:
+            p = producer[t]
+            if p is not None and p in group and mode[p]:
+                continue
+            if block_share[t] < 1.0 and all(mode[c] == blockable[c] for c in consumers[t] if c in group):
+                share[t] = block_share[t]
+        return share
+
     def price(self, group: Group) -> GroupCost:
-        fp = footprint(self.tables, group)
+        best: GroupCost | None = None
+        for cost in self.schedules(group).values():
+            best = cost if best is None else _better(cost, best, self.buffer_bytes)
+        assert best is not None
+        return best
+
+    def schedules(self, group: Group) -> dict[str, GroupCost]:
+        """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
         b = self.bytes_per_element
-        blocks = self._weight_block
-        block = max(blocks[v] for v in group)
-        buffer = b * (fp.features + block)
+        beta = self.buffer_bytes
+        rows: dict[int, int] = {}
+        streamed: set[int] = set()
+        fp = footprint(self.tables, group, rows, self.in_place, streamed)
+        row_numel = self.tables.tensor_row_numel
+        numel = self.tables.tensor_numel
+        block = max(self._weight_block[v] for v in group)
         io = fp.inputs + fp.outputs
-        if b * (fp.weights + fp.features) < self.buffer_bytes:
-            tiles = 1
-        elif buffer < self.buffer_bytes and fp.line > 0:
-            rows_per_tile = int((self.buffer_bytes - 1 - buffer) // (b * fp.line)) + 1
-            tiles = ceil(fp.reference_rows / min(rows_per_tile, fp.reference_rows))
-        else:  # does not fit at all: priced as if every output row were its own tile
-            tiles = fp.reference_rows
-        return GroupCost(buffer=buffer, dram=b * (fp.weights * tiles + io))
+        found: dict[str, GroupCost] = {}
+        for entry in (FULL, PARTIAL):
+            share = self.held_channels(group, self.modes(group, entry), rows)
+            features = 0
+            line = 0.0
+            for t, r in rows.items():
+                s = share.get(t, 1.0)
+                features += ceil(r * row_numel[t] * s)
+                if t in streamed:
+                    line += numel[t] * s
+            line /= fp.reference_rows
+            buffer = b * (features + block)
+            if b * (fp.weights + features) < beta:
+                tiles = 1
+            elif buffer < beta and line > 0:
+                rows_per_tile = int((beta - 1 - buffer) // (b * line)) + 1
+                tiles = ceil(fp.reference_rows / min(rows_per_tile, fp.reference_rows))
+            else:  # does not fit: priced as one tile per output row (invalid anyway)
+                tiles = fp.reference_rows
+            found["row tiles, entry full" if entry else "row tiles, entry partial"] = \
+                GroupCost(buffer=buffer, dram=b * (fp.weights * tiles + io))
+        passes = self._channel_passes(group)
+        if passes is not None:
+            found["channel passes"] = passes
+        return found
+
+    def _channel_passes(self, group: Group) -> GroupCost | None:
+        """Run ``group`` in passes over blocks of output channels, re-reading its input once per pass.
+
+        Applies to one operator with weights that reads a single tensor from
+        DRAM, followed by in-place operators on its output (its activation):
+        each pass computes ``k`` output channels from all input channels.
+        """
+        tables = self.tables
+        node_inputs = tables.node_inputs
+        heads = [v for v in group if self.blockable[v]]
+        if len(heads) != 1 or len(node_inputs[heads[0]]) != 1:
+            return None
+        head = heads[0]
+        if any(not (self.in_place[v] and len(node_inputs[v]) == 1) for v in group if v != head):
+            return None
+        b = self.bytes_per_element
+        rows: dict[int, int] = {}
+        fp = footprint(tables, group, rows, self.in_place)
+        source = node_inputs[head][0][0]
+        if source not in rows or self._producer[source] in group:
+            return None
+        channels = max(tables.node_channels[head], 1)
+        held_input = rows[source] * tables.tensor_row_numel[source]
+        # per output channel: its weights and its rows of every tensor the group makes
+        per_channel = (tables.node_weights[head]
+                       + sum(r * tables.tensor_row_numel[t] for t, r in rows.items() if t != source)) / channels
+        room = (self.buffer_bytes - 1) / b - held_input
+        k = min(channels, int(room // per_channel)) if room > 0 else 0
+        if k < 1:
+            return None
+        passes = ceil(channels / k)
+        buffer = b * (held_input + ceil(k * per_channel))
+        return GroupCost(buffer=buffer, dram=b * (fp.weights + passes * fp.inputs + fp.outputs))
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         # With room for everything, weights are read once: no tiling reloads.
-        fp = footprint(self.tables, frozenset(group))
+        fp = footprint(self.tables, frozenset(group), in_place=self.in_place)
         return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
+
+
+def _better(a: GroupCost, b: GroupCost, beta: int) -> GroupCost:
+    """The schedule to keep: a valid one over an invalid one, then less DRAM, then less buffer."""
+    a_fits, b_fits = a.buffer < beta, b.buffer < beta
+    if a_fits != b_fits:
+        return a if a_fits else b
+    if not a_fits:
+        return a if a.buffer < b.buffer else b
+    return a if (a.dram, a.buffer) < (b.dram, b.buffer) else b

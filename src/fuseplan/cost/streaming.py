@@ -13,7 +13,11 @@ each tensor:
   its consumers' windows, which includes the extra rows a skip connection
   holds while the long branch catches up;
 * a tensor no operator of the group reads keeps one row (the row being
-  written back to DRAM).
+  written back to DRAM);
+* an *in-place* operator (an activation, a per-channel affine op, an
+  element-wise sum or product) rewrites an input of its own shape that is
+  produced in the group and read by nothing else where it lies: that input
+  holds no rows of its own, so the operator adds no rows.
 
 Barriers (global pooling, Gemm, Flatten, ...) consume rows as they come
 but emit only at the end. Their output starts a new *phase*; any tensor of
@@ -28,6 +32,27 @@ from math import ceil, inf
 from typing import NamedTuple
 
 from fuseplan.cost.base import GraphTables, Group
+from fuseplan.graph.ir import CompGraph
+
+# Element-wise ops an accelerator applies to a value as it is produced
+# (activations, per-channel affine ops with their constants folded away) or
+# accumulates into one operand (sums, products): each output element
+# depends only on the same element of its inputs, so it can overwrite one.
+IN_PLACE_OPS = frozenset(
+    """
+    Relu LeakyRelu PRelu Clip HardSwish HardSigmoid Sigmoid Tanh Elu Selu Celu Gelu Swish Mish Softplus
+    Softsign ThresholdedRelu BatchNormalization Identity Dropout Add Sub Mul Div Neg Abs Max Min Sum Mean
+    """.split()
+)
+
+
+def in_place_operators(graph: CompGraph) -> tuple[bool, ...]:
+    """Per operator: whether its output can overwrite an activation input of the same shape."""
+    return tuple(
+        node.op_type in IN_PLACE_OPS and len(node.outputs) == 1
+        and any(graph.tensors[t].shape == graph.tensors[node.outputs[0]].shape for t in node.inputs)
+        for node in graph.nodes
+    )
 
 
 class Footprint(NamedTuple):
@@ -41,11 +66,15 @@ class Footprint(NamedTuple):
     outputs: int  # elements written to DRAM, each distinct tensor once
 
 
-def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None = None) -> Footprint:
+def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None = None,
+              in_place: tuple[bool, ...] | None = None, streamed_out: set[int] | None = None) -> Footprint:
     """Stream ``group`` through the rules in the module docstring.
 
     If ``rows_out`` is given, it receives the resident rows of every tensor
-    the group touches (for reports and tests; the hot path passes nothing).
+    the group touches (0 for a tensor rewritten in place; for reports and
+    tests), and ``streamed_out`` the tensors that hold rows in proportion to
+    a tile's height. ``in_place`` flags the operators of
+    :func:`in_place_operators` (none when not given).
     """
     node_inputs = tables.node_inputs
     node_outputs = tables.node_outputs
@@ -56,6 +85,9 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     low: dict[int, float] = {}
     full: set[int] = set()
     external: set[int] = set()
+    aliased: set[int] = set()
+    consumers = tables.tensor_consumers
+    is_output = tables.tensor_is_output
     weights = 0
 
     for v in sorted(group):
@@ -76,6 +108,9 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
             start = (p if barrier else s * r + reach) - k + 1
             if start < low.get(t, inf):
                 low[t] = start
+            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
+                    and len(consumers[t]) == 1:
+                aliased.add(t)
         else:
             cphase = 0
             for t, _k, _s, _r in inputs:
@@ -100,6 +135,13 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
                 start = (pos[t] if barrier else s * r + reach) - k + 1
                 if start < low.get(t, inf):
                     low[t] = start
+            if in_place is not None and in_place[v]:
+                out_numel = tables.tensor_numel[node_outputs[v][0]]
+                for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
+                    if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
+                            and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
+                        aliased.add(t)
+                        break
         if barrier:
             out_phase, out_pos = cphase + 1, inf
         else:
@@ -112,14 +154,16 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     rows_of = tables.tensor_rows
     row_numel = tables.tensor_row_numel
     numel = tables.tensor_numel
-    consumers = tables.tensor_consumers
-    is_output = tables.tensor_is_output
     features = 0
     line = 0
     reference = 1
     inputs_numel = outputs_numel = 0
     for t, p in pos.items():
         height = rows_of[t]
+        if t in aliased:  # rewritten in place by its only consumer
+            if rows_out is not None:
+                rows_out[t] = 0
+            continue
         if p == inf or t in full:
             rows = height
         elif t in low:
@@ -128,9 +172,13 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
                 rows = height
             else:
                 line += numel[t]
+                if streamed_out is not None:
+                    streamed_out.add(t)
         else:  # written back, not read inside: one staging row
             rows = 1
             line += numel[t]
+            if streamed_out is not None:
+                streamed_out.add(t)
         features += rows * row_numel[t]
         if rows_out is not None:
             rows_out[t] = rows

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.errors import FuseplanError
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
 from fuseplan.explain.features import FEATURE_VERSION, N_FEATURES, OP_VOCABULARY, buffer_features
@@ -267,7 +268,7 @@ WEIGHTS_FORMAT = "fuseplan-validity-gnn"
 def save_weights(model, scheme: str, path: Path, extra: dict[str, Any] | None = None) -> None:
     torch = require_torch()
     torch.save({"format": WEIGHTS_FORMAT, "scheme": scheme, "feature_version": FEATURE_VERSION,
-                "vocabulary": list(OP_VOCABULARY), "state_dict": model.state_dict(), "info": extra or {}}, path)
+                "cost_model_version": COST_MODEL_VERSION, "vocabulary": list(OP_VOCABULARY), "state_dict": model.state_dict(), "info": extra or {}}, path)
 
 
 def shipped_weights(scheme: str) -> Path:

@@ -13,6 +13,7 @@ from typing import Any
 
 import onnx
 
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.errors import FuseplanError
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
@@ -40,6 +41,7 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         "scheme": cost.name,
         "buffer_bytes": cost.buffer_bytes,
         "bytes_per_element": cost.bytes_per_element,
+        "cost_model_version": COST_MODEL_VERSION,
         "dram_bytes": total.dram,
         "max_buffer_usage_bytes": total.max_buffer,
         "groups": groups,
