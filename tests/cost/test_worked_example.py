@@ -51,21 +51,23 @@ def test_brr_alternation(graph):
 
 
 def test_brr(graph):
+    assert BRRCostModel(graph, 12 * KB)._weight_block == (1168, 2312)
     assert BRRCostModel(graph, 12 * KB).schedules(frozenset({0, 1})) == {
-        "row tiles, entry full": (6800, 44992), "row tiles, entry partial": (6288, 44992)}
-    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (6288, 44992)
+        "row tiles, entry full": (4488, 33408), "row tiles, entry partial": (3976, 33408)}
+    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (3976, 33408)
     assert BRRCostModel(graph, 12 * KB).fits({0, 1})
-    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (6288, 79744)
-    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (6288, 21824)
+    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (3976, 56576)
+    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (3976, 21824)
 
 
 def test_brr_channel_passes(graph):
-    # conv2 alone at 8KB: row tiles re-read its weights 6 times; two passes
+    # conv2 alone at 8KB: row tiles re-read its weights 3 times; two passes
     # over blocks of 21 output channels re-read its input once more instead
     brr = BRRCostModel(graph, 8 * KB)
     assert brr.schedules(frozenset({1})) == {
-        "row tiles, entry full": (5904, 71872), "row tiles, entry partial": (6416, 71872),
-        "channel passes": (1536 + 21 * 305, 9248 + 2 * 8192 + 8192)}
+        "row tiles, entry full": (3592, 44128), "row tiles, entry partial": (4104, 44128),
+        "channel passes": (1536 + 21 * 305, 9248 + 2 * 8192 + 8192),
+        "output blocks": (10 * 512 + 512 + 2312, 9248 * 2 + 2 * 8192 + 8192)}
     assert brr.evaluate({1}) == (7941, 33824)
 
 

@@ -17,7 +17,8 @@ element, ``F`` the resident feature elements of the rows the streaming
 analysis keeps (each tensor counted with the channels its mode holds),
 ``L`` the extra elements per extra output row in a tile, ``H`` the rows of
 the tallest tensor the group writes back, ``W`` the group's weights and
-``w_blk`` the largest block of ``k`` output channels of any operator::
+``w_blk`` the largest block of weights any operator holds at a time (``k``
+output by ``k`` input channels; the rest streams through)::
 
     F_beta = b * (F + w_blk)
     tiles  = 1                                   if b * (W + F) < beta
@@ -27,7 +28,8 @@ the tallest tensor the group writes back, ``W`` the group's weights and
 A group of one operator with weights (and the in-place operators on its
 output) may instead run in passes over blocks of its output channels,
 re-reading its input once per pass rather than its weights once per row
-tile; the schedule that moves less DRAM is kept.
+tile, or in blocks of output rows and channels with the weights streamed;
+the schedule that moves the least DRAM is kept.
 Squeeze-and-Excite blocks are priced with the same streaming rules as in
 LBDF (their input is held whole until the excitation is known). Equations,
 differences from the Optimus code and worked examples are in
@@ -47,9 +49,28 @@ DEFAULT_CHANNEL_BLOCK = 16
 FULL, PARTIAL = True, False
 
 
-def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANNEL_BLOCK) -> int:
-    """The part of an operator's ``weights`` that one block of ``channel_block`` output channels needs."""
-    return ceil(weights * min(1.0, channel_block / max(channels, 1)))
+def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANNEL_BLOCK,
+                 input_channels: int | None = None) -> int:
+    """The part of an operator's ``weights`` that one block of ``channel_block`` output channels needs.
+
+    With ``input_channels`` (per group of a grouped convolution), also only
+    one block of input channels: the weights a row tile holds at a time while
+    it streams the rest, accumulating partial sums.
+    """
+    share = min(1.0, channel_block / max(channels, 1))
+    if input_channels is not None:
+        share *= min(1.0, channel_block / max(input_channels, 1))
+    return ceil(weights * share)
+
+
+def input_channels(graph: CompGraph) -> tuple[int, ...]:
+    """Input channels per operator (per group of a grouped convolution; 1 without a channel axis)."""
+    found = []
+    for node in graph.nodes:
+        shape = graph.tensors[node.inputs[0]].shape if node.inputs else ()
+        channels = shape[1] if len(shape) > 1 else 1
+        found.append(max(1, channels // max(1, int(node.attributes.get("group", 1)))))
+    return tuple(found)
 
 
 def blockable_operators(graph: CompGraph) -> tuple[bool, ...]:
@@ -76,8 +97,9 @@ class BRRCostModel(CostModel):
         self.channel_block = int(channel_block)
         tables = self.tables
         # Parameters of one block of output channels, per operator.
-        self._weight_block = tuple(weight_block(w, c, channel_block)
-                                   for w, c in zip(tables.node_weights, tables.node_channels))
+        self._in_channels = input_channels(graph)
+        self._weight_block = tuple(weight_block(w, c, channel_block, i)
+                                   for w, c, i in zip(tables.node_weights, tables.node_channels, self._in_channels))
         self.in_place = in_place_operators(graph)
         self.blockable = blockable_operators(graph)
         self._producer = tuple(t.producer for t in graph.tensors)
@@ -163,32 +185,41 @@ class BRRCostModel(CostModel):
                 tiles = fp.reference_rows
             found["row tiles, entry full" if entry else "row tiles, entry partial"] = \
                 GroupCost(buffer=buffer, dram=b * (fp.weights * tiles + io))
-        passes = self._channel_passes(group)
-        if passes is not None:
-            found["channel passes"] = passes
+        head = self._single_head(group)
+        if head is not None:
+            passes = self._channel_passes(group, head)
+            if passes is not None:
+                found["channel passes"] = passes
+            blocks = self._output_blocks(group, head)
+            if blocks is not None:
+                found["output blocks"] = blocks
         return found
 
-    def _channel_passes(self, group: Group) -> GroupCost | None:
-        """Run ``group`` in passes over blocks of output channels, re-reading its input once per pass.
-
-        Applies to one operator with weights that reads a single tensor from
-        DRAM, followed by in-place operators on its output (its activation):
-        each pass computes ``k`` output channels from all input channels.
-        """
-        tables = self.tables
-        node_inputs = tables.node_inputs
+    def _single_head(self, group: Group) -> int | None:
+        """The operator with weights of a group made of it and in-place operators on its output, if so."""
+        node_inputs = self.tables.node_inputs
         heads = [v for v in group if self.blockable[v]]
         if len(heads) != 1 or len(node_inputs[heads[0]]) != 1:
             return None
         head = heads[0]
         if any(not (self.in_place[v] and len(node_inputs[v]) == 1) for v in group if v != head):
             return None
+        source = node_inputs[head][0][0]
+        if self._producer[source] in group:
+            return None
+        return head
+
+    def _channel_passes(self, group: Group, head: int) -> GroupCost | None:
+        """Run ``group`` in passes over blocks of output channels, re-reading its input once per pass.
+
+        Each pass holds the weights of ``k`` output channels and streams the
+        input by rows, computing those channels from all input channels.
+        """
+        tables = self.tables
         b = self.bytes_per_element
         rows: dict[int, int] = {}
         fp = footprint(tables, group, rows, self.in_place)
-        source = node_inputs[head][0][0]
-        if source not in rows or self._producer[source] in group:
-            return None
+        source = tables.node_inputs[head][0][0]
         channels = max(tables.node_channels[head], 1)
         held_input = rows[source] * tables.tensor_row_numel[source]
         # per output channel: its weights and its rows of every tensor the group makes
@@ -201,6 +232,51 @@ class BRRCostModel(CostModel):
         passes = ceil(channels / k)
         buffer = b * (held_input + ceil(k * per_channel))
         return GroupCost(buffer=buffer, dram=b * (fp.weights + passes * fp.inputs + fp.outputs))
+
+    def _output_blocks(self, group: Group, head: int) -> GroupCost | None:
+        """Run ``group`` over blocks of ``h`` output rows by ``k`` output channels, weights streamed.
+
+        A block keeps the partial sums of its ``h x k`` outputs and the input
+        rows of one block of input channels at a time; the weights stream
+        through a block at a time, so every row block re-reads them and every
+        channel block re-reads the input (with the rows its window overlaps).
+        The ``k`` that moves the least DRAM is kept.
+        """
+        tables = self.tables
+        b = self.bytes_per_element
+        source, kernel, stride, _reach = tables.node_inputs[head][0]
+        if kernel == float("inf") or stride <= 0:
+            return None
+        out = tables.node_outputs[head][0]
+        channels = max(tables.node_channels[head], 1)
+        in_channels = self._in_channels[head]
+        out_row = tables.tensor_row_numel[out] / channels  # one output row of one channel
+        in_row = tables.tensor_row_numel[source] / in_channels
+        c = min(self.channel_block, in_channels)
+        height, in_height = tables.tensor_rows[out], tables.tensor_rows[source]
+        fp = footprint(tables, group, None, self.in_place)
+        weights, io_out = fp.weights, fp.outputs
+        overlap = max(kernel - stride, 0.0)
+        room = (self.buffer_bytes - 1) / b - self._weight_block[head]
+        best: GroupCost | None = None
+        for passes in range(1, channels + 1):
+            k = ceil(channels / passes)
+            if passes > 1 and ceil(channels / (passes - 1)) == k:
+                continue
+            if best is not None and b * (weights + passes * fp.inputs + io_out) >= best.dram:
+                break  # more passes only re-read the input more
+            per_row = out_row * k + stride * in_row * c
+            h = min(height, int((room - overlap * in_row * c) // per_row)) if per_row > 0 else height
+            if h < 1:
+                continue
+            blocks = ceil(height / h)
+            rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
+            dram = b * (weights * blocks + passes * rows_read * tables.tensor_row_numel[source] + io_out)
+            buffer = b * ceil(h * per_row + overlap * in_row * c + self._weight_block[head])
+            cost = GroupCost(buffer=buffer, dram=dram)
+            if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
+                best = cost
+        return best
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         # With room for everything, weights are read once: no tiling reloads.
