@@ -95,3 +95,22 @@ def test_nonsense_buffer(graph, buffer):
 def test_unknown_scheme(graph):
     with pytest.raises(FuseplanError, match="unknown fusion scheme 'xyz'"):
         make_cost_model("xyz", graph, 1024)
+
+
+def test_brr_fast_path_agrees_with_the_definition(zoo_graphs):
+    """The fused both-entries pass of schedules() against modes() and held_channels()."""
+    import random
+
+    from tests.cost.test_properties import grow_group
+
+    for name in ("resnet50", "mobilenet_v2", "squeezenet", "efficientnet_b0"):
+        graph = zoo_graphs[name]
+        brr = BRRCostModel(graph, 256 * KB)
+        rng = random.Random(7)
+        for _ in range(200):
+            group = frozenset(grow_group(graph, rng, rng.randint(1, 30)))
+            tensors = sorted({t for v in group for t in graph.nodes[v].inputs + graph.nodes[v].outputs})
+            narrow = [t for t in tensors if brr._block_share[t] < 1.0]
+            held = brr._held_both(group, narrow)
+            for entry in (True, False):
+                assert dict(held[entry]) == brr.held_channels(group, brr.modes(group, entry), narrow)

@@ -103,6 +103,8 @@ class BRRCostModel(CostModel):
         self.in_place = in_place_operators(graph)
         self.blockable = blockable_operators(graph)
         self._producer = tuple(t.producer for t in graph.tensors)
+        self._input_producers = tuple(tuple(p for t in n.inputs if (p := self._producer[t]) is not None)
+                                      for n in graph.nodes)
         # Share of a tensor one channel block is: min(1, k / C).
         self._block_share = tuple(
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
@@ -112,12 +114,12 @@ class BRRCostModel(CostModel):
     # -- the full/partial alternation ------------------------------------------------------
     def modes(self, group: Group, entry: bool) -> dict[int, bool]:
         """Full (``True``) or partial (``False``) per operator of ``group``, entry convolutions ``entry``."""
-        producer = self._producer
+        producers = self._input_producers
         blockable = self.blockable
-        node_inputs = self.tables.node_inputs
         mode: dict[int, bool] = {}
         for v in sorted(group):
-            inner = [mode[p] for t, *_ in node_inputs[v] if (p := producer[t]) is not None and p in group]
+            # producers come first in topological order, so those in the group already have a mode
+            inner = [mode[p] for p in producers[v] if p in mode]
             if blockable[v]:
                 # after a partial producer, accumulate its blocks: full; after a full one: partial
                 mode[v] = (not inner[0]) if inner else entry
@@ -139,12 +141,54 @@ class BRRCostModel(CostModel):
         block_share = self._block_share
         share: dict[int, float] = {}
         for t in tensors:
-            p = producer[t]
-            if p is not None and p in group and mode[p]:
+            if block_share[t] >= 1.0 or mode.get(producer[t], False):
                 continue
-            if block_share[t] < 1.0 and all(mode[c] == blockable[c] for c in consumers[t] if c in group):
+            if all(mode[c] == blockable[c] for c in consumers[t] if c in mode):
                 share[t] = block_share[t]
         return share
+
+    def _held_both(self, group: Group, narrow: list[int]) -> dict[bool, list[tuple[int, float]]]:
+        """:meth:`held_channels` for both entry modes at once (the hot path of :meth:`schedules`)."""
+        producers = self._input_producers
+        blockable = self.blockable
+        full: dict[int, bool] = {}
+        partial: dict[int, bool] = {}
+        for v in sorted(group):
+            prods = producers[v]
+            if len(prods) == 1:  # the common case, kept free of inner loops
+                p = prods[0]
+                if p in full:
+                    if blockable[v]:
+                        full[v], partial[v] = not full[p], not partial[p]
+                    else:
+                        full[v], partial[v] = full[p], partial[p]
+                    continue
+                prods = ()
+            else:
+                prods = [p for p in prods if p in full]
+            if blockable[v]:
+                if prods:
+                    full[v], partial[v] = not full[prods[0]], not partial[prods[0]]
+                else:
+                    full[v], partial[v] = FULL, PARTIAL
+            elif prods:
+                full[v] = any(full[p] for p in prods)
+                partial[v] = any(partial[p] for p in prods)
+            else:
+                full[v] = partial[v] = FULL
+        producer = self._producer
+        consumers = self.tables.tensor_consumers
+        block_share = self._block_share
+        held: dict[bool, list[tuple[int, float]]] = {FULL: [], PARTIAL: []}
+        for t in narrow:
+            p = producer[t]
+            readers = [c for c in consumers[t] if c in full]
+            share = block_share[t]
+            if not full.get(p, False) and all(full[c] == blockable[c] for c in readers):
+                held[FULL].append((t, share))
+            if not partial.get(p, False) and all(partial[c] == blockable[c] for c in readers):
+                held[PARTIAL].append((t, share))
+        return held
 
     def price(self, group: Group) -> GroupCost:
         best: GroupCost | None = None
@@ -162,18 +206,23 @@ class BRRCostModel(CostModel):
         fp = footprint(self.tables, group, rows, self.in_place, streamed)
         row_numel = self.tables.tensor_row_numel
         numel = self.tables.tensor_numel
+        block_share = self._block_share
         block = max(self._weight_block[v] for v in group)
         io = fp.inputs + fp.outputs
+        # Only tensors with more channels than a block can hold less than all of them;
+        # without a convolution in the group there is nothing to alternate.
+        narrow = [t for t in rows if block_share[t] < 1.0]
+        alternates = narrow and any(self.blockable[v] for v in group)
         found: dict[str, GroupCost] = {}
-        for entry in (FULL, PARTIAL):
-            share = self.held_channels(group, self.modes(group, entry), rows)
-            features = 0
-            line = 0.0
-            for t, r in rows.items():
-                s = share.get(t, 1.0)
-                features += ceil(r * row_numel[t] * s)
-                if t in streamed:
-                    line += numel[t] * s
+        held = self._held_both(group, narrow) if alternates else {}
+        for entry in (FULL, PARTIAL) if alternates else (None,):
+            features, line = fp.features, fp.line * fp.reference_rows
+            if alternates:
+                for t, s in held[entry]:
+                    whole = rows[t] * row_numel[t]
+                    features -= whole - ceil(whole * s)
+                    if t in streamed:
+                        line -= numel[t] * (1.0 - s)
             line /= fp.reference_rows
             buffer = b * (features + block)
             if b * (fp.weights + features) < beta:
@@ -183,8 +232,8 @@ class BRRCostModel(CostModel):
                 tiles = ceil(fp.reference_rows / min(rows_per_tile, fp.reference_rows))
             else:  # does not fit: priced as one tile per output row (invalid anyway)
                 tiles = fp.reference_rows
-            found["row tiles, entry full" if entry else "row tiles, entry partial"] = \
-                GroupCost(buffer=buffer, dram=b * (fp.weights * tiles + io))
+            name = "row tiles" if entry is None else "row tiles, entry full" if entry else "row tiles, entry partial"
+            found[name] = GroupCost(buffer=buffer, dram=b * (fp.weights * tiles + io))
         head = self._single_head(group)
         if head is not None:
             passes = self._channel_passes(group, head)
