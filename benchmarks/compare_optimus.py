@@ -217,9 +217,13 @@ def zoo_graph(name: str):
     return graph_from_model(part, name=name)
 
 
+def brr(graph, buffer_bytes: int) -> BRRCostModel:
+    return BRRCostModel(graph, buffer_bytes, BYTES_PER_ELEMENT, channel_block=CHANNEL_BLOCK)
+
+
 def plan_fuseplan(graph, buffer_bytes: int, budget: int) -> dict:
     start = time.perf_counter()
-    cost = BRRCostModel(graph, buffer_bytes, BYTES_PER_ELEMENT, channel_block=CHANNEL_BLOCK)
+    cost = brr(graph, buffer_bytes)
     result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=budget, seed=0)
     seconds = time.perf_counter() - start
     groups = [{"layers": [graph.nodes[v].name for v in sorted(g)], "dram_bytes": cost.dram(g)}
@@ -228,17 +232,17 @@ def plan_fuseplan(graph, buffer_bytes: int, budget: int) -> dict:
             "excluded": [graph.nodes[v].name for v in cost.unfuseable]}
 
 
-def compare(optimus_plan: dict, ours: dict) -> list[dict]:
-    """Pair groups that cover the same layers; the rest are listed by plan."""
-    theirs = {frozenset(g["layers"]): g for g in optimus_plan["groups"]}
-    mine = {frozenset(g["layers"]): g for g in ours["groups"]}
+def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel) -> list[dict]:
+    """Each Optimus group: its DRAM there, fuseplan's price of the same group, and whether fuseplan chose it."""
+    index = {node.name: node.index for node in cost.graph.nodes}
+    mine = {frozenset(g["layers"]) for g in ours["groups"]}
     rows = []
-    for layers, g in theirs.items():
-        their_bytes = BYTES_PER_ELEMENT * sum(g["dram_elements"].values())
-        row = {"layers": g["layers"], "optimus_bytes": their_bytes}
-        if layers in mine:
-            row["fuseplan_bytes"] = mine[layers]["dram_bytes"]
-        rows.append(row)
+    for g in optimus_plan["groups"]:
+        group = frozenset(index[name] for name in g["layers"])
+        priced = cost.evaluate(group)
+        rows.append({"layers": g["layers"], "optimus_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"].values()),
+                     "fuseplan_price_bytes": priced.dram, "fits_in_fuseplan": priced.buffer < cost.buffer_bytes,
+                     "in_fuseplan_plan": frozenset(g["layers"]) in mine})
     return rows
 
 
@@ -281,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                 | {"groups": len(ours["groups"])},
                 "fuseplan_zoo": {"model": NETWORKS[net], "up_to": ZOO_CUTS.get(NETWORKS[net], "the end")} | {k: zoo_plan[k] for k in ("dram_bytes", "plan_seconds")}
                 | {"groups": len(zoo_plan["groups"]), "excluded": len(zoo_plan["excluded"])},
-                "group_by_group": compare(theirs, ours),
+                "group_by_group": compare(theirs, ours, brr(same, buffer_bytes)),
                 "fuseplan_groups": ours["groups"],
             }
             entries.append(entry)

@@ -15,8 +15,8 @@ full). The group's entry convolutions start full or partial; both choices
 are priced and the one that moves less DRAM is kept. With ``b`` bytes per
 element, ``F`` the resident feature elements of the rows the streaming
 analysis keeps (each tensor counted with the channels its mode holds),
-``L`` the extra elements per extra output row in a tile, ``H`` the rows of
-the tallest tensor the group writes back, ``W`` the group's weights and
+``L`` the extra elements per extra row in a tile, ``H`` the rows of the
+tallest tensor the group streams or writes back, ``W`` the group's weights and
 ``w_blk`` the largest block of weights any operator holds at a time (``k``
 output by ``k`` input channels; the rest streams through)::
 

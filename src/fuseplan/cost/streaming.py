@@ -60,8 +60,8 @@ class Footprint(NamedTuple):
 
     weights: int  # parameters of all operators
     features: int  # activation elements resident on chip at steady state
-    line: float  # extra resident elements per extra row of the reference output per step
-    reference_rows: int  # rows of the tallest tensor the group writes back
+    line: float  # extra resident elements per extra row of the reference tensor per step
+    reference_rows: int  # rows of the tallest tensor the group streams (holds in part) or writes back
     inputs: int  # elements read from DRAM, each distinct tensor once
     outputs: int  # elements written to DRAM, each distinct tensor once
 
@@ -172,11 +172,15 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
                 rows = height
             else:
                 line += numel[t]
+                if height > reference:
+                    reference = height
                 if streamed_out is not None:
                     streamed_out.add(t)
         else:  # written back, not read inside: one staging row
             rows = 1
             line += numel[t]
+            if height > reference:
+                reference = height
             if streamed_out is not None:
                 streamed_out.add(t)
         features += rows * row_numel[t]
@@ -186,8 +190,6 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
             inputs_numel += numel[t]
         elif is_output[t] or not consumers[t] <= group:
             outputs_numel += numel[t]
-            if height > reference:
-                reference = height
     return Footprint(
         weights=weights,
         features=features,
