@@ -53,7 +53,8 @@ STACKS = {
 }
 # On-chip memory sizes, as multiples of the stack's LBDF F_beta: below it the
 # line buffers do not fit and DeFiNES moves some to DRAM; above it they fit.
-RATIOS = (0.5, 0.9, 1.1, 2.0)
+RATIOS = (0.5, 0.9, 1.1, 1.5, 2.0)
+BISECTIONS = 5  # then narrow down the smallest memory at which DeFiNES moves nothing extra
 
 # Runs inside DeFiNES's environment: builds the accelerator and the workload
 # as modules DeFiNES can import, runs its depth-first pipeline and prints the
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="Python of DeFiNES's environment (default DEFINES/.venv/bin/python)")
     parser.add_argument("--ratios", nargs="+", type=float, default=list(RATIOS),
                         help="on-chip memory sizes as multiples of each stack's LBDF F_beta")
+    parser.add_argument("--commit", help="the checkout's commit, where it is not a git work tree")
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     try:
@@ -209,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
-    entries = []
+    entries, thresholds = [], []
     for name, stack in STACKS.items():
+        sweep: list[tuple[int, float]] = []
         graph = stack_model(stack)
         group = frozenset(range(len(graph.nodes)))
         need = LBDFCostModel(graph, 1).buffer(group)
@@ -231,14 +234,31 @@ def main(argv: list[str] | None = None) -> int:
                 "dram_ratio": round(dram / their_dram, 4) if their_dram else None,
             }
             entries.append(entry)
+            sweep.append((beta, their_dram))
             print(f"{name:38s} beta {beta:8d}  LBDF F_beta {buffer:8d} ({'valid' if buffer < beta else 'invalid'}) "
                   f"F_D {dram:9d}   DeFiNES DRAM {their_dram:11.0f} ({theirs['seconds']:.0f} s)", flush=True)
+        least = min(d for _, d in sweep)
+        low = max((b for b, d in sweep if d > least), default=0)
+        high = min(b for b, d in sweep if d == least and b > low)
+        for _ in range(BISECTIONS if low else 0):
+            middle = (low + high) // 2
+            theirs = run_defines(root, python, stack, middle)
+            if sum(sum(layer["dram_bytes"].values()) for layer in theirs["layers"]) == least:
+                high = middle
+            else:
+                low = middle
+        thresholds.append({"stack": name, "lbdf_buffer_bytes": need, "lbdf_dram_bytes": dram,
+                           "defines_least_dram_bytes": least, "defines_least_dram_needs_bytes": [low, high],
+                           "ratio_to_lbdf": [round(low / need, 3), round(high / need, 3)]})
+        print(f"{name:38s} DeFiNES moves its least DRAM ({least:.0f}) from between {low} and {high} bytes "
+              f"on chip; LBDF F_beta {need}", flush=True)
     payload = {
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
-        "defines_commit": commit.stdout.strip() or None,
+        "defines_commit": args.commit or commit.stdout.strip() or None,
         "mode": "fully cached (horizontal and vertical), tiles 1 output row x full width",
         "bytes_per_element": 1,
         "results": entries,
+        "least_dram_memory": thresholds,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(payload, indent=1) + "\n")

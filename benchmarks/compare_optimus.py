@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), choices=list(BUFFERS_KB))
     parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
+    parser.add_argument("--commit", help="the checkout's commit, where it is not a git work tree")
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     try:
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"zoo {NETWORKS[net]} {zoo_plan['dram_bytes'] / MIB:8.2f} MiB", flush=True)
     payload = {
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
-        "optimus_commit": commit.stdout.strip() or None,
+        "optimus_commit": args.commit or commit.stdout.strip() or None,
         "dataflow": DATAFLOW,
         "results": entries,
     }
