@@ -96,7 +96,7 @@ class BRRCostModel(CostModel):
         super().__init__(graph, buffer_bytes, bytes_per_element)
         self.channel_block = int(channel_block)
         tables = self.tables
-        # Parameters of one block of output channels, per operator.
+        # Weights one operator holds at a time: a block of k output by k input channels.
         self._in_channels = input_channels(graph)
         self._weight_block = tuple(weight_block(w, c, channel_block, i)
                                    for w, c, i in zip(tables.node_weights, tables.node_channels, self._in_channels))
