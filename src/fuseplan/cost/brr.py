@@ -147,18 +147,23 @@ class BRRCostModel(CostModel):
                 share[t] = block_share[t]
         return share
 
-    def _held_both(self, group: Group, narrow: list[int]) -> dict[bool, list[tuple[int, float]]]:
-        """:meth:`held_channels` for both entry modes at once (the hot path of :meth:`schedules`)."""
+    def _held_both(self, group: Group, narrow: list[int]) -> dict[bool, list[tuple[int, float]]] | None:
+        """:meth:`held_channels` for both entry modes at once (the hot path of :meth:`schedules`).
+
+        ``None`` when the group has no operator to alternate.
+        """
         producers = self._input_producers
         blockable = self.blockable
         full: dict[int, bool] = {}
         partial: dict[int, bool] = {}
+        any_blockable = False
         for v in sorted(group):
             prods = producers[v]
             if len(prods) == 1:  # the common case, kept free of inner loops
                 p = prods[0]
                 if p in full:
                     if blockable[v]:
+                        any_blockable = True
                         full[v], partial[v] = not full[p], not partial[p]
                     else:
                         full[v], partial[v] = full[p], partial[p]
@@ -167,6 +172,7 @@ class BRRCostModel(CostModel):
             else:
                 prods = [p for p in prods if p in full]
             if blockable[v]:
+                any_blockable = True
                 if prods:
                     full[v], partial[v] = not full[prods[0]], not partial[prods[0]]
                 else:
@@ -176,19 +182,34 @@ class BRRCostModel(CostModel):
                 partial[v] = any(partial[p] for p in prods)
             else:
                 full[v] = partial[v] = FULL
+        if not any_blockable:
+            return None
         producer = self._producer
         consumers = self.tables.tensor_consumers
         block_share = self._block_share
-        held: dict[bool, list[tuple[int, float]]] = {FULL: [], PARTIAL: []}
+        held_full: list[tuple[int, float]] = []
+        held_partial: list[tuple[int, float]] = []
         for t in narrow:
             p = producer[t]
-            readers = [c for c in consumers[t] if c in full]
-            share = block_share[t]
-            if not full.get(p, False) and all(full[c] == blockable[c] for c in readers):
-                held[FULL].append((t, share))
-            if not partial.get(p, False) and all(partial[c] == blockable[c] for c in readers):
-                held[PARTIAL].append((t, share))
-        return held
+            ok_full = not full.get(p, False)
+            ok_partial = not partial.get(p, False)
+            if ok_full or ok_partial:
+                for c in consumers[t]:
+                    mode = full.get(c)
+                    if mode is None:  # a reader outside the group
+                        continue
+                    kind = blockable[c]
+                    if mode != kind:
+                        ok_full = False
+                    if partial[c] != kind:
+                        ok_partial = False
+                    if not (ok_full or ok_partial):
+                        break
+                if ok_full:
+                    held_full.append((t, block_share[t]))
+                if ok_partial:
+                    held_partial.append((t, block_share[t]))
+        return {FULL: held_full, PARTIAL: held_partial}
 
     def price(self, group: Group) -> GroupCost:
         best: GroupCost | None = None
@@ -212,12 +233,11 @@ class BRRCostModel(CostModel):
         # Only tensors with more channels than a block can hold less than all of them;
         # without a convolution in the group there is nothing to alternate.
         narrow = [t for t in rows if block_share[t] < 1.0]
-        alternates = narrow and any(self.blockable[v] for v in group)
+        held = self._held_both(group, narrow) if narrow else None
         found: dict[str, GroupCost] = {}
-        held = self._held_both(group, narrow) if alternates else {}
-        for entry in (FULL, PARTIAL) if alternates else (None,):
+        for entry in (FULL, PARTIAL) if held is not None else (None,):
             features, line = fp.features, fp.line * fp.reference_rows
-            if alternates:
+            if held is not None:
                 for t, s in held[entry]:
                     whole = rows[t] * row_numel[t]
                     features -= whole - ceil(whole * s)

@@ -103,14 +103,14 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
             else:
                 cphase = phase[t]
             r = (p - reach) / s
-            if r == inf:  # the input is whole on chip: a fresh stream
+            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
+                    and len(consumers[t]) == 1:
+                aliased.add(t)  # the output takes the input's place, whole or streamed
+            elif r == inf:  # the input is whole on chip: a fresh stream
                 r = 0.0
             start = (p if barrier else s * r + reach) - k + 1
             if start < low.get(t, inf):
                 low[t] = start
-            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
-                    and len(consumers[t]) == 1:
-                aliased.add(t)
         else:
             cphase = 0
             for t, _k, _s, _r in inputs:
@@ -126,22 +126,26 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
                     q = (pos[t] - reach) / s
                     if q < r:
                         r = q
-            if r == inf:
-                r = 0.0
-            for t, k, s, reach in inputs:
+            for t, _k, _s, _r in inputs:
                 if phase[t] < cphase:
                     full.add(t)
-                    continue
-                start = (pos[t] if barrier else s * r + reach) - k + 1
-                if start < low.get(t, inf):
-                    low[t] = start
+            overwritten = False
             if in_place is not None and in_place[v]:
                 out_numel = tables.tensor_numel[node_outputs[v][0]]
                 for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
                     if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
                             and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
                         aliased.add(t)
+                        overwritten = True
                         break
+            if r == inf and not overwritten:  # every input whole on chip: a fresh stream
+                r = 0.0
+            for t, k, s, reach in inputs:
+                if t in full:
+                    continue
+                start = (pos[t] if barrier else s * r + reach) - k + 1
+                if start < low.get(t, inf):
+                    low[t] = start
         if barrier:
             out_phase, out_pos = cphase + 1, inf
         else:
