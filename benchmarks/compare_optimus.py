@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimus", help="Optimus checkout (default $OPTIMUS_DIR)")
     parser.add_argument("--python", help="Python of Optimus's environment (default OPTIMUS/.venv/bin/python)")
     parser.add_argument("--reuse", type=Path, help="keep and reuse Optimus's answers in this folder")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --reuse: skip the network and buffer pairs Optimus has not planned yet")
     parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), choices=list(BUFFERS_KB))
     parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
@@ -270,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         same = graph_from_model(onnx_from_optimus(structure), name=net)
         zoo_model = zoo_graph(NETWORKS[net])
         for kb in args.buffers:
+            if args.cached_only and not (args.reuse and (args.reuse / f"optimus_{net}_{kb}_plan.json").is_file()):
+                print(f"{net:10s} {kb:3d}KB  skipped: no Optimus plan in {args.reuse}", flush=True)
+                continue
             theirs = run_optimus(root, python, "plan", net, kb, args.reuse)
             buffer_bytes = BYTES_PER_ELEMENT * int(theirs["capacity_elements"])
             ours = plan_fuseplan(same, buffer_bytes, args.budget)
