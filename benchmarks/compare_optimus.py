@@ -311,7 +311,8 @@ def compare_all(args: argparse.Namespace) -> int:
                                                                     for g in theirs["groups"])},
                 "fuseplan": {k: ours[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
                 | {"groups": len(ours["groups"])},
-                "fuseplan_zoo": {"model": NETWORKS[net], "up_to": ZOO_CUTS.get(NETWORKS[net], "the end")} | {k: zoo_plan[k] for k in ("dram_bytes", "plan_seconds")}
+                "fuseplan_zoo": {"model": NETWORKS[net], "up_to": ZOO_CUTS.get(NETWORKS[net], "the end")}
+                | {k: zoo_plan[k] for k in ("dram_bytes", "plan_seconds")}
                 | {"groups": len(zoo_plan["groups"]), "excluded": len(zoo_plan["excluded"])},
                 "fuseplan_default_block": {"channel_block": DEFAULT_CHANNEL_BLOCK}
                 | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
