@@ -24,7 +24,8 @@ Alignment. Optimus compares its buffer capacity (the ``capacity`` of its
 ``fusion/arch/3_level_mem_<N>KB.json`` files: ``N*512``) with *element*
 counts and reports DRAM with 16-bit elements, so fuseplan gets the same
 buffer: ``bytes_per_element = 2`` and ``N`` KiB, and BRR's channel block is
-Optimus's smallest output-channel block under the dataflow used (32).
+Optimus's smallest output-channel block under the dataflow used (32); the
+same network is also planned with fuseplan's default block (16).
 fuseplan's DRAM is the plan's total, with operators that fit no group run
 alone (as ``fuseplan plan`` reports it).
 Each Optimus network is rebuilt as an ONNX graph with the same layers
