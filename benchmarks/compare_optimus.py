@@ -1,0 +1,344 @@
+"""fuseplan's BRR plans side by side with the Optimus planner (Cai, Wang and Zhang, LCTES 2021).
+
+Optimus is run from its own checkout, in its own virtual environment, on its
+own network definitions; nothing of it is part of fuseplan. Install it with::
+
+    git clone https://github.com/SheaCai/optimus /path/to/optimus
+    python3 -m venv /path/to/optimus/.venv
+    /path/to/optimus/.venv/bin/pip install numpy==2.4.6 scipy==1.17.1 matplotlib==3.11.2
+
+then run (Optimus plans the twelve network and buffer pairs in about 90
+minutes of one core, an hour of it ResNet-50 at 512KB; fuseplan in seconds)::
+
+    python benchmarks/compare_optimus.py --optimus /path/to/optimus [--python PY] [--reuse DIR]
+
+``--python`` defaults to ``OPTIMUS/.venv/bin/python`` (or ``$OPTIMUS_PYTHON``;
+the checkout may also come from ``$OPTIMUS_DIR``). ``--reuse DIR`` keeps
+each Optimus answer in ``DIR`` and reads it back on the next run instead of
+planning again (the planner is deterministic); with ``--cached-only`` the
+pairs not in ``DIR`` are skipped rather than planned, and a folder that holds
+every answer needs no Optimus at all. A checkout that is not a git work tree
+names its commit with ``--commit``.
+
+Alignment. Optimus compares its buffer capacity (the ``capacity`` of its
+``fusion/arch/3_level_mem_<N>KB.json`` files: ``N*512``) with *element*
+counts and reports DRAM with 16-bit elements, so fuseplan gets the same
+buffer: ``bytes_per_element = 2`` and ``N`` KiB, and BRR's channel block is
+Optimus's smallest output-channel block under the dataflow used (32); the
+same network is also planned with fuseplan's default block (16).
+fuseplan's DRAM is the plan's total, with operators that fit no group run
+alone (as ``fuseplan plan`` reports it).
+Each Optimus network is rebuilt as an ONNX graph with the same layers
+(convolutions with the same channels, kernel, stride and output size,
+padding chosen to give that size; pooling; element-wise ``Add``; channel
+``Concat``; no bias, no activation), so the two plans partition the same
+operators and compare group by group. The torchvision model of the same name
+from fuseplan's zoo (with its ReLUs, biases and classifier) is planned too,
+for reference (VGG16 up to its last pooling, ResNet-18 up to its global
+pooling, as Optimus defines them). Results go to
+``benchmarks/results/optimus.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from fuseplan import load_graph, zoo
+from fuseplan.cost import BRRCostModel
+from fuseplan.cost.brr import DEFAULT_CHANNEL_BLOCK
+from fuseplan.graph import graph_from_model
+from fuseplan.plan import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.split import make_splitter
+
+RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
+NETWORKS = {"squeezenet": "squeezenet", "resnet18": "resnet18", "vggnet": "vgg16", "resnet50": "resnet50"}
+# Where Optimus's definition stops short of the zoo model: its last operator type
+# there (VGG16's convolutional part; ResNet-18 without its classifier).
+ZOO_CUTS = {"vgg16": "MaxPool", "resnet18": "GlobalAveragePool"}
+BUFFERS_KB = (128, 256, 512)
+DATAFLOW = "fusion/dataflow/dataflow_Ow_Cout.json"  # the dataflow of Optimus's own test.sh
+BYTES_PER_ELEMENT = 2
+CHANNEL_BLOCK = 32  # Optimus's smallest output-channel block under that dataflow (its PE array's K unrolling)
+MIB = 2**20
+
+# Runs inside Optimus's environment: prints the network (mode "net") or the
+# plan with each group's DRAM elements (mode "plan") as JSON.
+DRIVER = r"""
+import json, sys, time
+from fusion.scheduling import (batch_size, CostModel, extract_info, LoopLowerBound, Resource,
+                               ScheduleGenerator)
+from fusion.scheduling.layer import ConvLayer
+from fusion.nn_models import import_network
+mode, arch, dataflow, net = sys.argv[1:5]
+batch_size.init(1)
+network = import_network(net)
+if mode == "net":
+    src = network.input_layer()
+    layers = [{"name": "input", "kind": "Input", "channels": src.nofm, "height": src.hofm, "width": src.wofm}]
+    for name in network:
+        layer = network[name]
+        conv = isinstance(layer, ConvLayer)
+        layers.append({
+            "name": name, "kind": type(layer).__name__, "channels": layer.nofm,
+            "height": layer.hofm, "width": layer.wofm,
+            "kernel": [layer.hfil, layer.wfil] if conv else [layer.hreg, layer.wreg],
+            "stride": [layer.hstd, layer.wstd],
+            "prevs": ["input" if p is None else p for p in network.prevs(name)],
+        })
+    json.dump({"network": network.net_name, "layers": layers}, sys.stdout)
+    sys.exit(0)
+arch_info, dataflow_info = extract_info(arch, dataflow)
+resource = Resource.arch(arch_info)
+cost_model = CostModel(network, resource)
+generator = ScheduleGenerator(network, resource, cost_model, LoopLowerBound.dataflow(dataflow_info))
+start = time.perf_counter()
+plan, _ = generator.schedule_search()
+seconds = time.perf_counter() - start
+groups = []
+for group, blocks, orders, _cost, fits in plan:
+    _, points = generator.mapping(group, blocks, orders)
+    ifmap, ofmap, weights = cost_model.get_cost(points, group, fits)[0][2]
+    groups.append({"layers": list(group), "weights_fit": bool(fits),
+                   "dram_elements": {"inputs": ifmap, "outputs": ofmap, "weights": weights}})
+json.dump({"network": network.net_name, "capacity_elements": resource.buffer(1).capacity,
+           "precision_bits": resource.precision, "plan_seconds": seconds, "groups": groups}, sys.stdout)
+"""
+
+
+class PeerMissing(Exception):
+    pass
+
+
+def peer_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    root = args.optimus or os.environ.get("OPTIMUS_DIR")
+    if not root:
+        raise PeerMissing("no Optimus checkout given (--optimus or $OPTIMUS_DIR)")
+    root = Path(root).resolve()
+    if not (root / "fusion" / "scheduling" / "interlayer.py").is_file():
+        raise PeerMissing(f"{root} is not an Optimus checkout (no fusion/scheduling/interlayer.py)")
+    python = Path(args.python or os.environ.get("OPTIMUS_PYTHON") or root / ".venv" / "bin" / "python")
+    if not python.exists():
+        raise PeerMissing(f"no Python environment for Optimus at {python}")
+    return root, python
+
+
+def run_optimus(root: Path | None, python: Path | None, mode: str, net: str, kb: int, reuse: Path | None) -> dict:
+    cached = reuse / f"optimus_{net}_{kb}_{mode}.json" if reuse else None
+    if cached and cached.is_file():
+        return json.loads(cached.read_text())
+    if root is None or python is None:
+        raise PeerMissing(f"no Optimus answer {cached} and no Optimus checkout to compute it")
+    arch = f"fusion/arch/3_level_mem_{kb}KB.json"
+    done = subprocess.run([str(python), "-c", DRIVER, mode, arch, DATAFLOW, net], cwd=root, check=True,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    answer = json.loads(done.stdout)
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(answer))
+    return answer
+
+
+# -- the same network for fuseplan ----------------------------------------------------------
+def _weights(name: str, shape: list[int]) -> TensorProto:
+    tensor = TensorProto()  # shape only: the planner never reads weight values
+    tensor.name, tensor.data_type = name, TensorProto.FLOAT
+    tensor.dims.extend(shape)
+    return tensor
+
+
+def _pads(height_in: int, width_in: int, layer: dict) -> list[int]:
+    (kh, kw), (sh, sw) = layer["kernel"], layer["stride"]
+    ph = max(0, (layer["height"] - 1) * sh + kh - height_in)  # a strided window may leave rows unread
+    pw = max(0, (layer["width"] - 1) * sw + kw - width_in)
+    if (height_in + ph - kh) // sh + 1 != layer["height"] or (width_in + pw - kw) // sw + 1 != layer["width"]:
+        raise ValueError(f"{layer['name']}: no padding gives Optimus's output size")
+    return [ph // 2, pw // 2, ph - ph // 2, pw - pw // 2]
+
+
+def onnx_from_optimus(net: dict) -> onnx.ModelProto:
+    """An ONNX graph with the layers of an Optimus network definition."""
+    shape = {layer["name"]: layer for layer in net["layers"]}
+    nodes, inits = [], []
+    consumed: set[str] = set()
+    for layer in net["layers"][1:]:
+        name, kind, prevs = layer["name"], layer["kind"], layer["prevs"]
+        consumed.update(prevs)
+        first = shape[prevs[0]]
+        if kind in ("ConvLayer", "FCLayer"):
+            kh, kw = layer["kernel"]
+            inits.append(_weights(name + ".w", [layer["channels"], first["channels"], kh, kw]))
+            nodes.append(helper.make_node("Conv", [prevs[0], name + ".w"], [name], name=name, kernel_shape=[kh, kw],
+                                          strides=layer["stride"], pads=_pads(first["height"], first["width"], layer)))
+        elif kind == "PoolingLayer":
+            nodes.append(helper.make_node("MaxPool", [prevs[0]], [name], name=name, kernel_shape=layer["kernel"],
+                                          strides=layer["stride"],
+                                          pads=_pads(first["height"], first["width"], layer)))
+        elif kind == "EltwiseLayer":
+            nodes.append(helper.make_node("Add" if len(prevs) == 2 else "Sum", prevs, [name], name=name))
+        elif kind == "ConcatLayer":
+            nodes.append(helper.make_node("Concat", prevs, [name], name=name, axis=1))
+        else:
+            raise ValueError(f"{name}: no ONNX counterpart for Optimus layer kind {kind}")
+    src = net["layers"][0]
+    outputs = [layer for layer in net["layers"][1:] if layer["name"] not in consumed]
+    graph = helper.make_graph(
+        nodes, net["network"],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, src["channels"], src["height"], src["width"]])],
+        [helper.make_tensor_value_info(o["name"], TensorProto.FLOAT, [1, o["channels"], o["height"], o["width"]])
+         for o in outputs],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    helper.set_model_props(model, {"fuseplan.stripped": "1"})
+    return model
+
+
+def zoo_graph(name: str):
+    """The zoo model ``name``, up to the last operator of type ``ZOO_CUTS[name]`` if it has one."""
+    if name not in ZOO_CUTS:
+        return load_graph(name)
+    model = onnx.load(zoo.path(name))
+    graph = model.graph
+    last = [n for n in graph.node if n.op_type == ZOO_CUTS[name]][-1]
+    producer = {out: n for n in graph.node for out in n.output}
+    keep, stack = set(), [last]
+    while stack:
+        node = stack.pop()
+        if id(node) not in keep:
+            keep.add(id(node))
+            stack.extend(producer[t] for t in node.input if t in producer)
+    nodes = [n for n in graph.node if id(n) in keep]
+    used = {t for n in nodes for t in n.input}
+    cut = helper.make_graph(nodes, name, list(graph.input), [helper.make_tensor_value_info(last.output[0],
+                                                                                           TensorProto.FLOAT, None)],
+                            [i for i in graph.initializer if i.name in used])
+    part = helper.make_model(cut, opset_imports=model.opset_import)
+    helper.set_model_props(part, {p.key: p.value for p in model.metadata_props})
+    return graph_from_model(part, name=name)
+
+
+def brr(graph, buffer_bytes: int, channel_block: int = CHANNEL_BLOCK) -> BRRCostModel:
+    return BRRCostModel(graph, buffer_bytes, BYTES_PER_ELEMENT, channel_block=channel_block)
+
+
+def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CHANNEL_BLOCK) -> dict:
+    start = time.perf_counter()
+    cost = brr(graph, buffer_bytes, channel_block)
+    result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=budget, seed=0)
+    seconds = time.perf_counter() - start
+    groups = [{"layers": [graph.nodes[v].name for v in sorted(g)], "dram_bytes": cost.dram(g)}
+              for g in result.plan]
+    # Operators that fit no group still run, alone: the plan's total counts them.
+    alone = [{"layers": [graph.nodes[v].name], "dram_bytes": cost.alone_dram(v), "unfuseable": True}
+             for v in cost.unfuseable]
+    return {"dram_bytes": result.cost.dram + cost.unfuseable_dram(), "plan_seconds": round(seconds, 3),
+            "groups": groups + alone, "excluded": [graph.nodes[v].name for v in cost.unfuseable]}
+
+
+def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel) -> list[dict]:
+    """Each Optimus group: its DRAM there, fuseplan's price of the same group, and whether fuseplan chose it."""
+    index = {node.name: node.index for node in cost.graph.nodes}
+    mine = {frozenset(g["layers"]) for g in ours["groups"]}
+    rows = []
+    for g in optimus_plan["groups"]:
+        group = frozenset(index[name] for name in g["layers"])
+        priced = cost.evaluate(group)
+        rows.append({"layers": g["layers"], "optimus_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"].values()),
+                     "fuseplan_price_bytes": priced.dram, "fits_in_fuseplan": priced.buffer < cost.buffer_bytes,
+                     "in_fuseplan_plan": frozenset(g["layers"]) in mine})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--optimus", help="Optimus checkout (default $OPTIMUS_DIR)")
+    parser.add_argument("--python", help="Python of Optimus's environment (default OPTIMUS/.venv/bin/python)")
+    parser.add_argument("--reuse", type=Path, help="keep and reuse Optimus's answers in this folder")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --reuse: skip the network and buffer pairs Optimus has not planned yet")
+    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), choices=list(BUFFERS_KB))
+    parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
+    parser.add_argument("--commit", help="the checkout's commit, where it is not a git work tree")
+    parser.add_argument("-o", "--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    try:
+        return compare_all(args)
+    except PeerMissing as missing:
+        print(f"error: {missing}. Install Optimus as described at the top of {Path(__file__).name}.",
+              file=sys.stderr)
+        return 2
+
+
+def compare_all(args: argparse.Namespace) -> int:
+    root = python = None
+    if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
+        root, python = peer_paths(args)
+    commit = subprocess.run(["git", "-C", str(root or "."), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if root is None:
+        commit.stdout = ""  # this repository's commit is not Optimus's
+    entries = []
+    for net in args.networks:
+        structure = run_optimus(root, python, "net", net, args.buffers[0], args.reuse)
+        same = graph_from_model(onnx_from_optimus(structure), name=net)
+        zoo_model = zoo_graph(NETWORKS[net])
+        for kb in args.buffers:
+            if args.cached_only and not (args.reuse and (args.reuse / f"optimus_{net}_{kb}_plan.json").is_file()):
+                print(f"{net:10s} {kb:3d}KB  skipped: no Optimus plan in {args.reuse}", flush=True)
+                continue
+            theirs = run_optimus(root, python, "plan", net, kb, args.reuse)
+            buffer_bytes = BYTES_PER_ELEMENT * int(theirs["capacity_elements"])
+            ours = plan_fuseplan(same, buffer_bytes, args.budget)
+            zoo_plan = plan_fuseplan(zoo_model, buffer_bytes, args.budget)
+            # fuseplan's default block: a weight block of fewer output channels fits more often.
+            default_block = plan_fuseplan(same, buffer_bytes, args.budget, DEFAULT_CHANNEL_BLOCK)
+            their_bytes = BYTES_PER_ELEMENT * sum(sum(g["dram_elements"].values()) for g in theirs["groups"])
+            entry = {
+                "network": net, "optimus_arch_kb": kb, "buffer_elements": int(theirs["capacity_elements"]),
+                "fuseplan_buffer_bytes": buffer_bytes, "bytes_per_element": BYTES_PER_ELEMENT,
+                "optimus": {"dram_bytes": their_bytes, "plan_seconds": round(theirs["plan_seconds"], 3),
+                            "groups": len(theirs["groups"]),
+                            "weight_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"]["weights"]
+                                                                    for g in theirs["groups"])},
+                "fuseplan": {k: ours[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                | {"groups": len(ours["groups"])},
+                "fuseplan_zoo": {"model": NETWORKS[net], "up_to": ZOO_CUTS.get(NETWORKS[net], "the end")}
+                | {k: zoo_plan[k] for k in ("dram_bytes", "plan_seconds")}
+                | {"groups": len(zoo_plan["groups"]), "excluded": len(zoo_plan["excluded"])},
+                "fuseplan_default_block": {"channel_block": DEFAULT_CHANNEL_BLOCK}
+                | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                | {"groups": len(default_block["groups"])},
+                "group_by_group": compare(theirs, ours, brr(same, buffer_bytes)),
+                "fuseplan_groups": ours["groups"],
+            }
+            entries.append(entry)
+            print(f"{net:10s} {kb:3d}KB  Optimus {their_bytes / MIB:8.2f} MiB ({theirs['plan_seconds']:6.1f} s, "
+                  f"{len(theirs['groups'])} groups)  fuseplan {ours['dram_bytes'] / MIB:8.2f} MiB "
+                  f"({ours['plan_seconds']:5.2f} s, {len(ours['groups'])} groups)  "
+                  f"zoo {NETWORKS[net]} {zoo_plan['dram_bytes'] / MIB:8.2f} MiB  "
+                  f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB", flush=True)
+    payload = {
+        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
+        "optimus_commit": args.commit or commit.stdout.strip() or None,
+        "dataflow": DATAFLOW,
+        "channel_block": CHANNEL_BLOCK,
+        "results": entries,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
