@@ -43,6 +43,8 @@ from onnx import TensorProto, helper
 from fuseplan.cost import LBDFCostModel
 from fuseplan.graph import graph_from_model
 
+from peers import PeerMissing, peer_paths  # benchmarks/peers.py, beside this script
+
 RESULTS = Path(__file__).resolve().parent / "results" / "defines.json"
 
 # Each stack: input (channels, rows = columns) and layers (out channels, kernel, stride).
@@ -150,21 +152,8 @@ json.dump({"seconds": time.perf_counter() - start, "layers": layers}, sys.stdout
 """
 
 
-class PeerMissing(Exception):
-    pass
-
-
-def peer_paths(args: argparse.Namespace) -> tuple[Path, Path]:
-    root = args.defines or os.environ.get("DEFINES_DIR")
-    if not root:
-        raise PeerMissing("no DeFiNES checkout given (--defines or $DEFINES_DIR)")
-    root = Path(root).resolve()
-    if not (root / "classes" / "stages" / "DepthFirstStage.py").is_file():
-        raise PeerMissing(f"{root} is not a DeFiNES checkout (no classes/stages/DepthFirstStage.py)")
-    python = Path(args.python or os.environ.get("DEFINES_PYTHON") or root / ".venv" / "bin" / "python")
-    if not python.exists():
-        raise PeerMissing(f"no Python environment for DeFiNES at {python}")
-    return root, python
+def find_peer(args: argparse.Namespace) -> tuple[Path, Path]:
+    return peer_paths("DeFiNES", args.defines, args.python, "DEFINES", "classes/stages/DepthFirstStage.py")
 
 
 def stack_model(stack: dict):
@@ -205,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     try:
-        root, python = peer_paths(args)
+        root, python = find_peer(args)
     except PeerMissing as missing:
         print(f"error: {missing}. Install DeFiNES as described at the top of {Path(__file__).name}.",
               file=sys.stderr)

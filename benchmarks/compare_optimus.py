@@ -61,6 +61,8 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
+from peers import PeerMissing, peer_paths  # benchmarks/peers.py, beside this script
+
 RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
 NETWORKS = {"squeezenet": "squeezenet", "resnet18": "resnet18", "vggnet": "vgg16", "resnet50": "resnet50"}
 # Where Optimus's definition stops short of the zoo model: its last operator type
@@ -116,21 +118,8 @@ json.dump({"network": network.net_name, "capacity_elements": resource.buffer(1).
 """
 
 
-class PeerMissing(Exception):
-    pass
-
-
-def peer_paths(args: argparse.Namespace) -> tuple[Path, Path]:
-    root = args.optimus or os.environ.get("OPTIMUS_DIR")
-    if not root:
-        raise PeerMissing("no Optimus checkout given (--optimus or $OPTIMUS_DIR)")
-    root = Path(root).resolve()
-    if not (root / "fusion" / "scheduling" / "interlayer.py").is_file():
-        raise PeerMissing(f"{root} is not an Optimus checkout (no fusion/scheduling/interlayer.py)")
-    python = Path(args.python or os.environ.get("OPTIMUS_PYTHON") or root / ".venv" / "bin" / "python")
-    if not python.exists():
-        raise PeerMissing(f"no Python environment for Optimus at {python}")
-    return root, python
+def find_peer(args: argparse.Namespace) -> tuple[Path, Path]:
+    return peer_paths("Optimus", args.optimus, args.python, "OPTIMUS", "fusion/scheduling/interlayer.py")
 
 
 def run_optimus(root: Path | None, python: Path | None, mode: str, net: str, kb: int, reuse: Path | None) -> dict:
@@ -283,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 def compare_all(args: argparse.Namespace) -> int:
     root = python = None
     if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
-        root, python = peer_paths(args)
+        root, python = find_peer(args)
     commit = subprocess.run(["git", "-C", str(root or "."), "rev-parse", "HEAD"], capture_output=True, text=True)
     if root is None:
         commit.stdout = ""  # this repository's commit is not Optimus's
