@@ -156,6 +156,8 @@ def plan(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
     onnx_out: Annotated[Optional[Path], typer.Option(
         "--onnx-out", help="Write a copy of the model with each node's group in its metadata.")] = None,
+    report: Annotated[Optional[Path], typer.Option(
+        "--report", help="Write the plan as one self-contained HTML page (the network coloured by group).")] = None,
     bytes_per_element: BytesPerElementOpt = 1,
     input_shape: InputShapeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
@@ -171,7 +173,7 @@ def plan(
 
     buffer_bytes = parse_size(buffer)
     source, _ = model_path(model)
-    outputs = [("plan", output), ("annotated model", onnx_out)]
+    outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
     check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
     repair = make_splitter(splitter.value, refine=refine)
     graph = _load(model, input_shape)
@@ -203,6 +205,10 @@ def plan(
         save_onnx(annotate_onnx(source_model, problem, result.plan), onnx_out, source.parent)
     if output is not None:
         write_json(document, output)
+    if report is not None:
+        from fuseplan.report.html import write_plan_report
+
+        write_plan_report(problem, document, report)
     if as_json:
         print(json.dumps(document, indent=2))
         return
@@ -235,6 +241,8 @@ def plan(
         stdout.print(f"plan written to {output}", highlight=False)
     if onnx_out is not None:
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
+    if report is not None:
+        stdout.print(f"report written to {report}", highlight=False)
 
 
 def _optimality_line(dram: int, search: dict) -> str:
@@ -277,6 +285,25 @@ def validate(
     stdout.print(f"valid: {len(doc['groups'])} groups, DRAM {format_bytes(doc['dram_bytes'])}, "
                  f"max buffer usage {format_bytes(doc['max_buffer_usage_bytes'])} "
                  f"of {format_bytes(plan_file.buffer_bytes)}", highlight=False)
+
+
+@app.command("report")
+def report_command(
+    model: ModelArg,
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan written by `fuseplan plan -o`.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    input_shape: InputShapeOpt = None,
+) -> None:
+    """Draw a plan as one self-contained HTML page: the network coloured by group, each group's costs, totals."""
+    from fuseplan.plan.io import read_plan_file
+    from fuseplan.report.html import reprice_plan_file, write_plan_report
+
+    check_outputs([("report", output)], [model_path(model)[0], plan_path])
+    plan_file = read_plan_file(plan_path)
+    graph = _load(model, input_shape)
+    problem, document = reprice_plan_file(graph, plan_file)
+    write_plan_report(problem, document, output)
+    stdout.print(f"report written to {output}", highlight=False)
 
 
 @app.command()
