@@ -309,7 +309,12 @@ def report_command(
 @app.command()
 def why(
     model: ModelArg,
-    nodes: Annotated[str, typer.Option(help="The group: ONNX node names, comma-separated.")],
+    nodes: Annotated[Optional[str], typer.Option(help="The group: ONNX node names, comma-separated.")] = None,
+    plan_path: Annotated[Optional[Path], typer.Option(
+        "--plan", metavar="PLAN.json", help="Take the group from this plan file (with --group); the plan's scheme, "
+                                            "buffer and bytes per element replace those options.")] = None,
+    group_id: Annotated[Optional[int], typer.Option(
+        "--group", min=0, help="With --plan: the id of the group to explain.")] = None,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the group.")] = Scheme.lbdf,
     buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
     # A plain string, checked by make_explainer, so a wrong name gets the one-line error rather than a usage box.
@@ -331,10 +336,25 @@ def why(
     explainer = explainer.lower()
     if explainer == "random":
         raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
-    buffer_bytes = parse_size(buffer)
-    check_outputs([("picture", png)], [model_path(model)[0]])
-    graph = _load(model, input_shape)
-    names = [n.strip() for n in nodes.split(",") if n.strip()]
+    if (nodes is None) == (plan_path is None) or (plan_path is None) != (group_id is None):
+        raise FuseplanError("give the group either as --nodes NAME,NAME,... or as --plan PLAN.json --group N "
+                            "(see `fuseplan why --help`)")
+    scheme_name, buffer_bytes = scheme.value, parse_size(buffer)
+    check_outputs([("picture", png)], [model_path(model)[0], *([plan_path] if plan_path else [])])
+    if plan_path is not None:
+        from fuseplan.plan.io import read_plan_file
+        from fuseplan.report.why import plan_group_names
+
+        plan_file = read_plan_file(plan_path)
+        graph = _load(model, input_shape)
+        assert group_id is not None
+        names = plan_group_names(graph, plan_file, group_id)
+        scheme_name = plan_file.scheme
+        buffer_bytes, bytes_per_element = plan_file.buffer_bytes, plan_file.bytes_per_element
+    else:
+        assert nodes is not None
+        graph = _load(model, input_shape)
+        names = [n.strip() for n in nodes.split(",") if n.strip()]
     if not names:
         raise FuseplanError("--nodes needs at least one ONNX node name")
     group = frozenset(graph.node_index(n) for n in names)
@@ -342,7 +362,7 @@ def why(
         raise FuseplanError("the named operators do not form a connected group")
     if not graph.is_convex(group):
         raise FuseplanError("the named operators are not a valid fusion group: a path leaves the group and comes back")
-    problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
+    problem = FusionProblem(make_cost_model(scheme_name, graph, buffer_bytes, bytes_per_element))
     unfuseable = sorted(group & set(problem.excluded))
     if unfuseable:
         raise FuseplanError(f"{graph.nodes[unfuseable[0]].name} does not fit the {format_bytes(buffer_bytes)} buffer "
@@ -362,7 +382,9 @@ def why(
     cost = problem.cost.evaluate(group)
     blamed, split, from_explanation, parts = data["blamed_edges"], data["split"], report.from_explanation, report.parts
     verdict = "fits" if cost.buffer < buffer_bytes else "does not fit"
-    stdout.print(f"group of {len(group)} operators needs {format_bytes(cost.buffer)} ({cost.buffer} B): "
+    subject = f"group {group_id} of {plan_path} ({len(group)} operators)" if plan_path else \
+        f"group of {len(group)} operators"
+    stdout.print(f"{subject} needs {format_bytes(cost.buffer)} ({cost.buffer} B): "
                  f"{verdict} the {format_bytes(buffer_bytes)} buffer; moves {format_bytes(cost.dram)}", highlight=False)
     table = Table(title=f"edges blamed by {data['explainer']}")
     for column in ("score", "from", "to"):

@@ -63,18 +63,6 @@ def parse(page: str) -> ReportParser:
     return parser
 
 
-@pytest.fixture(scope="module")
-def planned(tmp_path_factory):
-    """mobilenet_v2 at 128 KB (8 unfuseable operators), planned by the CLI with a report."""
-    out = tmp_path_factory.mktemp("report")
-    plan_path, report_path = out / "plan.json", out / "report.html"
-    result = fuseplan("plan", "mobilenet_v2", "--buffer", "128KB", "--search", "ls", "--budget", "300",
-                      "--seed", "1", "-o", plan_path, "--report", report_path)
-    assert result.returncode == 0, result.stderr
-    assert f"report written to {report_path}" in result.stdout
-    return plan_path, report_path
-
-
 def test_every_node_and_group_drawn_with_its_group(planned):
     plan_path, report_path = planned
     document = json.loads(plan_path.read_text())
@@ -215,3 +203,4 @@ def test_browser_sees_a_broken_page(tmp_path):
     page.write_text("<!DOCTYPE html><html><body><script>missingFunction();</script></body></html>")
     _, console = _load_in_browser(page)
     assert any("missingFunction" in line for line in console)
+
