@@ -291,19 +291,27 @@ def validate(
 def report_command(
     model: ModelArg,
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan written by `fuseplan plan -o`.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write.")] = None,
+    svg: Annotated[Optional[Path], typer.Option(
+        "--svg", help="Also (or only) write the drawing and the groups' costs as a standalone SVG picture.")] = None,
     input_shape: InputShapeOpt = None,
 ) -> None:
     """Draw a plan as one self-contained HTML page: the network coloured by group, each group's costs, totals."""
     from fuseplan.plan.io import read_plan_file
-    from fuseplan.report.html import reprice_plan_file, write_plan_report
+    from fuseplan.report.html import reprice_plan_file, write_plan_report, write_plan_svg
 
-    check_outputs([("report", output)], [model_path(model)[0], plan_path])
+    if output is None and svg is None:
+        raise FuseplanError("give -o report.html, --svg plan.svg or both (see `fuseplan report --help`)")
+    check_outputs([("report", output), ("picture", svg)], [model_path(model)[0], plan_path])
     plan_file = read_plan_file(plan_path)
     graph = _load(model, input_shape)
     problem, document = reprice_plan_file(graph, plan_file)
-    write_plan_report(problem, document, output)
-    stdout.print(f"report written to {output}", highlight=False)
+    if output is not None:
+        write_plan_report(problem, document, output)
+        stdout.print(f"report written to {output}", highlight=False)
+    if svg is not None:
+        write_plan_svg(problem, document, svg)
+        stdout.print(f"picture written to {svg}", highlight=False)
 
 
 @app.command()

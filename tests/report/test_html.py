@@ -204,3 +204,31 @@ def test_browser_sees_a_broken_page(tmp_path):
     _, console = _load_in_browser(page)
     assert any("missingFunction" in line for line in console)
 
+
+
+def test_svg_picture_draws_every_node_and_lists_every_group(planned, tmp_path):
+    import xml.etree.ElementTree as ElementTree
+
+    plan_path, _ = planned
+    document = json.loads(plan_path.read_text())
+    picture = tmp_path / "plan.svg"
+    result = fuseplan("report", "mobilenet_v2", plan_path, "--svg", picture)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "report.html").exists()  # only what was asked for
+    root = ElementTree.parse(picture).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    assert root.tag == f"{ns}svg"
+    graph = load_graph("mobilenet_v2")
+    drawn = {int(g.get("data-node")): int(g.get("data-group")) for g in root.iter(f"{ns}g") if g.get("data-node")}
+    expected = {graph.node_index(n): group["id"] for group in document["groups"] for n in group["nodes"]}
+    expected.update({graph.node_index(n): -1 for n in document["excluded"]})
+    assert drawn == expected
+    legend = [t.text for t in root.iter(f"{ns}text") if t.text and t.text.startswith("group ")]
+    assert [int(text.split(":")[0].split()[1]) for text in legend] == [g["id"] for g in document["groups"]]
+    assert not any(v.startswith(("http:", "https:")) for el in root.iter() for k, v in el.attrib.items()
+                   if k.endswith("href"))
+
+
+def test_report_needs_an_output(planned):
+    plan_path, _ = planned
+    assert_one_line_error(fuseplan("report", "mobilenet_v2", plan_path), "give -o report.html, --svg plan.svg")

@@ -1,4 +1,5 @@
-"""The whole-plan HTML report: one self-contained page (inline SVG, CSS and script, no network at view time).
+"""The whole-plan HTML report: one self-contained page (inline SVG, CSS and script, no network at view time),
+and the same drawing as a standalone SVG picture.
 
 The network is drawn in layers along the longest path from the inputs, each
 operator coloured by its fusion group; unfuseable operators are grey with a
@@ -119,21 +120,32 @@ def _edge_svg(a: tuple[int, int], b: tuple[int, int], inside: bool) -> str:
             f'd="M{x1},{y1} C{x1},{y1 + bend:.0f} {x2},{y2 - bend:.0f} {x2},{y2}"/>')
 
 
-def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
-    """The self-contained HTML page for the plan ``document`` (as :func:`plan_document` writes it)."""
-    graph = problem.graph
+def _group_of(graph: CompGraph, document: dict[str, Any]) -> dict[int, int]:
     group_of = {v: EXCLUDED for v in range(len(graph.nodes))}
     for group in document["groups"]:
         for name in group["nodes"]:
             group_of[graph.node_index(name)] = group["id"]
+    return group_of
+
+
+def _drawing(graph: CompGraph, group_of: dict[int, int]) -> tuple[str, int, int]:
+    """The edges and nodes of the layered drawing, and its width and height."""
     centre = layout(graph)
     width = max((x for x, _ in centre.values()), default=0) + NODE_WIDTH // 2 + MARGIN
     height = max((y for _, y in centre.values()), default=0) + NODE_HEIGHT // 2 + MARGIN
     edges = "".join(_edge_svg(centre[i], centre[j], group_of[i] == group_of[j] != EXCLUDED)
                     for i, j in graph.edges)
     nodes = "".join(_node_svg(graph, v, group_of[v], centre[v]) for v in range(len(graph.nodes)))
+    return edges + nodes, width, height
+
+
+def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
+    """The self-contained HTML page for the plan ``document`` (as :func:`plan_document` writes it)."""
+    graph = problem.graph
+    group_of = _group_of(graph, document)
+    drawing, width, height = _drawing(graph, group_of)
     svg = (f'<svg id="network" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="the network coloured by fusion group">{edges}{nodes}</svg>')
+           f'aria-label="the network coloured by fusion group">{drawing}</svg>')
 
     buffer_bytes = document["buffer_bytes"]
     most_dram = max((g["dram_bytes"] for g in document["groups"]), default=0) or 1
@@ -181,6 +193,54 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
         totals=totals_html, rows="".join(rows), excluded_rows=excluded_rows or "<li>none</li>",
         svg=svg, data=data, version=document["version"],
     )
+
+
+_SVG_STYLE = """
+text { font: 11px sans-serif; }
+.node rect { stroke: #555; stroke-width: 1; }
+.node.excluded rect { stroke: #c00; stroke-dasharray: 4 2; stroke-width: 1.5; }
+.node text { text-anchor: middle; }
+.edge { fill: none; stroke: #aaa; stroke-width: 1; }
+.edge.inside { stroke: #555; stroke-width: 2; }
+.heading { font-size: 13px; font-weight: bold; }
+"""
+
+LEGEND_WIDTH = 340
+
+
+def plan_svg(problem: FusionProblem, document: dict[str, Any]) -> str:
+    """A standalone SVG picture of the plan (for papers): the drawn network and a legend of the groups' costs."""
+    graph = problem.graph
+    group_of = _group_of(graph, document)
+    drawing, width, height = _drawing(graph, group_of)
+    top = 3 * 16 + MARGIN
+    lines = [f'<text class="heading" x="{MARGIN}" y="{MARGIN + 4}">{escape(graph.name)}: '
+             f'{escape(document["scheme"].upper())} at {escape(format_bytes(document["buffer_bytes"]))}, '
+             f'{len(document["groups"])} groups</text>',
+             f'<text x="{MARGIN}" y="{MARGIN + 20}">DRAM {escape(format_bytes(document["dram_bytes"]))} '
+             f'(fuseable operators), total {escape(format_bytes(document["total_dram_bytes"]))}, '
+             f'max buffer usage {escape(format_bytes(document["max_buffer_usage_bytes"]))}</text>']
+    legend_x = width + MARGIN
+    entries = [(g["id"], f'group {g["id"]}: {len(g["nodes"])} ops, F_beta {format_bytes(g["buffer_bytes"])}, '
+                         f'F_D {format_bytes(g["dram_bytes"])}') for g in document["groups"]]
+    if document["excluded"]:
+        entries.append((EXCLUDED, f'{len(document["excluded"])} unfuseable (run alone)'))
+    for k, (group, label) in enumerate(entries):
+        y = top + k * 18
+        lines.append(f'<rect x="{legend_x}" y="{y}" width="12" height="12" fill="{group_colour(group)}" '
+                     f'stroke="{"#c00" if group == EXCLUDED else "#555"}"/>'
+                     f'<text x="{legend_x + 18}" y="{y + 10}">{escape(label)}</text>')
+    total_width = legend_x + LEGEND_WIDTH
+    total_height = top + max(height, len(entries) * 18 + MARGIN)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_width}" height="{total_height}" '
+            f'viewBox="0 0 {total_width} {total_height}"><style>{_SVG_STYLE}</style>'
+            f'<rect width="100%" height="100%" fill="white"/>{"".join(lines)}'
+            f'<g transform="translate(0,{top})">{drawing}</g></svg>\n')
+
+
+def write_plan_svg(problem: FusionProblem, document: dict[str, Any], path) -> None:
+    """Write the SVG picture of ``document`` to ``path`` atomically."""
+    write_text(path, plan_svg(problem, document))
 
 
 def write_plan_report(problem: FusionProblem, document: dict[str, Any], path) -> None:
