@@ -41,3 +41,26 @@ def test_why_refuses_another_models_plan(planned):
     plan_path, _ = planned
     assert_one_line_error(fuseplan("why", "resnet18", "--plan", plan_path, "--group", "0", "--explainer", "oracle"),
                           "the plan was made for model")
+
+
+def test_why_picture_legend_names_every_part(planned, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fuseplan.report.figures import _explanation_legend
+
+    plan_path, _ = planned
+    document = json.loads(plan_path.read_text())
+    names = ",".join(document["groups"][1]["nodes"])  # 128KB plan's group, split at half the buffer
+    result = fuseplan("why", "mobilenet_v2", "--nodes", names, "--buffer", "64KB", "--explainer", "oracle",
+                      "--json", "--png", tmp_path / "why.png")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "why.png").read_bytes().startswith(b"\x89PNG")
+    split = json.loads(result.stdout)["split"]
+    assert len(split) > 1
+    parts = [frozenset(range(len(p["nodes"]))) for p in split]
+    labels = [h.get_label() for h in _explanation_legend(parts, plt.get_cmap("tab10"), 5)]
+    assert labels[:len(split)] == [f"part {k} ({len(p['nodes'])} ops)" for k, p in enumerate(split)]
+    assert labels[len(split):] == ["blamed edge (top 5; width = blame)", "other edge in the group"]

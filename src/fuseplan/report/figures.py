@@ -50,6 +50,19 @@ def _save(fig, path: Path) -> None:
         plt.close(fig)
 
 
+def _explanation_legend(parts, palette, blamed: int) -> list:
+    """Legend entries: one colour per part of the split, and what edge colours and widths mean."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=palette(k % 10), edgecolor="none", label=f"part {k} ({len(part)} ops)")
+               for k, part in enumerate(parts)]
+    handles.append(Line2D([], [], color="red", linewidth=4,
+                          label=f"blamed edge (top {blamed}; width = blame)"))
+    handles.append(Line2D([], [], color="grey", linewidth=1, label="other edge in the group"))
+    return handles
+
+
 def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5, title: str = "") -> None:
     """The group's operators (coloured by the part Algorithm 1 puts them in) with the blamed edges in red."""
     import matplotlib
@@ -61,7 +74,7 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     sub = nx.DiGraph()
     members = sorted(group)
     for v in members:
-        sub.add_node(v, label=f"{v}:{graph.nodes[v].op_type}")
+        sub.add_node(v, label=f"{graph.nodes[v].op_type}\n#{v}")
     sub.add_edges_from(graph.edges_within(members))
     # Layered layout along the topological labels keeps data flowing left to right.
     depth: dict[int, int] = {}
@@ -73,9 +86,9 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     part_of = {v: k for k, part in enumerate(parts) for v in part}
     palette = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values())))
-    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=520,
+    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=900,
                            node_color=[palette(part_of.get(v, 9) % 10) for v in sub.nodes])
-    nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=7)
+    nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=8)
     blamed = dict(zip(explanation.edges[:top], explanation.scores[:top]))
     peak = max((abs(s) for s in blamed.values()), default=1.0) or 1.0
     for i, j in sub.edges:
@@ -83,10 +96,12 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
         span = depth[j] - depth[i]
         style = "arc3,rad=0.0" if span <= 1 else f"arc3,rad={min(0.6, 0.15 * span)}"
         is_blamed = (i, j) in blamed
-        nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=[(i, j)], arrows=True, node_size=520,
+        nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=[(i, j)], arrows=True, node_size=900,
                                connectionstyle=style, edge_color="red" if is_blamed else "grey",
                                width=1.5 + 3.5 * abs(blamed[(i, j)]) / peak if is_blamed else 1.0)
     ax.set_title(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split")
+    ax.legend(handles=_explanation_legend(parts, palette, len(blamed)), loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.axis("off")
     fig.tight_layout()
     _save(fig, path)
