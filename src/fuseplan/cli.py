@@ -294,15 +294,18 @@ def report_command(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write.")] = None,
     svg: Annotated[Optional[Path], typer.Option(
         "--svg", help="Also (or only) write the drawing and the groups' costs as a standalone SVG picture.")] = None,
+    png: Annotated[Optional[Path], typer.Option(
+        "--png", help="Also (or only) write the drawing and the groups' costs as a PNG picture.")] = None,
     input_shape: InputShapeOpt = None,
 ) -> None:
     """Draw a plan as one self-contained HTML page: the network coloured by group, each group's costs, totals."""
     from fuseplan.plan.io import read_plan_file
     from fuseplan.report.html import reprice_plan_file, write_plan_report, write_plan_svg
 
-    if output is None and svg is None:
-        raise FuseplanError("give -o report.html, --svg plan.svg or both (see `fuseplan report --help`)")
-    check_outputs([("report", output), ("picture", svg)], [model_path(model)[0], plan_path])
+    if output is None and svg is None and png is None:
+        raise FuseplanError("give -o report.html, --svg plan.svg, --png plan.png or several "
+                            "(see `fuseplan report --help`)")
+    check_outputs([("report", output), ("picture", svg), ("picture", png)], [model_path(model)[0], plan_path])
     plan_file = read_plan_file(plan_path)
     graph = _load(model, input_shape)
     problem, document = reprice_plan_file(graph, plan_file)
@@ -312,6 +315,11 @@ def report_command(
     if svg is not None:
         write_plan_svg(problem, document, svg)
         stdout.print(f"picture written to {svg}", highlight=False)
+    if png is not None:
+        from fuseplan.report.figures import plot_plan
+
+        plot_plan(problem, document, png)
+        stdout.print(f"picture written to {png}", highlight=False)
 
 
 @app.command()

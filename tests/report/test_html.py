@@ -229,6 +229,20 @@ def test_svg_picture_draws_every_node_and_lists_every_group(planned, tmp_path):
                    if k.endswith("href"))
 
 
+def test_png_picture(planned, tmp_path):
+    import struct
+
+    plan_path, _ = planned
+    picture = tmp_path / "plan.png"
+    result = fuseplan("report", "mobilenet_v2", plan_path, "--png", picture, "--svg", tmp_path / "plan.svg")
+    assert result.returncode == 0, result.stderr
+    data = picture.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = struct.unpack(">II", data[16:24])
+    assert height > width > 0  # the layers run downwards
+    assert (tmp_path / "plan.svg").exists()
+
+
 def test_report_needs_an_output(planned):
     plan_path, _ = planned
     assert_one_line_error(fuseplan("report", "mobilenet_v2", plan_path), "give -o report.html, --svg plan.svg")

@@ -105,3 +105,66 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     ax.axis("off")
     fig.tight_layout()
     _save(fig, path)
+
+
+def plot_plan(problem, document, path: Path) -> None:
+    """The plan's layered drawing (the HTML report's) as a PNG: operators coloured by group, and a legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Patch
+
+    from fuseplan.report.html import EXCLUDED, NODE_HEIGHT, NODE_WIDTH, layout
+    from fuseplan.units import format_bytes
+
+    graph = problem.graph
+    group_of = {v: EXCLUDED for v in range(len(graph.nodes))}
+    for group in document["groups"]:
+        for name in group["nodes"]:
+            group_of[graph.node_index(name)] = group["id"]
+    centre = layout(graph)
+    width = max(x for x, _ in centre.values()) + NODE_WIDTH
+    height = max(y for _, y in centre.values()) + NODE_HEIGHT
+    # One drawing pixel is one point at 72 per inch, capped so that the deepest zoo networks stay printable.
+    scale = min(1.0, 200 * 72 / height)
+    fig, ax = plt.subplots(figsize=((width + 380) * scale / 72, height * scale / 72))
+    for i, j in graph.edges:
+        inside = group_of[i] == group_of[j] != EXCLUDED
+        ax.plot([centre[i][0], centre[j][0]], [centre[i][1], centre[j][1]], zorder=1,
+                color="#555" if inside else "#bbb", linewidth=1.6 if inside else 0.8)
+    for v, (x, y) in centre.items():
+        group = group_of[v]
+        ax.add_patch(FancyBboxPatch((x - NODE_WIDTH / 2, y - NODE_HEIGHT / 2), NODE_WIDTH, NODE_HEIGHT,
+                                    boxstyle="round,pad=0,rounding_size=5", zorder=2,
+                                    facecolor=_mpl_colour(group), edgecolor="#c00" if group == EXCLUDED else "#555",
+                                    linestyle="--" if group == EXCLUDED else "-"))
+        ax.text(x, y, graph.nodes[v].op_type[:14], ha="center", va="center", fontsize=7 * scale, zorder=3)
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)  # layers run downwards, as in the HTML report
+    ax.set_aspect("equal")
+    ax.axis("off")
+    handles = [Patch(facecolor=_mpl_colour(g["id"]), edgecolor="#555",
+                     label=f"group {g['id']}: {len(g['nodes'])} ops, F_beta {format_bytes(g['buffer_bytes'])}, "
+                           f"F_D {format_bytes(g['dram_bytes'])}") for g in document["groups"]]
+    if document["excluded"]:
+        handles.append(Patch(facecolor=_mpl_colour(EXCLUDED), edgecolor="#c00", linestyle="--",
+                             label=f"{len(document['excluded'])} unfuseable (run alone)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title(f"{graph.name}: {document['scheme'].upper()} at {format_bytes(document['buffer_bytes'])}, "
+                 f"DRAM {format_bytes(document['dram_bytes'])}, total {format_bytes(document['total_dram_bytes'])}",
+                 loc="left", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _mpl_colour(group: int) -> tuple[float, float, float]:
+    """The HTML report's colour of ``group`` as an RGB triple."""
+    import colorsys
+
+    from fuseplan.report.html import EXCLUDED
+
+    if group == EXCLUDED:
+        return (0.85, 0.85, 0.85)
+    hue = (group * 137.508) % 360 / 360
+    return colorsys.hls_to_rgb(hue, (72 if group % 2 else 62) / 100, 0.65)
