@@ -162,9 +162,7 @@ def _mpl_colour(group: int) -> tuple[float, float, float]:
     """The HTML report's colour of ``group`` as an RGB triple."""
     import colorsys
 
-    from fuseplan.report.html import EXCLUDED
+    from fuseplan.report.html import group_hls
 
-    if group == EXCLUDED:
-        return (0.85, 0.85, 0.85)
-    hue = (group * 137.508) % 360 / 360
-    return colorsys.hls_to_rgb(hue, (72 if group % 2 else 62) / 100, 0.65)
+    hue, lightness, saturation = group_hls(group)
+    return colorsys.hls_to_rgb(hue / 360, lightness, saturation)

@@ -73,11 +73,17 @@ def layout(graph: CompGraph) -> dict[int, tuple[int, int]]:
     return position
 
 
-def group_colour(group: int) -> str:
-    """A distinct pastel per group: hues a golden angle apart."""
+def group_hls(group: int) -> tuple[float, float, float]:
+    """Hue (degrees), lightness and saturation of a group's colour: hues a golden angle apart; grey if excluded."""
     if group == EXCLUDED:
-        return "#d9d9d9"
-    return f"hsl({(group * 137.508) % 360:.1f}, 65%, {72 if group % 2 else 62}%)"
+        return 0.0, 0.85, 0.0
+    return (group * 137.508) % 360, 0.72 if group % 2 else 0.62, 0.65
+
+
+def group_colour(group: int) -> str:
+    """A group's colour in CSS."""
+    hue, lightness, saturation = group_hls(group)
+    return f"hsl({hue:.1f}, {100 * saturation:.0f}%, {100 * lightness:.0f}%)"
 
 
 def _shape(shape: tuple[int, ...]) -> str:
