@@ -156,6 +156,8 @@ def plan(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
     onnx_out: Annotated[Optional[Path], typer.Option(
         "--onnx-out", help="Write a copy of the model with each node's group in its metadata.")] = None,
+    report: Annotated[Optional[Path], typer.Option(
+        "--report", help="Write the plan as one self-contained HTML page (the network coloured by group).")] = None,
     bytes_per_element: BytesPerElementOpt = 1,
     input_shape: InputShapeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
@@ -171,7 +173,7 @@ def plan(
 
     buffer_bytes = parse_size(buffer)
     source, _ = model_path(model)
-    outputs = [("plan", output), ("annotated model", onnx_out)]
+    outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
     check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
     repair = make_splitter(splitter.value, refine=refine)
     graph = _load(model, input_shape)
@@ -203,6 +205,10 @@ def plan(
         save_onnx(annotate_onnx(source_model, problem, result.plan), onnx_out, source.parent)
     if output is not None:
         write_json(document, output)
+    if report is not None:
+        from fuseplan.report.html import write_plan_report
+
+        write_plan_report(problem, document, report)
     if as_json:
         print(json.dumps(document, indent=2))
         return
@@ -235,6 +241,8 @@ def plan(
         stdout.print(f"plan written to {output}", highlight=False)
     if onnx_out is not None:
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
+    if report is not None:
+        stdout.print(f"report written to {report}", highlight=False)
 
 
 def _optimality_line(dram: int, search: dict) -> str:
@@ -279,10 +287,50 @@ def validate(
                  f"of {format_bytes(plan_file.buffer_bytes)}", highlight=False)
 
 
+@app.command("report")
+def report_command(
+    model: ModelArg,
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan written by `fuseplan plan -o`.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write.")] = None,
+    svg: Annotated[Optional[Path], typer.Option(
+        "--svg", help="Also (or only) write the drawing and the groups' costs as a standalone SVG picture.")] = None,
+    png: Annotated[Optional[Path], typer.Option(
+        "--png", help="Also (or only) write the drawing and the groups' costs as a PNG picture.")] = None,
+    input_shape: InputShapeOpt = None,
+) -> None:
+    """Draw a plan as one self-contained HTML page: the network coloured by group, each group's costs, totals."""
+    from fuseplan.plan.io import read_plan_file
+    from fuseplan.report.html import reprice_plan_file, write_plan_report, write_plan_svg
+
+    if output is None and svg is None and png is None:
+        raise FuseplanError("give -o report.html, --svg plan.svg, --png plan.png or several "
+                            "(see `fuseplan report --help`)")
+    check_outputs([("report", output), ("picture", svg), ("picture", png)], [model_path(model)[0], plan_path])
+    plan_file = read_plan_file(plan_path)
+    graph = _load(model, input_shape)
+    problem, document = reprice_plan_file(graph, plan_file)
+    if output is not None:
+        write_plan_report(problem, document, output)
+        stdout.print(f"report written to {output}", highlight=False)
+    if svg is not None:
+        write_plan_svg(problem, document, svg)
+        stdout.print(f"picture written to {svg}", highlight=False)
+    if png is not None:
+        from fuseplan.report.figures import plot_plan
+
+        plot_plan(problem, document, png)
+        stdout.print(f"picture written to {png}", highlight=False)
+
+
 @app.command()
 def why(
     model: ModelArg,
-    nodes: Annotated[str, typer.Option(help="The group: ONNX node names, comma-separated.")],
+    nodes: Annotated[Optional[str], typer.Option(help="The group: ONNX node names, comma-separated.")] = None,
+    plan_path: Annotated[Optional[Path], typer.Option(
+        "--plan", metavar="PLAN.json", help="Take the group from this plan file (with --group); the plan's scheme, "
+                                            "buffer and bytes per element replace those options.")] = None,
+    group_id: Annotated[Optional[int], typer.Option(
+        "--group", min=0, help="With --plan: the id of the group to explain.")] = None,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the group.")] = Scheme.lbdf,
     buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
     # A plain string, checked by make_explainer, so a wrong name gets the one-line error rather than a usage box.
@@ -304,10 +352,25 @@ def why(
     explainer = explainer.lower()
     if explainer == "random":
         raise FuseplanError("--explainer random explains nothing; choose an explainer such as rgexplainer or oracle")
-    buffer_bytes = parse_size(buffer)
-    check_outputs([("picture", png)], [model_path(model)[0]])
-    graph = _load(model, input_shape)
-    names = [n.strip() for n in nodes.split(",") if n.strip()]
+    if (nodes is None) == (plan_path is None) or (plan_path is None) != (group_id is None):
+        raise FuseplanError("give the group either as --nodes NAME,NAME,... or as --plan PLAN.json --group N "
+                            "(see `fuseplan why --help`)")
+    scheme_name, buffer_bytes = scheme.value, parse_size(buffer)
+    check_outputs([("picture", png)], [model_path(model)[0], *([plan_path] if plan_path else [])])
+    if plan_path is not None:
+        from fuseplan.plan.io import read_plan_file
+        from fuseplan.report.why import plan_group_names
+
+        plan_file = read_plan_file(plan_path)
+        graph = _load(model, input_shape)
+        assert group_id is not None
+        names = plan_group_names(graph, plan_file, group_id)
+        scheme_name = plan_file.scheme
+        buffer_bytes, bytes_per_element = plan_file.buffer_bytes, plan_file.bytes_per_element
+    else:
+        assert nodes is not None
+        graph = _load(model, input_shape)
+        names = [n.strip() for n in nodes.split(",") if n.strip()]
     if not names:
         raise FuseplanError("--nodes needs at least one ONNX node name")
     group = frozenset(graph.node_index(n) for n in names)
@@ -315,7 +378,7 @@ def why(
         raise FuseplanError("the named operators do not form a connected group")
     if not graph.is_convex(group):
         raise FuseplanError("the named operators are not a valid fusion group: a path leaves the group and comes back")
-    problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
+    problem = FusionProblem(make_cost_model(scheme_name, graph, buffer_bytes, bytes_per_element))
     unfuseable = sorted(group & set(problem.excluded))
     if unfuseable:
         raise FuseplanError(f"{graph.nodes[unfuseable[0]].name} does not fit the {format_bytes(buffer_bytes)} buffer "
@@ -335,7 +398,9 @@ def why(
     cost = problem.cost.evaluate(group)
     blamed, split, from_explanation, parts = data["blamed_edges"], data["split"], report.from_explanation, report.parts
     verdict = "fits" if cost.buffer < buffer_bytes else "does not fit"
-    stdout.print(f"group of {len(group)} operators needs {format_bytes(cost.buffer)} ({cost.buffer} B): "
+    subject = f"group {group_id} of {plan_path} ({len(group)} operators)" if plan_path else \
+        f"group of {len(group)} operators"
+    stdout.print(f"{subject} needs {format_bytes(cost.buffer)} ({cost.buffer} B): "
                  f"{verdict} the {format_bytes(buffer_bytes)} buffer; moves {format_bytes(cost.dram)}", highlight=False)
     table = Table(title=f"edges blamed by {data['explainer']}")
     for column in ("score", "from", "to"):

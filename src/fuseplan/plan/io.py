@@ -127,7 +127,8 @@ def read_plan_file(path: Path) -> PlanFile:
 
 
 def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan) -> onnx.ModelProto:
-    """A copy of ``model`` whose operator nodes carry ``fuseplan.group`` metadata (for viewers such as Netron).
+    """A copy of ``model`` whose operator nodes carry ``fuseplan.group`` metadata and whose model metadata
+    carries the plan's scheme, buffer and totals (:func:`plan_metadata`), for viewers such as Netron.
 
     Nodes are matched by their first output tensor, which ONNX requires to be unique.
     """
@@ -151,4 +152,32 @@ def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan) ->
         else:
             entry = node.metadata_props.add()
             entry.key, entry.value = GROUP_KEY, value
+    _set_metadata(annotated.metadata_props, plan_metadata(problem, plan))
     return annotated
+
+
+def plan_metadata(problem: FusionProblem, plan: Plan) -> dict[str, str]:
+    """The model-level metadata of an annotated model: how the plan was priced and what it costs."""
+    cost, total = problem.cost, problem.evaluate(plan)
+    return {
+        "fuseplan.plan_format_version": str(VERSION),
+        "fuseplan.scheme": cost.name,
+        "fuseplan.buffer_bytes": str(cost.buffer_bytes),
+        "fuseplan.bytes_per_element": str(cost.bytes_per_element),
+        "fuseplan.groups": str(len(plan)),
+        "fuseplan.dram_bytes": str(total.dram),
+        "fuseplan.excluded_dram_bytes": str(cost.unfuseable_dram()),
+        "fuseplan.total_dram_bytes": str(total.dram + cost.unfuseable_dram()),
+        "fuseplan.max_buffer_usage_bytes": str(total.max_buffer),
+    }
+
+
+def _set_metadata(props, values: dict[str, str]) -> None:
+    """Set ``values`` in a repeated StringStringEntryProto field, replacing entries with the same key."""
+    existing = {prop.key: prop for prop in props}
+    for key, value in values.items():
+        if key in existing:
+            existing[key].value = value
+        else:
+            entry = props.add()
+            entry.key, entry.value = key, value

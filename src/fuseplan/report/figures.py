@@ -50,6 +50,19 @@ def _save(fig, path: Path) -> None:
         plt.close(fig)
 
 
+def _explanation_legend(parts, palette, blamed: int) -> list:
+    """Legend entries: one colour per part of the split, and what edge colours and widths mean."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=palette(k % 10), edgecolor="none", label=f"part {k} ({len(part)} ops)")
+               for k, part in enumerate(parts)]
+    handles.append(Line2D([], [], color="red", linewidth=4,
+                          label=f"blamed edge (top {blamed}; width = blame)"))
+    handles.append(Line2D([], [], color="grey", linewidth=1, label="other edge in the group"))
+    return handles
+
+
 def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5, title: str = "") -> None:
     """The group's operators (coloured by the part Algorithm 1 puts them in) with the blamed edges in red."""
     import matplotlib
@@ -61,7 +74,7 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     sub = nx.DiGraph()
     members = sorted(group)
     for v in members:
-        sub.add_node(v, label=f"{v}:{graph.nodes[v].op_type}")
+        sub.add_node(v, label=f"{graph.nodes[v].op_type}\n#{v}")
     sub.add_edges_from(graph.edges_within(members))
     # Layered layout along the topological labels keeps data flowing left to right.
     depth: dict[int, int] = {}
@@ -73,9 +86,9 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     part_of = {v: k for k, part in enumerate(parts) for v in part}
     palette = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values())))
-    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=520,
+    nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=900,
                            node_color=[palette(part_of.get(v, 9) % 10) for v in sub.nodes])
-    nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=7)
+    nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=8)
     blamed = dict(zip(explanation.edges[:top], explanation.scores[:top]))
     peak = max((abs(s) for s in blamed.values()), default=1.0) or 1.0
     for i, j in sub.edges:
@@ -83,10 +96,73 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
         span = depth[j] - depth[i]
         style = "arc3,rad=0.0" if span <= 1 else f"arc3,rad={min(0.6, 0.15 * span)}"
         is_blamed = (i, j) in blamed
-        nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=[(i, j)], arrows=True, node_size=520,
+        nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=[(i, j)], arrows=True, node_size=900,
                                connectionstyle=style, edge_color="red" if is_blamed else "grey",
                                width=1.5 + 3.5 * abs(blamed[(i, j)]) / peak if is_blamed else 1.0)
     ax.set_title(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split")
+    ax.legend(handles=_explanation_legend(parts, palette, len(blamed)), loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.axis("off")
     fig.tight_layout()
     _save(fig, path)
+
+
+def plot_plan(problem, document, path: Path) -> None:
+    """The plan's layered drawing (the HTML report's) as a PNG: operators coloured by group, and a legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Patch
+
+    from fuseplan.report.html import EXCLUDED, NODE_HEIGHT, NODE_WIDTH, layout
+    from fuseplan.units import format_bytes
+
+    graph = problem.graph
+    group_of = {v: EXCLUDED for v in range(len(graph.nodes))}
+    for group in document["groups"]:
+        for name in group["nodes"]:
+            group_of[graph.node_index(name)] = group["id"]
+    centre = layout(graph)
+    width = max(x for x, _ in centre.values()) + NODE_WIDTH
+    height = max(y for _, y in centre.values()) + NODE_HEIGHT
+    # One drawing pixel is one point at 72 per inch, capped so that the deepest zoo networks stay printable.
+    scale = min(1.0, 200 * 72 / height)
+    fig, ax = plt.subplots(figsize=((width + 380) * scale / 72, height * scale / 72))
+    for i, j in graph.edges:
+        inside = group_of[i] == group_of[j] != EXCLUDED
+        ax.plot([centre[i][0], centre[j][0]], [centre[i][1], centre[j][1]], zorder=1,
+                color="#555" if inside else "#bbb", linewidth=1.6 if inside else 0.8)
+    for v, (x, y) in centre.items():
+        group = group_of[v]
+        ax.add_patch(FancyBboxPatch((x - NODE_WIDTH / 2, y - NODE_HEIGHT / 2), NODE_WIDTH, NODE_HEIGHT,
+                                    boxstyle="round,pad=0,rounding_size=5", zorder=2,
+                                    facecolor=_mpl_colour(group), edgecolor="#c00" if group == EXCLUDED else "#555",
+                                    linestyle="--" if group == EXCLUDED else "-"))
+        ax.text(x, y, graph.nodes[v].op_type[:14], ha="center", va="center", fontsize=7 * scale, zorder=3)
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)  # layers run downwards, as in the HTML report
+    ax.set_aspect("equal")
+    ax.axis("off")
+    handles = [Patch(facecolor=_mpl_colour(g["id"]), edgecolor="#555",
+                     label=f"group {g['id']}: {len(g['nodes'])} ops, F_beta {format_bytes(g['buffer_bytes'])}, "
+                           f"F_D {format_bytes(g['dram_bytes'])}") for g in document["groups"]]
+    if document["excluded"]:
+        handles.append(Patch(facecolor=_mpl_colour(EXCLUDED), edgecolor="#c00", linestyle="--",
+                             label=f"{len(document['excluded'])} unfuseable (run alone)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title(f"{graph.name}: {document['scheme'].upper()} at {format_bytes(document['buffer_bytes'])}, "
+                 f"DRAM {format_bytes(document['dram_bytes'])}, total {format_bytes(document['total_dram_bytes'])}",
+                 loc="left", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _mpl_colour(group: int) -> tuple[float, float, float]:
+    """The HTML report's colour of ``group`` as an RGB triple."""
+    import colorsys
+
+    from fuseplan.report.html import group_hls
+
+    hue, lightness, saturation = group_hls(group)
+    return colorsys.hls_to_rgb(hue / 360, lightness, saturation)

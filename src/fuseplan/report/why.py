@@ -6,7 +6,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import Explanation, make_explainer
+from fuseplan.graph.ir import CompGraph
+from fuseplan.plan.io import PlanFile
 from fuseplan.plan.plan import Group
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.split.tree import TreeSplitter
@@ -50,3 +53,16 @@ def explain_group(problem: FusionProblem, group: Group, explainer: str, top: int
     splitter.setup(problem, random.Random(seed))
     parts = splitter.split(group)
     return WhyReport(problem, group, explanation, parts, splitter.fallbacks == 0, top)
+
+
+def plan_group_names(graph: CompGraph, plan_file: PlanFile, group_id: int) -> list[str]:
+    """The operator names of group ``group_id`` of a plan file made for ``graph``."""
+    doc = plan_file.document
+    recorded = doc.get("model_fingerprint")
+    if recorded is not None and recorded != graph.fingerprint:
+        raise FuseplanError(f"the plan was made for model {doc['model']!r}, whose operators differ from "
+                            f"{graph.name!r} (fingerprint {recorded} vs {graph.fingerprint})")
+    for position, group in enumerate(doc["groups"]):
+        if group.get("id", position) == group_id:
+            return [str(name) for name in group["nodes"]]
+    raise FuseplanError(f"the plan has no group {group_id} (its {len(doc['groups'])} groups are numbered from 0)")

@@ -1,0 +1,248 @@
+"""The HTML plan report: its content, its totals, the CLI paths that write it, and the page in a real browser."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import onnx
+import pytest
+
+from fuseplan.cost import make_cost_model
+from fuseplan.graph import load_graph
+from fuseplan.plan import FusionProblem
+from fuseplan.plan.io import plan_document
+from fuseplan.plan.plan import Plan
+from fuseplan.report.html import layers, plan_report_html
+from fuseplan.units import parse_size
+from tests.builders import two_convs
+from tests.cli.test_cli import assert_one_line_error, fuseplan
+
+
+class ReportParser(HTMLParser):
+    """Collects what the tests check: nodes, group rows, totals, and every attribute that could load something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[int, int] = {}  # node index -> group id
+        self.rows: list[int] = []
+        self.totals: dict[str, int] = {}
+        self.row_costs: dict[str, list[int]] = {"buffer": [], "dram": []}
+        self.links: list[str] = []
+        self.tags: list[str] = []
+        self._total: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append(tag)
+        for key in ("src", "href", "xlink:href", "action", "data"):
+            if key in attrs:
+                self.links.append(attrs[key])
+        if tag == "g" and "data-node" in attrs:
+            self.nodes[int(attrs["data-node"])] = int(attrs["data-group"])
+        if tag == "tr" and "data-group" in attrs:
+            self.rows.append(int(attrs["data-group"]))
+        for key in ("buffer", "dram"):
+            if f"data-{key}" in attrs:
+                self.row_costs[key].append(int(attrs[f"data-{key}"]))
+        self._total = attrs.get("data-total")
+
+    def handle_data(self, data):
+        if self._total is not None and data.strip():
+            self.totals[self._total] = int(data)
+            self._total = None
+
+
+def parse(page: str) -> ReportParser:
+    parser = ReportParser()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_every_node_and_group_drawn_with_its_group(planned):
+    plan_path, report_path = planned
+    document = json.loads(plan_path.read_text())
+    graph = load_graph("mobilenet_v2")
+    report = parse(report_path.read_text())
+    expected = {graph.node_index(name): group["id"] for group in document["groups"] for name in group["nodes"]}
+    expected.update({graph.node_index(name): -1 for name in document["excluded"]})
+    assert len(expected) == len(graph.nodes) == 100
+    assert report.nodes == expected
+    assert report.rows == [g["id"] for g in document["groups"]]
+    assert report.row_costs["buffer"] == [g["buffer_bytes"] for g in document["groups"]]
+    assert report.row_costs["dram"] == [g["dram_bytes"] for g in document["groups"]]
+    assert document["excluded"]  # the excluded list names each unfuseable operator
+    page = report_path.read_text()
+    for name in document["excluded"]:
+        assert f"<li>{name} (" in page
+
+
+def test_totals_equal_the_plan_file(planned):
+    plan_path, report_path = planned
+    document = json.loads(plan_path.read_text())
+    totals = parse(report_path.read_text()).totals
+    assert totals == {key: document[key] for key in ("dram_bytes", "excluded_dram_bytes", "total_dram_bytes",
+                                                     "max_buffer_usage_bytes", "buffer_bytes")}
+    assert totals["total_dram_bytes"] == totals["dram_bytes"] + totals["excluded_dram_bytes"] > totals["dram_bytes"]
+
+
+def test_self_contained(planned):
+    _, report_path = planned
+    page = report_path.read_text()
+    report = parse(page)
+    assert report.links == []  # nothing is loaded from anywhere
+    assert "link" not in report.tags and "img" not in report.tags and "iframe" not in report.tags
+    assert not re.search(r"https?://", page)
+    assert "svg" in report.tags and "script" in report.tags
+
+
+def test_report_command_reprices_to_the_same_page(planned, tmp_path):
+    plan_path, report_path = planned
+    again = tmp_path / "again.html"
+    result = fuseplan("report", "mobilenet_v2", plan_path, "-o", again)
+    assert result.returncode == 0, result.stderr
+    assert again.read_bytes() == report_path.read_bytes()
+
+
+def test_report_of_another_models_plan_is_one_line(planned, tmp_path):
+    plan_path, _ = planned
+    out = tmp_path / "r.html"
+    assert_one_line_error(fuseplan("report", "resnet18", plan_path, "-o", out), "the plan was made for model")
+    assert not out.exists()
+
+
+def test_report_of_an_invalid_plan_is_one_line(planned, tmp_path):
+    plan_path, _ = planned
+    document = json.loads(plan_path.read_text())
+    document["groups"][0]["nodes"].append("no_such_operator")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(document))
+    out = tmp_path / "r.html"
+    assert_one_line_error(fuseplan("report", "mobilenet_v2", broken, "-o", out), "not a valid plan")
+    assert not out.exists()
+
+
+def test_report_path_checked_before_the_search(tmp_path):
+    result = fuseplan("plan", "mobilenet_v2", "--search", "ls", "--budget", "100000",
+                      "--report", tmp_path / "missing" / "r.html")
+    assert_one_line_error(result, "missing")
+    assert_one_line_error(fuseplan("report", "mobilenet_v2", tmp_path / "plan.json", "-o", tmp_path), "directory")
+
+
+def test_layers_follow_the_longest_path():
+    graph = load_graph("resnet18")
+    depth = layers(graph)
+    for i, j in graph.edges:
+        assert depth[j] > depth[i]
+    assert any(depth[j] > depth[i] + 1 for i, j in graph.edges)  # skip connections span layers
+
+
+def test_hostile_names_are_escaped(tmp_path):
+    model = two_convs()
+    hostile = "</script><script>alert(1)</script>"
+    model.graph.node[0].name, model.graph.node[1].name = hostile, "<b>&amp;"
+    source = tmp_path / "hostile.onnx"
+    onnx.save(model, source)
+    graph = load_graph(source)
+    problem = FusionProblem(make_cost_model("lbdf", graph, parse_size("256KB"), 1))
+    plan = Plan.from_groups([range(len(graph.nodes))])
+    page = plan_report_html(problem, plan_document(problem, plan, {"algorithm": "by hand"}))
+    assert "<script>alert" not in page and "<b>&amp;" not in page
+    assert page.count("<script") == 2  # the plan data and the page's own script, nothing injected
+    data = json.loads(page.split('id="plan-data">', 1)[1].split("</script>", 1)[0])
+    assert {node["name"] for node in data["nodes"].values()} == {hostile, "<b>&amp;"}
+
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+
+
+def _load_in_browser(page_path) -> tuple[str, list[str]]:
+    """The DOM after the page's scripts ran, and every console message, from headless Chromium offline."""
+    completed = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--dump-dom",
+         page_path.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    console = [line for line in completed.stderr.splitlines() if ":CONSOLE" in line]
+    return completed.stdout, console
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")
+def test_loads_in_a_browser_without_console_errors(planned, tmp_path):
+    plan_path, report_path = planned
+    document = json.loads(plan_path.read_text())
+    dom, console = _load_in_browser(report_path)
+    assert console == []
+    assert 'data-ready="yes"' in dom  # the page's script ran to its end
+    assert parse(dom).rows == [g["id"] for g in document["groups"]]
+    # Clicking an operator shows its details and highlights its group.
+    graph = load_graph("mobilenet_v2")
+    name = document["groups"][1]["nodes"][0]
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(report_path.read_text().replace(
+        "</body>", f"<script>document.querySelector('.node[data-node=\"{graph.node_index(name)}\"]')"
+                   ".dispatchEvent(new MouseEvent('click'));</script></body>"))
+    dom, console = _load_in_browser(clicked)
+    assert console == []
+    details = dom.split('id="details"', 1)[1].split("</div>\n", 1)[0]
+    assert name in details and graph.nodes[graph.node_index(name)].op_type in details
+    assert f"group {document['groups'][1]['id']}:" in details
+    assert re.search(r'<tr data-group="1" class="selected"', dom)
+
+
+def test_browser_sees_a_broken_page(tmp_path):
+    """The console check above can fail: a script error on a page is reported."""
+    if CHROMIUM is None:
+        pytest.skip("needs Chromium (Debian package chromium)")
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><body><script>missingFunction();</script></body></html>")
+    _, console = _load_in_browser(page)
+    assert any("missingFunction" in line for line in console)
+
+
+
+def test_svg_picture_draws_every_node_and_lists_every_group(planned, tmp_path):
+    import xml.etree.ElementTree as ElementTree
+
+    plan_path, _ = planned
+    document = json.loads(plan_path.read_text())
+    picture = tmp_path / "plan.svg"
+    result = fuseplan("report", "mobilenet_v2", plan_path, "--svg", picture)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "report.html").exists()  # only what was asked for
+    root = ElementTree.parse(picture).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    assert root.tag == f"{ns}svg"
+    graph = load_graph("mobilenet_v2")
+    drawn = {int(g.get("data-node")): int(g.get("data-group")) for g in root.iter(f"{ns}g") if g.get("data-node")}
+    expected = {graph.node_index(n): group["id"] for group in document["groups"] for n in group["nodes"]}
+    expected.update({graph.node_index(n): -1 for n in document["excluded"]})
+    assert drawn == expected
+    legend = [t.text for t in root.iter(f"{ns}text") if t.text and t.text.startswith("group ")]
+    assert [int(text.split(":")[0].split()[1]) for text in legend] == [g["id"] for g in document["groups"]]
+    assert not any(v.startswith(("http:", "https:")) for el in root.iter() for k, v in el.attrib.items()
+                   if k.endswith("href"))
+
+
+def test_png_picture(planned, tmp_path):
+    import struct
+
+    plan_path, _ = planned
+    picture = tmp_path / "plan.png"
+    result = fuseplan("report", "mobilenet_v2", plan_path, "--png", picture, "--svg", tmp_path / "plan.svg")
+    assert result.returncode == 0, result.stderr
+    data = picture.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = struct.unpack(">II", data[16:24])
+    assert height > width > 0  # the layers run downwards
+    assert (tmp_path / "plan.svg").exists()
+
+
+def test_report_needs_an_output(planned):
+    plan_path, _ = planned
+    assert_one_line_error(fuseplan("report", "mobilenet_v2", plan_path), "give -o report.html, --svg plan.svg")
