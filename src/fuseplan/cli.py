@@ -25,6 +25,7 @@ from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.files import check_output_dir, check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
+from fuseplan.passes import FixInputShapes, Pass
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
@@ -54,9 +55,12 @@ BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, h
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
-def _load(model: str, input_shape: list[str] | None) -> CompGraph:
+def _load(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
-    graph = load_graph(model, input_shapes=shapes)
+    if passes is not None and shapes:  # given shapes replace a recorded pipeline's; the fingerprint still decides
+        passes = [FixInputShapes(shapes), *(step for step in passes if not isinstance(step, FixInputShapes))]
+        shapes = {}
+    graph = load_graph(model, input_shapes=shapes, passes=passes)
     for op_type in sorted({n.op_type for n in graph.nodes if not n.known_op}):
         count = sum(n.op_type == op_type for n in graph.nodes)
         stderr.print(f"warning: unsupported operator {op_type} ({count}x) priced as a barrier "
@@ -242,7 +246,7 @@ def validate(
     from fuseplan.plan.validate import validate_plan
 
     plan_file = read_plan_file(plan_path)
-    graph = _load(model, input_shape)
+    graph = _load(model, input_shape, plan_file.passes)
     reasons = validate_plan(graph, plan_file)
     if reasons:
         for reason in reasons:
