@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import onnx
 import pytest
@@ -17,6 +18,8 @@ from fuseplan.search import IntervalDP, minimize
 from fuseplan.split import make_splitter
 from tests.builders import two_convs
 from tests.cli.test_cli import fuseplan
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 class _ReluAfterFirstConv(Pass):
@@ -84,3 +87,34 @@ def test_annotation_of_a_prepared_model_is_the_input_model():
     annotated = annotate_onnx(two_convs(), problem, result.plan)
     assert len(annotated.graph.value_info) == 0  # shape inference ran on a copy only
     assert [n.name for n in annotated.graph.node] == ["conv1", "conv2"]
+
+
+def test_a_plan_after_real_substitutions_validates_against_the_input_file(tmp_path):
+    pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+    from fuseplan.passes import Rewrite
+
+    model_file = tmp_path / "googlenet.onnx"
+    model_file.write_bytes((DATA / "googlenet_opset13.onnx").read_bytes())
+    steps = [{"rule": "merge-parallel-convs", "site": []}]
+    prepared = graph_from_model(onnx.load(model_file), name="googlenet")
+    first_pair = next(([a, b] for a in prepared.tensors for b in prepared.tensors
+                       if a.producer is not None and b.producer is not None and a.index < b.index
+                       and prepared.nodes[a.producer].op_type == prepared.nodes[b.producer].op_type == "Conv"
+                       and prepared.nodes[a.producer].inputs[0] == prepared.nodes[b.producer].inputs[0]
+                       and prepared.nodes[a.producer].attributes == prepared.nodes[b.producer].attributes))
+    steps[0]["site"] = [first_pair[0].name, first_pair[1].name]
+    steps.append({"rule": "enlarge-conv-kernel", "site": [next(
+        prepared.tensors[n.outputs[0]].name for n in prepared.nodes
+        if n.op_type == "Conv" and n.attributes.get("kernel_shape") == [1, 1]
+        and prepared.tensors[n.outputs[0]].name not in steps[0]["site"])]})
+    graph = graph_from_model(onnx.load(model_file), name="googlenet", passes=[*default_passes(), Rewrite(steps)])
+    assert [n.op_type for n in graph.nodes].count("Split") == 1
+    problem = FusionProblem(make_cost_model("brr", graph, 64 * 1024))
+    result = minimize(problem, IntervalDP(), make_splitter("random"), budget=100, seed=0)
+    plan_file = tmp_path / "plan.json"
+    write_json(plan_document(problem, result.plan, result.search_record()), plan_file)
+    outcome = fuseplan("validate", model_file, plan_file)
+    assert outcome.returncode == 0, outcome.stderr
+    annotated = annotate_onnx(onnx.load(model_file), problem, result.plan)
+    assert sum(n.op_type == "Split" and any(p.key == GROUP_KEY for p in n.metadata_props)
+               for n in annotated.graph.node) == 1

@@ -8,8 +8,11 @@ from typing import Any
 from fuseplan.errors import FuseplanError
 from fuseplan.passes.base import Pass
 from fuseplan.passes.prepare import FixInputShapes, FoldAliases, FoldConstants, InferShapes
+from fuseplan.passes.rewrite import Rewrite
 
-PASSES: dict[str, type[Pass]] = {cls.name: cls for cls in (FixInputShapes, InferShapes, FoldConstants, FoldAliases)}
+PASSES: dict[str, type[Pass]] = {
+    cls.name: cls for cls in (FixInputShapes, InferShapes, FoldConstants, FoldAliases, Rewrite)
+}
 
 # The importer's preparation, in the order it needs: static inputs, shapes, folded plumbing, no aliases.
 DEFAULT_PASSES: tuple[str, ...] = ("fix-input-shapes", "infer-shapes", "fold-constants", "fold-aliases")
