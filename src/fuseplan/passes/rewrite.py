@@ -33,8 +33,8 @@ def rule_names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in rules]
     if unknown or not names:
-        raise FuseplanError(f"unknown rule {unknown[0]!r}" if unknown else "--rules names no rule"
-                            f"; the rules are {', '.join(rules)}")
+        problem = f"unknown rule {unknown[0]!r}" if unknown else "--rules names no rule"
+        raise FuseplanError(f"{problem}; the rules are {', '.join(rules)}")
     return names
 
 
