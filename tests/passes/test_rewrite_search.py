@@ -179,3 +179,9 @@ def test_rewrite_command_never_overwrites_its_input(tmp_path):
     before = source.read_bytes()
     assert_one_line_error(fuseplan("rewrite", source, "-o", source), "input")
     assert source.read_bytes() == before
+
+
+def test_a_time_limit_stops_the_search_with_the_original_as_best():
+    model = prepare_model(_parallel_convs(), "p")[0]
+    result = backtracking_search(model, make_objective("macs"), time_limit=0.0)
+    assert result.timed_out and result.expanded == 0 and result.steps == [] and result.cost == result.initial_cost

@@ -48,19 +48,26 @@ class RewriteResult:
     max_error: float
     wall_seconds: float
     interrupted: bool = False
+    timed_out: bool = False
 
     def record(self) -> dict[str, Any]:
         return {"steps": self.steps, "initial_cost": self.initial_cost, "cost": self.cost,
                 "expanded": self.expanded, "generated": self.generated, "duplicates": self.duplicates,
                 "refused": self.refused, "verified": self.verified,
                 "verification_failures": self.verification_failures, "max_error": self.max_error,
-                "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted}
+                "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted,
+                "timed_out": self.timed_out}
 
 
 def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: Sequence[str] | None = None,
-                        alpha: float = 1.05, budget: int = 300, seed: int = 0,
+                        alpha: float = 1.05, budget: int = 300, seed: int = 0, time_limit: float | None = None,
                         on_expand: Callable[[int, float], None] | None = None) -> RewriteResult:
-    """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``."""
+    """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
+
+    ``time_limit`` (seconds) stops the search once crossed, also within an
+    expansion (every graph found so far counts); the result then says
+    ``timed_out``.
+    """
     if not alpha >= 1:
         raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
@@ -82,9 +89,12 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     seen = {structural_hash(model)}
     counters = dict(expanded=0, generated=0, duplicates=0, refused=0, verified=0, verification_failures=0)
     pushed = 1
-    interrupted = False
+    interrupted = timed_out = False
     try:
         while queue and counters["expanded"] < budget:
+            if time_limit is not None and time.perf_counter() - start > time_limit:
+                timed_out = True
+                break
             cost, _, _, steps, current, verified = heapq.heappop(queue)
             if not verified:
                 counters["verified"] += 1
@@ -95,6 +105,9 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
             working = ir.from_proto(current)
             sites = [(name, site) for name in names for site in registry[name].sites(working)]
             for name, site in sites:
+                if time_limit is not None and time.perf_counter() - start > time_limit:
+                    timed_out = True
+                    break
                 try:
                     candidate = apply_substitution(current, name, site)
                 except FuseplanError:  # the site vanished or a check failed on the copy
@@ -128,4 +141,4 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         interrupted = True
     return RewriteResult(model=best_model, steps=best_steps, initial_cost=initial, cost=best_cost,
                          max_error=best_error, wall_seconds=time.perf_counter() - start, interrupted=interrupted,
-                         **counters)
+                         timed_out=timed_out, **counters)
