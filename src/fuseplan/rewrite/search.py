@@ -64,9 +64,12 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                         on_expand: Callable[[int, float], None] | None = None) -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
+    With ``alpha > 1`` the search first descends greedily (``alpha = 1``)
+    and then explores relaxed from the original and the greedy result, with
+    the budget and time that are left: so for the same budget and seed it is
+    never worse than the greedy search, and never worse than the original.
     ``time_limit`` (seconds) stops the search once crossed, also within an
-    expansion (every graph found so far counts); the result then says
-    ``timed_out``.
+    expansion; the result then says ``timed_out``.
     """
     if not alpha >= 1:
         raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
@@ -77,36 +80,73 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise FuseplanError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(registry)}")
-    import onnx_ir as ir
-
     start = time.perf_counter()
-    verifier = Verifier(model, seed=seed)
-    rng = random.Random(seed)
-    initial = objective(model)
-    best_cost, best_steps, best_model, best_error = initial, [], model, 0.0
-    queue: list[tuple[float, float, int, list[dict[str, Any]], onnx.ModelProto, bool]] = [
-        (initial, rng.random(), 0, [], model, True)]
-    seen = {structural_hash(model)}
-    counters = dict(expanded=0, generated=0, duplicates=0, refused=0, verified=0, verification_failures=0)
-    pushed = 1
-    interrupted = timed_out = False
+    search = _Search(model, objective, [(name, registry[name]) for name in names], seed,
+                     None if time_limit is None else start + time_limit, on_expand)
     try:
-        while queue and counters["expanded"] < budget:
-            if time_limit is not None and time.perf_counter() - start > time_limit:
-                timed_out = True
-                break
+        search.explore([(search.initial, [], model)], 1.0, budget)
+        if alpha > 1 and not search.timed_out:
+            entries = [(search.initial, [], model)]
+            if search.best_steps:
+                entries.append((search.best_cost, search.best_steps, search.best_model))
+            search.explore(entries, alpha, budget - search.counters["expanded"])
+    except KeyboardInterrupt:
+        search.interrupted = True
+    return RewriteResult(model=search.best_model, steps=search.best_steps, initial_cost=search.initial,
+                         cost=search.best_cost, max_error=search.best_error,
+                         wall_seconds=time.perf_counter() - start, interrupted=search.interrupted,
+                         timed_out=search.timed_out, **search.counters)
+
+
+class _Search:
+    """The state the greedy and the relaxed phase share: the best verified graph, counters, priced graphs."""
+
+    def __init__(self, model, objective, rules, seed, deadline, on_expand) -> None:
+        self.objective, self.rules, self.deadline, self.on_expand = objective, rules, deadline, on_expand
+        self.verifier = Verifier(model, seed=seed)
+        self.rng = random.Random(seed)
+        self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
+        self.initial = self.price(model, structural_hash(model))
+        self.best_cost, self.best_steps, self.best_model, self.best_error = self.initial, [], model, 0.0
+        self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, verified=0, verification_failures=0)
+        self.interrupted = self.timed_out = False
+        self.pushed = 0
+
+    def price(self, model: onnx.ModelProto, digest: str) -> float:
+        if digest not in self.costs:
+            self.costs[digest] = self.objective(model)
+        return self.costs[digest]
+
+    def out_of_time(self) -> bool:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.timed_out = True
+        return self.timed_out
+
+    def explore(self, entries: list[tuple[float, list[dict[str, Any]], onnx.ModelProto]], alpha: float,
+                budget: int) -> None:
+        """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best."""
+        import onnx_ir as ir
+
+        counters = self.counters
+        queue = []
+        seen = set()
+        for cost, steps, graph in entries:
+            seen.add(structural_hash(graph))
+            queue.append((cost, self.rng.random(), self._tick(), steps, graph, True))
+        heapq.heapify(queue)
+        expanded = 0
+        while queue and expanded < budget and not self.out_of_time():
             cost, _, _, steps, current, verified = heapq.heappop(queue)
             if not verified:
                 counters["verified"] += 1
-                if not verifier.check(steps).passed:
+                if not self.verifier.check(steps).passed:
                     counters["verification_failures"] += 1
                     continue
+            expanded += 1
             counters["expanded"] += 1
             working = ir.from_proto(current)
-            sites = [(name, site) for name in names for site in registry[name].sites(working)]
-            for name, site in sites:
-                if time_limit is not None and time.perf_counter() - start > time_limit:
-                    timed_out = True
+            for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
+                if self.out_of_time():
                     break
                 try:
                     candidate = apply_substitution(current, name, site)
@@ -119,26 +159,25 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                     counters["duplicates"] += 1
                     continue
                 seen.add(digest)
-                candidate_cost = objective(candidate)
-                if not candidate_cost < alpha * best_cost:
+                candidate_cost = self.price(candidate, digest)
+                if not candidate_cost < alpha * self.best_cost:
                     continue
                 candidate_steps = [*steps, {"rule": name, "site": list(site)}]
                 verified = False
-                if candidate_cost < best_cost:
-                    verification = verifier.check(candidate_steps)
+                if candidate_cost < self.best_cost:
+                    verification = self.verifier.check(candidate_steps)
                     counters["verified"] += 1
                     if not verification.passed:
                         counters["verification_failures"] += 1
                         continue
                     verified = True
-                    best_cost, best_steps, best_model, best_error = (candidate_cost, candidate_steps, candidate,
-                                                                      verification.max_error)
-                heapq.heappush(queue, (candidate_cost, rng.random(), pushed, candidate_steps, candidate, verified))
-                pushed += 1
-            if on_expand is not None:
-                on_expand(counters["expanded"], best_cost)
-    except KeyboardInterrupt:
-        interrupted = True
-    return RewriteResult(model=best_model, steps=best_steps, initial_cost=initial, cost=best_cost,
-                         max_error=best_error, wall_seconds=time.perf_counter() - start, interrupted=interrupted,
-                         timed_out=timed_out, **counters)
+                    self.best_cost, self.best_steps, self.best_model, self.best_error = (
+                        candidate_cost, candidate_steps, candidate, verification.max_error)
+                heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, candidate,
+                                       verified))
+            if self.on_expand is not None:
+                self.on_expand(counters["expanded"], self.best_cost)
+
+    def _tick(self) -> int:
+        self.pushed += 1
+        return self.pushed
