@@ -6,10 +6,10 @@ applies every rule at every site, one at a time, each to a copy; a new graph
 cost so far. A graph is verified with onnxruntime before it becomes the best
 or is expanded, so no returned graph and no graph derived from one has
 failed verification; graphs the search only queued and never used are not
-run. ``alpha = 1`` is the greedy
-baseline; a larger alpha keeps graphs that are worse for now (relaxed
-substitutions) because a later substitution may make them better. The
-budget counts expanded graphs. The result is the best verified graph and the
+run. ``alpha = 1`` is the greedy baseline; a larger alpha keeps graphs that
+are worse for now (relaxed substitutions) because a later substitution may
+make them better. A relaxed search first descends greedily, then explores
+from the original and the greedy result. The budget counts expanded graphs. The result is the best verified graph and the
 exact sequence of substitutions that produced it.
 """
 
