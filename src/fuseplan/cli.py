@@ -26,6 +26,7 @@ from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.files import check_output_dir, check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
 from fuseplan.passes import FixInputShapes, Pass
+from fuseplan.rewrite.objectives import OBJECTIVES
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
@@ -248,7 +249,7 @@ def plan(
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
 
 
-ObjectiveName = Enum("ObjectiveName", {name: name for name in ("dram", "macs", "latency")}, type=str)
+ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
 
 
 def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
