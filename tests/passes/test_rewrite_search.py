@@ -13,9 +13,9 @@ pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
 pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
 
 from fuseplan.errors import FuseplanError  # noqa: E402
-from fuseplan.graph import graph_from_model, load_graph  # noqa: E402
+from fuseplan.graph import graph_from_model  # noqa: E402
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model  # noqa: E402
-from fuseplan.passes import Rewrite, default_passes  # noqa: E402
+from fuseplan.passes import Rewrite  # noqa: E402
 from fuseplan.passes.verify import Verifier  # noqa: E402
 from fuseplan.rewrite import backtracking_search, make_objective, model_macs, total_dram  # noqa: E402
 from tests.builders import with_unknown_op  # noqa: E402

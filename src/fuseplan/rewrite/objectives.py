@@ -149,7 +149,7 @@ class LatencyObjective(Objective):
     def _measure(self, model, node, shapes, types, initializers) -> float:
         from onnx import helper
 
-        from fuseplan.passes.verify import random_inputs, run, with_random_weights
+        from fuseplan.passes.verify import random_inputs, with_random_weights
 
         inputs = [x for x in node.input if x]
         data = [x for x in inputs if x not in initializers]

@@ -182,7 +182,8 @@ def new_initializer(graph: ir.Graph, name: str, data: np.ndarray | None, shape: 
     return value
 
 
-def only_used_by(value: ir.Value, node: ir.Node, graph: ir.Graph) -> bool:
+def only_used_by(value: ir.Value, node: ir.Node) -> bool:
+    """Whether ``node`` is the only reader of ``value`` (a model output has another)."""
     return not value.is_graph_output() and all(user is node for user in value.consumers())
 
 

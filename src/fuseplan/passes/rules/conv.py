@@ -64,12 +64,10 @@ def _bias(node: ir.Node, out_channels: int) -> np.ndarray | None:
     return np.zeros(out_channels, dtype=np.float32)
 
 
-def _conv(graph: ir.Graph, names: NameSource, like: ir.Node, inputs: list[ir.Value | None], stem: str,
-          **changes: list[int]) -> ir.Node:
+def _conv(names: NameSource, like: ir.Node, inputs: list[ir.Value | None], stem: str) -> ir.Node:
+    """A new Conv with ``like``'s attributes."""
     attributes = {name: attr.value for name, attr in like.attributes.items()}
-    attributes.update(changes)
-    node = ir.node("Conv", inputs, attributes, name=names(stem))
-    return node
+    return ir.node("Conv", inputs, attributes, name=names(stem))
 
 
 def _replace(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
@@ -181,10 +179,10 @@ class MergeParallelConvs(Rule):
                                  None if wa is None or wb is None else np.concatenate([wa, wb]), shape, dtype)
         inputs = [first.inputs[0], weight]
         if a.has_bias or b.has_bias:
-            inputs.append(new_initializer(graph, names(f"{first.outputs[0].name}_merged_bias"),
-                                          None if ba is None or bb is None else np.concatenate([ba, bb]).astype(
-                                              np.float32), (shape[0],), dtype))
-        merged = _conv(graph, names, first, inputs, f"{first.name or 'conv'}_merged")
+            bias = None if ba is None or bb is None else np.concatenate([ba, bb]).astype(ba.dtype)
+            inputs.append(new_initializer(graph, names(f"{first.outputs[0].name}_merged_bias"), bias, (shape[0],),
+                                          dtype))
+        merged = _conv(names, first, inputs, f"{first.name or 'conv'}_merged")
         sizes = [a.out_channels, b.out_channels]
         if opset(graph) >= 13:
             split_sizes = new_initializer(graph, names(f"{first.outputs[0].name}_split_sizes"),
@@ -240,7 +238,7 @@ class FuseConvAdd(Rule):
             return "the added tensor's shape differs from the convolution's output (broadcasting)"
         if other.dtype != conv.inputs[0].dtype:
             return "the added tensor's type differs"
-        if not only_used_by(conv.outputs[0], add, graph):
+        if not only_used_by(conv.outputs[0], add):
             return "the convolution's output has other readers"
         if other.is_initializer() or other.const_value is not None:
             return "the added tensor is a constant"
@@ -262,7 +260,7 @@ class FuseConvAdd(Rule):
                                  conv.inputs[1].dtype)
         concat = ir.node("Concat", [conv.inputs[0], other], {"axis": 1}, name=names(f"{add.name or 'add'}_concat"))
         concat.outputs[0].name = names(f"{add.outputs[0].name}_concat")
-        fused = _conv(graph, names, conv, [concat.outputs[0], weight, *conv.inputs[2:]],
+        fused = _conv(names, conv, [concat.outputs[0], weight, *conv.inputs[2:]],
                       f"{conv.name or 'conv'}_add")
         graph.insert_before(add, [concat, fused])
         old = [conv.inputs[1]]
@@ -307,7 +305,7 @@ class SplitConvByChannels(Rule):
             if params.has_bias:
                 inputs.append(new_initializer(graph, names(f"{node.inputs[2].name}_part{k}"),
                                               None if b is None else b[start:stop], (size,), node.inputs[2].dtype))
-            part = _conv(graph, names, node, inputs, f"{node.name or 'conv'}_part{k}")
+            part = _conv(names, node, inputs, f"{node.name or 'conv'}_part{k}")
             part.outputs[0].name = names(f"{node.outputs[0].name}_part{k}")
             parts.append(part)
             start = stop
@@ -343,7 +341,7 @@ class FoldBatchNorm(Rule):
             return "the BatchNormalization computes training statistics"
         if len(bn.inputs) != 5 or any(constant(v) is None for v in bn.inputs[1:]):
             return "the BatchNormalization's parameters are not initializers"
-        if not only_used_by(conv.outputs[0], bn, graph):
+        if not only_used_by(conv.outputs[0], bn):
             return "the convolution's output has other readers"
         return None
 
@@ -362,7 +360,7 @@ class FoldBatchNorm(Rule):
         dtype = conv.inputs[1].dtype
         weight = new_initializer(graph, names(f"{conv.inputs[1].name}_bn"), new_w, params.weight_shape, dtype)
         bias = new_initializer(graph, names(f"{conv.outputs[0].name}_bn_bias"), new_b, (o,), dtype)
-        fused = _conv(graph, names, conv, [conv.inputs[0], weight, bias], f"{conv.name or 'conv'}_bn")
+        fused = _conv(names, conv, [conv.inputs[0], weight, bias], f"{conv.name or 'conv'}_bn")
         graph.insert_before(bn, fused)
         old = [*conv.inputs[1:], *bn.inputs[1:]]
         _replace(graph, bn.outputs[0], fused.outputs[0])
