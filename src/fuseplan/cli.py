@@ -183,6 +183,9 @@ def plan(
     rewritten = None
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
+        if external_data_files(read_model(source), source.parent):
+            raise FuseplanError(f"{source}: keeps its weights in external data files; --rewrite needs them inside "
+                                "the model")
         rewritten = _rewrite_search(read_model(source), model_path(model)[1], "dram", scheme.value, buffer_bytes,
                                     bytes_per_element, 1.05, rewrite_budget, None, seed, shapes, as_json)
     graph = _load(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
