@@ -44,3 +44,68 @@ def random_dags(draw, min_nodes: int = 2, max_nodes: int = 14) -> CompGraph:
     ]
     outputs = tuple(t.index for t in tensors if t.is_model_output)
     return CompGraph(name="dag", nodes=tuple(nodes), tensors=tuple(tensors), model_inputs=(0,), model_outputs=outputs)
+
+
+def branchy_network(operators: int, seed: int = 0, channels: tuple[int, ...] = (16, 24, 32, 48),
+                    height: int = 28, max_branches: int = 4) -> CompGraph:
+    """A deterministic network of about ``operators`` operators built from cells with parallel branches.
+
+    Each cell reads the previous cell's output, runs 2 to ``max_branches``
+    parallel chains of one to three operators (3x3 or 1x1 'Conv's and
+    'Relu's), joins them with a channel 'Concat' and projects back with a
+    1x1 'Conv'; every fourth cell also adds its input back (a residual
+    'Add'). Tensors are 1xCx``height``x``height``; weights are those of real
+    convolutions of these widths.
+    """
+    import random
+
+    rng = random.Random(seed)
+    nodes: list[OpNode] = []
+    shapes: list[tuple[int, ...]] = [(1, channels[0], height, height)]  # tensor 0: the model input
+    producer: list[int | None] = [None]
+
+    def add(op: str, inputs: tuple[int, ...], out_channels: int, weights: int, geometry: RowGeometry) -> int:
+        index = len(nodes)
+        tensor = len(shapes)
+        shapes.append((1, out_channels, height, height))
+        producer.append(index)
+        nodes.append(OpNode(index=index, name=f"{op.lower()}{index}", op_type=op, attributes={}, inputs=inputs,
+                            outputs=(tensor,), input_geometry=(geometry,) * len(inputs), weight_numel=weights))
+        return tensor
+
+    def conv(x: int, out_channels: int, kernel: int) -> int:
+        c_in = shapes[x][1]
+        geometry = WINDOW if kernel == 3 else POINT
+        return add("Conv", (x,), out_channels, out_channels * c_in * kernel * kernel + out_channels, geometry)
+
+    x = conv(0, channels[0], 3)
+    cell = 0
+    while len(nodes) < operators:
+        width = shapes[x][1]
+        ends = []
+        for _ in range(rng.randint(2, max_branches)):
+            y = x
+            for _ in range(rng.randint(1, 3)):
+                if rng.random() < 0.3 and y != x:
+                    y = add("Relu", (y,), shapes[y][1], 0, POINT)
+                else:
+                    y = conv(y, rng.choice(channels), rng.choice((1, 3)))
+            ends.append(y)
+        joined = add("Concat", tuple(ends), sum(shapes[t][1] for t in ends), 0, POINT)
+        out = conv(joined, width, 1)
+        if cell % 4 == 3:
+            out = add("Add", (out, x), width, 0, POINT)
+        x = out
+        cell += 1
+    consumers: dict[int, list[int]] = {t: [] for t in range(len(shapes))}
+    for node in nodes:
+        for t in node.inputs:
+            consumers[t].append(node.index)
+    tensors = tuple(
+        Tensor(index=t, name=f"t{t}", shape=shapes[t], producer=producer[t], consumers=tuple(consumers[t]),
+               is_model_output=(t > 0 and not consumers[t]))
+        for t in range(len(shapes))
+    )
+    outputs = tuple(t.index for t in tensors if t.is_model_output)
+    return CompGraph(name=f"branchy{len(nodes)}", nodes=tuple(nodes), tensors=tensors, model_inputs=(0,),
+                     model_outputs=outputs)

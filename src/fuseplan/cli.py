@@ -123,19 +123,21 @@ def inspect(
         f"weights {format_bytes(report.weight_bytes)}\n"
         f"DRAM, no fusion (fuseable ops only): {format_bytes(report.unfused_dram_bytes)}\n"
         f"DRAM lower bound (all fuseable ops fused, buffer ignored): {format_bytes(report.dram_lower_bound_bytes)}\n"
+        f"DRAM of excluded ops, each run alone and tiled: {format_bytes(report.excluded_dram_bytes)}\n"
+        f"total DRAM, no fusion (all ops): {format_bytes(report.total_unfused_dram_bytes)}\n"
+        f"total DRAM lower bound (all ops): {format_bytes(report.total_dram_lower_bound_bytes)}\n"
         "(1 KB = 1024 B, 1 MB = 1024 KB)",
         highlight=False,
     )
 
 
-class SearchName(str, Enum):
-    auto = "auto"
-    rs = "rs"
-    ls = "ls"
-    nsga2 = "nsga2"
-    dp = "dp"
+def _search_names() -> dict[str, str]:
+    from fuseplan.search import ALGORITHMS
+
+    return {name: name for name in ALGORITHMS}
 
 
+SearchName = Enum("SearchName", _search_names(), type=str)
 SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str)
 
 
@@ -145,8 +147,9 @@ def plan(
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the groups.")] = Scheme.lbdf,
     buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
     search: Annotated[SearchName, typer.Option(
-        help="auto: exact interval DP refined by local search (best found); rs, ls, nsga2: the reference "
-             "paper's searches; dp: the exact interval reference alone.")] = SearchName.auto,
+        help="auto: the exact optimum within time limits, else the best of the solver, the interval DP and "
+             "local search, with the proven gap; exact: optimal over all plans, with a proof; rs, ls, nsga2: the "
+             "reference paper's searches; dp: the exact interval reference alone.")] = SearchName.auto,
     splitter: Annotated[SplitterName, typer.Option(
         help="How groups that do not fit are split: random (the paper's baseline) or Algorithm 1 driven by an "
              "explainer (GNN-based ones need the gnn extra).")] = SplitterName.random,
@@ -221,17 +224,20 @@ def plan(
         print(json.dumps(document, indent=2))
         return
     excluded = len(problem.excluded)
+    total_dram = document["total_dram_bytes"]
     stdout.print(
         f"[bold]{graph.name}[/bold]: {scheme.value.upper()} at {format_bytes(buffer_bytes)}, "
         f"search {result.algorithm}, splitter {result.splitter}, seed {seed}\n"
         f"DRAM access        {format_bytes(result.cost.dram)}  ({result.cost.dram} bytes, fuseable operators only)\n"
+        f"total DRAM         {format_bytes(total_dram)}  ({total_dram} bytes, unfuseable operators run alone "
+        f"included)\n"
         f"max buffer usage   {format_bytes(result.cost.max_buffer)}\n"
         f"groups             {len(result.plan)}\n"
         f"excluded           {excluded} unfuseable operator{'s' if excluded != 1 else ''} (do not fit alone)\n"
         f"plans evaluated    {result.evaluated} of {budget}{' (interrupted)' if result.interrupted else ''}\n"
         f"wall time          {result.wall_seconds:.2f} s\n"
-        f"vs interval DP     {reference['ratio']:.4f} x its optimum ({format_bytes(reference['dram_bytes'])})"
-        + ("" if reference["plan_in_interval_space"] else "; this plan lies outside the DP's space"),
+        + _optimality_line(result.cost.dram, result.search_record())
+        + _reference_line(reference),
         highlight=False,
     )
     details = result.details
@@ -345,6 +351,25 @@ def rewrite(
         f"search             {result.expanded} expanded, {result.generated} generated, {result.duplicates} duplicates, "
         f"{result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}\n"
         f"rewritten model written to {output}", highlight=False)
+
+
+def _optimality_line(dram: int, search: dict) -> str:
+    if "lower_bound_bytes" not in search:
+        return ""
+    if search.get("optimal"):
+        return "optimality         proven optimal over all plans\n"
+    bound = search["lower_bound_bytes"]
+    gap = f"{100 * (dram - bound) / bound:.2f}%" if bound > 0 else "unbounded"
+    return f"optimality         within {gap} of the proven lower bound {format_bytes(bound)}\n"
+
+
+def _reference_line(reference: dict) -> str:
+    if "skipped" in reference:
+        return f"vs interval DP     skipped ({reference['skipped']})"
+    if reference["ratio"] is None:
+        return "vs interval DP     its optimum moves 0 bytes"
+    return (f"vs interval DP     {reference['ratio']:.4f} x its optimum ({format_bytes(reference['dram_bytes'])})"
+            + ("" if reference["plan_in_interval_space"] else "; this plan lies outside the DP's space"))
 
 
 @app.command()

@@ -27,7 +27,7 @@ def test_summary_and_plan_file(planned):
                  "vs interval DP"):
         assert line in result.stdout
     document = json.loads(plan_path.read_text())
-    assert document["format"] == "fuseplan-plan" and document["version"] == 1
+    assert document["format"] == "fuseplan-plan" and document["version"] == 2
     assert document["model"] == "mobilenet_v2" and document["scheme"] == "lbdf"
     assert document["buffer_bytes"] == 131072 and document["bytes_per_element"] == 1
     assert document["search"]["algorithm"] == "ls" and document["search"]["seed"] == 3
@@ -128,3 +128,28 @@ def test_refine_lowers_brr_dram_and_needs_an_explainer():
     assert refined["search"]["refinements"] > 0 and "refinements" not in plain["search"]
     assert refined["dram_bytes"] < plain["dram_bytes"]
     assert_one_line_error(fuseplan("plan", "vgg16", "--refine"), "needs an explainer-driven splitter")
+
+
+def test_exact_and_auto_report_optimality_and_totals():
+    result = fuseplan("plan", "resnet50", "--buffer", "1MB", "--search", "exact")
+    assert result.returncode == 0, result.stderr
+    assert "proven optimal over all plans" in result.stdout
+    assert "this plan lies outside the DP's space" in result.stdout  # the interval DP misses this optimum
+    assert "total DRAM" in result.stdout
+    document = json.loads(fuseplan("plan", "resnet50", "--buffer", "1MB", "--json").stdout)
+    assert document["search"]["algorithm"] == "auto" and document["search"]["optimal"] is True
+    assert document["search"]["lower_bound_bytes"] == document["dram_bytes"]
+    assert document["reference"]["ratio"] < 1.0
+    assert document["total_dram_bytes"] == document["dram_bytes"] + document["excluded_dram_bytes"]
+    assert document["excluded_dram_bytes"] > 0
+    assert "exact" in fuseplan("plan", "--help").stdout
+
+
+def test_inspect_reports_totals_with_unfuseable_operators():
+    text = fuseplan("inspect", "vgg16", "--buffer", "128KB")
+    assert text.returncode == 0 and "total DRAM, no fusion (all ops)" in text.stdout
+    report = json.loads(fuseplan("inspect", "vgg16", "--buffer", "128KB", "--json").stdout)
+    alone = sum(row["alone_dram_bytes"] for row in report["operators"] if not row["fuseable"])
+    assert report["excluded_dram_bytes"] == alone > 0
+    assert report["total_unfused_dram_bytes"] == report["unfused_dram_bytes"] + alone
+    assert report["total_dram_lower_bound_bytes"] == report["dram_lower_bound_bytes"] + alone

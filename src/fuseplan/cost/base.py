@@ -137,6 +137,61 @@ class CostModel(ABC):
         """Whether ``group`` is valid: ``F_beta < beta``."""
         return self.evaluate(group).buffer < self.buffer_bytes
 
+    #: How :meth:`buffer_floor` combines the per-operator terms of :meth:`floor_terms`.
+    floor_combine: ClassVar[str] = "sum"  # or "max"
+
+    def floor_terms(self) -> tuple[int, ...]:
+        """Per-operator elements of :meth:`buffer_floor` besides the feature rows (none by default)."""
+        return (0,) * len(self.graph.nodes)
+
+    def buffer_floor(self, group: Iterable[int]) -> int:
+        """A lower bound on ``F_beta(group)`` that never decreases as the group grows.
+
+        ``F_beta`` itself can fall when a producer joins a group (see
+        docs/cost-models.md), so exhaustive enumeration may only prune on a
+        bound like this one: ``b`` times one row of every tensor the group
+        touches (:meth:`feature_floor`) plus the sum (or the maximum, per
+        :attr:`floor_combine`) of the operators' :meth:`floor_terms`.
+        """
+        members = tuple(group)
+        terms = self.floor_terms()
+        values = [terms[v] for v in members]
+        own = max(values, default=0) if self.floor_combine == "max" else sum(values)
+        return self.bytes_per_element * (own + self.feature_floor(members))
+
+    def feature_floor(self, group: Iterable[int]) -> int:
+        """Feature elements ``group`` keeps on chip at the least, by a rule that only grows with the group.
+
+        The streaming analysis keeps at least one row of every tensor the
+        group reads or writes, and at least ``K`` rows (capped at the height)
+        of a tensor that a member reads through a window of ``K`` rows,
+        wherever that tensor comes from.
+        """
+        tables = self.tables
+        rows: dict[int, int] = {}
+        for v in group:
+            for t, kernel, _s, _r in tables.node_inputs[v]:
+                need = min(int(kernel), tables.tensor_rows[t])
+                if need > rows.get(t, 0):
+                    rows[t] = need
+            for t in tables.node_outputs[v]:
+                rows.setdefault(t, 1)
+        row_numel = tables.tensor_row_numel
+        return sum(row_numel[t] * max(1, r) for t, r in rows.items())
+
+    def alone_dram(self, v: int) -> int:
+        """DRAM bytes of operator ``v`` run by itself, tiled as the scheme would if it does not fit.
+
+        For a fuseable operator this is ``F_D({v})``; schemes price an
+        unfuseable one as they would actually execute it (docs/cost-models.md).
+        It never grows with the buffer.
+        """
+        return self.dram(frozenset((v,)))
+
+    def unfuseable_dram(self) -> int:
+        """DRAM bytes of all unfuseable operators, each run alone (:meth:`alone_dram`)."""
+        return sum(self.alone_dram(v) for v in self.unfuseable)
+
     def clear_cache(self) -> None:
         self._cache.clear()
         self.hits = self.misses = 0

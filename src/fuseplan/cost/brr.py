@@ -69,3 +69,8 @@ class BRRCostModel(CostModel):
         # With room for everything, weights are read once: no tiling reloads.
         fp = footprint(self.tables, frozenset(group))
         return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
+
+    floor_combine = "max"  # one weight block of the largest operator is on chip
+
+    def floor_terms(self) -> tuple[int, ...]:
+        return self._weight_block

@@ -13,6 +13,8 @@ The equations, assumptions and a worked example are in ``docs/cost-models.md``.
 
 from __future__ import annotations
 
+from math import ceil
+
 from fuseplan.cost.base import CostModel, Group, GroupCost
 from fuseplan.cost.streaming import footprint
 
@@ -29,3 +31,26 @@ class LBDFCostModel(CostModel):
             buffer=b * (fp.weights + fp.features),
             dram=b * (fp.weights + fp.inputs + fp.outputs),
         )
+
+    def floor_terms(self) -> tuple[int, ...]:
+        return self.tables.node_weights  # all weights stay on chip
+
+    def alone_dram(self, v: int) -> int:
+        """An operator that does not fit runs alone in blocks of output channels.
+
+        Each block keeps its share of the weights on chip beside the
+        operator's streamed features and re-reads the whole input; the output
+        and every weight move once. A block has as many channels as fit
+        (at least one), so the block count, and the DRAM, only falls as the
+        buffer grows, down to ``F_D({v})`` when the operator fits.
+        """
+        fp = footprint(self.tables, frozenset((v,)))
+        b = self.bytes_per_element
+        blocks = 1
+        if b * (fp.weights + fp.features) >= self.buffer_bytes and fp.weights > 0:
+            channels = max(self.tables.node_channels[v], 1)
+            room = self.buffer_bytes - 1 - b * fp.features  # bytes left for one block of weights
+            per_channel = b * fp.weights / channels
+            fitting = int(room // per_channel) if room > 0 else 0
+            blocks = ceil(channels / max(1, min(fitting, channels)))
+        return b * (fp.weights + fp.inputs * blocks + fp.outputs)

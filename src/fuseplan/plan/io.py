@@ -1,6 +1,7 @@
-"""plan.json (schema version 1) and ONNX models annotated with their plan.
+"""plan.json (schema version 2) and ONNX models annotated with their plan.
 
-The schema is documented in docs/plan-format.md. Operators are named by
+The schema is documented in docs/plan-format.md; version 1 files (without
+the total-DRAM keys) are still read. Operators are named by
 their ONNX node names, so any tool can map a plan back onto the model.
 """
 
@@ -21,7 +22,8 @@ from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 
 FORMAT = "fuseplan-plan"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 GROUP_KEY = "fuseplan.group"
 
 
@@ -44,6 +46,8 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         "buffer_bytes": cost.buffer_bytes,
         "bytes_per_element": cost.bytes_per_element,
         "dram_bytes": total.dram,
+        "excluded_dram_bytes": cost.unfuseable_dram(),
+        "total_dram_bytes": total.dram + cost.unfuseable_dram(),
         "max_buffer_usage_bytes": total.max_buffer,
         "groups": groups,
         "excluded": [graph.nodes[v].name for v in problem.excluded],
@@ -110,9 +114,9 @@ def read_plan_file(path: Path) -> PlanFile:
         raise FuseplanError(f"{path}: not a plan file (JSON nested too deeply)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise FuseplanError(f"{path}: not a plan file (expected \"format\": \"{FORMAT}\")")
-    if document.get("version") != VERSION:
+    if document.get("version") not in READABLE_VERSIONS:
         raise FuseplanError(f"{path}: plan format version {document.get('version')!r} is not supported "
-                            f"(this fuseplan reads version {VERSION})")
+                            f"(this fuseplan reads versions {', '.join(map(str, READABLE_VERSIONS))})")
     for key, kind in _REQUIRED.items():
         value = document.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

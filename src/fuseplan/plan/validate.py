@@ -53,6 +53,11 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
     total = problem.evaluate(plan)
     if doc["dram_bytes"] != total.dram:
         reasons.append(f"total DRAM is recorded as {doc['dram_bytes']} bytes; the groups add up to {total.dram}")
+    if "total_dram_bytes" in doc:  # version 2 on
+        whole = total.dram + cost.unfuseable_dram()
+        if doc["total_dram_bytes"] != whole:
+            reasons.append(f"total DRAM with unfuseable operators is recorded as {doc['total_dram_bytes']} "
+                           f"bytes; it is {whole}")
     if doc["max_buffer_usage_bytes"] != total.max_buffer:
         reasons.append(f"maximum buffer usage is recorded as {doc['max_buffer_usage_bytes']} bytes; "
                        f"it is {total.max_buffer}")

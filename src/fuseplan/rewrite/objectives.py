@@ -32,12 +32,14 @@ def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per
 
     Counting the unfuseable operators keeps a rewrite from looking better by
     making an operator unfuseable. The fuseable part is the exact interval
-    DP's optimum over its candidate orders; an unfuseable operator is priced
-    as a group of its own (its input, output and weights each cross DRAM).
+    DP's optimum over its candidate orders (fast enough to price thousands of
+    candidate graphs); the unfuseable operators are priced as plan.json's
+    ``total_dram_bytes`` prices them, each run alone and tiled as its scheme
+    would (:meth:`~fuseplan.cost.CostModel.unfuseable_dram`).
     """
     graph = graph_from_model(model, name="candidate", passes=[])
     problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
-    alone = sum(problem.cost.dram({v}) for v in problem.excluded)
+    alone = problem.cost.unfuseable_dram()
     if not problem.fuseable:
         return alone
     best = min(interval_dp(problem, order)[1] for order in candidate_orders(problem).values())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fuseplan.errors import FuseplanError
 from fuseplan.search.auto import Auto
 from fuseplan.search.base import BudgetExhausted, SearchAlgorithm, SearchContext, SearchResult, minimize
+from fuseplan.search.candidates import Candidates, enumerate_candidates
+from fuseplan.search.exact import Exact, ExactOutcome, solve_exact
 from fuseplan.search.interval_dp import IntervalDP, candidate_orders, interval_dp, is_interval_plan
 from fuseplan.search.local_search import LocalSearch
 from fuseplan.search.nsga2 import NSGA2
@@ -17,6 +19,7 @@ ALGORITHMS: dict[str, type[SearchAlgorithm]] = {
     "ls": LocalSearch,
     "nsga2": NSGA2,
     "dp": IntervalDP,
+    "exact": Exact,
 }
 
 
@@ -28,6 +31,6 @@ def make_search(name: str) -> SearchAlgorithm:
         raise FuseplanError(f"unknown search {name!r}; choose one of {', '.join(ALGORITHMS)}") from None
 
 
-__all__ = ["ALGORITHMS", "Auto", "BudgetExhausted", "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch",
-           "SearchAlgorithm", "SearchContext", "SearchResult", "candidate_orders", "interval_dp",
-           "is_interval_plan", "make_search", "minimize", "reference_record"]
+__all__ = ["ALGORITHMS", "Auto", "BudgetExhausted", "Candidates", "Exact", "ExactOutcome", "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch",
+           "SearchAlgorithm", "SearchContext", "SearchResult", "candidate_orders", "enumerate_candidates", "interval_dp",
+           "is_interval_plan", "make_search", "minimize", "reference_record", "solve_exact"]

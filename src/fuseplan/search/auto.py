@@ -1,10 +1,13 @@
-"""The default search: the exact interval reference, refined by local search.
+"""The default search: the exact solver within limits, else the best of everything, with a proven gap.
 
-The interval DP is optimal among interval plans and fast; local search from
-its answer then explores plans outside that space (groups that interleave
-branches in ways no single topological order cuts out). On the zoo this
-combination gives the lowest DRAM of all algorithms within a few seconds
-(see docs/search.md).
+``auto`` first runs :func:`~fuseplan.search.exact.solve_exact` with limits
+that keep it to seconds. When it proves a plan optimal, that plan is the
+answer. Otherwise (very large or wide networks) it proposes the solver's
+incumbent, if any, and the interval DP's plan, if the DP stays within its
+work limit, and refines the best by local search for the rest of the
+budget. Either way the result carries the best proven lower bound, so the
+gap to the optimum is known. All limits are deterministic (sets, states,
+solver ticks), so the same seed gives the same plan.
 """
 
 from __future__ import annotations
@@ -12,22 +15,61 @@ from __future__ import annotations
 from typing import Any
 
 from fuseplan.search.base import SearchAlgorithm, SearchContext
-from fuseplan.search.interval_dp import IntervalDP
+from fuseplan.search.exact import ExactOutcome, solve_exact
+from fuseplan.search.interval_dp import IntervalDP, IntervalDPTooLarge
 from fuseplan.search.local_search import LocalSearch
+
+#: auto's limits on the exact solver (``exact`` itself allows more; see fuseplan.search.exact).
+AUTO_MAX_SETS = 150_000
+AUTO_MAX_STATES = 50_000
+AUTO_SOLVER_TIME = 10.0
 
 
 class Auto(SearchAlgorithm):
-    """Interval DP, then :class:`LocalSearch` seeded with its plan for the rest of the budget."""
+    """Exact when it proves optimality within its limits; else the best of the solver's incumbent, the
+    interval DP and :class:`LocalSearch` seeded with both."""
 
     name = "auto"
 
-    def __init__(self, population: int = 10) -> None:
+    def __init__(self, population: int = 10, max_sets: int = AUTO_MAX_SETS, max_states: int = AUTO_MAX_STATES,
+                 solver_time: float = AUTO_SOLVER_TIME) -> None:
         self.population = population
+        self.max_sets = max_sets
+        self.max_states = max_states
+        self.solver_time = solver_time
         self._dp = IntervalDP()
+        self._dp_skipped: str | None = None
+        self.outcome: ExactOutcome | None = None
+        self._ctx: SearchContext | None = None
 
     def reference(self) -> dict[str, Any] | None:
+        if self._dp_skipped is not None:
+            return {"skipped": self._dp_skipped}
         return self._dp.reference()
 
+    def details(self) -> dict[str, Any]:
+        if self.outcome is None:
+            return {}
+        bound = self.outcome.lower_bound
+        best = self._ctx.best_cost if self._ctx is not None else None
+        optimal = self.outcome.optimal or (best is not None and best.dram <= bound)
+        return {"optimal": optimal, "lower_bound_bytes": bound,
+                "exact": {"method": self.outcome.method, **self.outcome.stats}}
+
     def run(self, ctx: SearchContext) -> None:
-        plan, _, _, _ = self._dp.solve(ctx.problem)
-        LocalSearch(self.population, initial=[plan]).run(ctx)
+        self._ctx = ctx
+        self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
+        if self.outcome.optimal:
+            assert self.outcome.plan is not None
+            ctx.propose(self.outcome.plan)
+            return
+        seeds = []
+        if self.outcome.plan is not None:
+            seeds.append(self.outcome.plan)
+        try:
+            plan, _, _, _ = self._dp.solve(ctx.problem)
+            seeds.append(plan)
+        except IntervalDPTooLarge as exc:
+            self._dp_skipped = str(exc)
+        LocalSearch(self.population, initial=seeds).run(ctx)

@@ -28,11 +28,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fuseplan.errors import FuseplanError
 from fuseplan.plan.plan import Group, Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 
 INF = float("inf")
+
+#: Operators priced, summed over the intervals of one order, before the DP gives up. Groups that can span most of a
+#: long network make the DP cubic in time and quadratic in memory (every interval's groups are cached);
+#: this keeps it to seconds and well under a gigabyte. The zoo stays far below it.
+MAX_WORK = 5_000_000
+
+
+class IntervalDPTooLarge(Exception):
+    """Raised when the interval DP would price more than its work limit."""
 
 
 def _kahn(problem: FusionProblem, priority: Callable[[int, int | None], tuple]) -> list[int]:
@@ -80,8 +90,13 @@ def candidate_orders(problem: FusionProblem) -> dict[str, list[int]]:
     return {name: list(order) for order, name in unique.items()}
 
 
-def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False) -> tuple[Plan | None, float, int]:
-    """Cheapest interval plan of ``order``: ``(plan, DRAM bytes, intervals priced)``."""
+def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False,
+                max_work: int | None = None) -> tuple[Plan | None, float, int]:
+    """Cheapest interval plan of ``order``: ``(plan, DRAM bytes, intervals priced)``.
+
+    Raises :class:`IntervalDPTooLarge` once the sizes of the groups priced add
+    up to more than ``max_work``.
+    """
     n = len(order)
     excluded = set(problem.excluded)
     neighbours = problem.graph.neighbours  # only fuseable operators ever enter a component
@@ -90,7 +105,7 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
     best = [INF] * (n + 1)
     back: list[tuple[int, list[Group]] | None] = [None] * (n + 1)
     best[0] = 0.0
-    priced = 0
+    priced = work = 0
     for i in range(n):
         if best[i] == INF:
             continue
@@ -116,6 +131,9 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
                 oversized.discard(c)
             for u in merged:
                 component[u] = v
+            work += len(merged)
+            if max_work is not None and work > max_work:
+                raise IntervalDPTooLarge(f"the interval DP would price more than {max_work} operators")
             buffer, dram = evaluate(frozenset(merged))
             priced += 1
             members[v], costs[v] = merged, dram
@@ -182,21 +200,25 @@ class IntervalDP(SearchAlgorithm):
     name = "dp"
     uses_budget = False
 
-    def __init__(self, exhaustive: bool = False) -> None:
+    def __init__(self, exhaustive: bool = False, max_work: int | None = MAX_WORK) -> None:
         self.exhaustive = exhaustive
+        self.max_work = max_work
         self._details: dict[str, Any] = {}
 
     def reference(self) -> dict[str, Any] | None:
         return dict(self._details) if self._details else None
 
     def solve(self, problem: FusionProblem) -> tuple[Plan, float, str, dict[str, float]]:
-        """Best interval plan over the candidate orders: ``(plan, DRAM, order name, DRAM per order)``."""
+        """Best interval plan over the candidate orders: ``(plan, DRAM, order name, DRAM per order)``.
+
+        Raises :class:`IntervalDPTooLarge` when one order passes the work limit.
+        """
         results: dict[str, float] = {}
         best: tuple[Plan, float, str] | None = None
         priced = 0
         start = time.perf_counter()
         for name, order in candidate_orders(problem).items():
-            plan, dram, count = interval_dp(problem, order, exhaustive=self.exhaustive)
+            plan, dram, count = interval_dp(problem, order, exhaustive=self.exhaustive, max_work=self.max_work)
             priced += count
             results[name] = dram
             if plan is not None and (best is None or dram < best[1]):
@@ -208,5 +230,9 @@ class IntervalDP(SearchAlgorithm):
         return best[0], best[1], best[2], results
 
     def run(self, ctx: SearchContext) -> None:
-        plan, _, _, _ = self.solve(ctx.problem)
+        try:
+            plan, _, _, _ = self.solve(ctx.problem)
+        except IntervalDPTooLarge as exc:
+            raise FuseplanError(f"{exc}; groups can span too much of this network for the interval DP "
+                                "(use --search exact or auto)") from None
         ctx.propose(plan)

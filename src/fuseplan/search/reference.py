@@ -6,28 +6,41 @@ from typing import Any
 
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchResult
-from fuseplan.search.interval_dp import IntervalDP, candidate_orders, is_interval_plan
+from fuseplan.search.interval_dp import MAX_WORK, IntervalDP, IntervalDPTooLarge, candidate_orders, is_interval_plan
 
 
-def reference_record(problem: FusionProblem, result: SearchResult) -> dict[str, Any]:
+def reference_record(problem: FusionProblem, result: SearchResult, max_work: int | None = MAX_WORK) -> dict[str, Any]:
     """The ``reference`` object of plan.json for ``result``.
 
     Reuses the interval DP's answer when the search computed it (``dp``,
-    ``auto``); otherwise solves it (a few seconds at most on the zoo).
+    ``auto``); otherwise solves it within the DP's work limit. Where the limit
+    is reached (groups that can span most of a long network) the figure is
+    skipped: the record then says why instead of giving ``dram_bytes`` and
+    ``ratio``.
     """
+    record: dict[str, Any] = {"algorithm": "interval-dp"}
     reference = result.reference
     if reference is None:
-        dp = IntervalDP()
-        dp.solve(problem)
+        dp = IntervalDP(max_work=max_work)
+        try:
+            dp.solve(problem)
+        except IntervalDPTooLarge as exc:
+            return {**record, "skipped": str(exc), "lower_bound_bytes": problem.cost.dram_lower_bound()}
         reference = dp.reference()
     assert reference is not None
+    if "skipped" in reference:
+        return {**record, "skipped": reference["skipped"], "lower_bound_bytes": problem.cost.dram_lower_bound()}
     dp_dram = min(reference["dram_by_order"].values())
     order = candidate_orders(problem)[reference["order"]]
+    if dp_dram > 0:
+        ratio = round(result.cost.dram / dp_dram, 6)
+    else:  # nothing is fuseable, or nothing moves: equal plans
+        ratio = 1.0 if result.cost.dram == 0 else None
     return {
-        "algorithm": "interval-dp",
+        **record,
         "order": reference["order"],
         "dram_bytes": dp_dram,
-        "ratio": round(result.cost.dram / dp_dram, 6),
+        "ratio": ratio,
         "plan_in_interval_space": is_interval_plan(problem, result.plan, order),
         "lower_bound_bytes": problem.cost.dram_lower_bound(),
     }

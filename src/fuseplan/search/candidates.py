@@ -1,0 +1,304 @@
+"""Every group that can appear in a valid plan: connected, convex and fitting the buffer.
+
+A plan is valid iff its groups are connected, fit the buffer and the graph
+of groups is acyclic; a group that is not convex (a path leaves it and comes
+back) always closes a cycle, so candidates are the connected convex fitting
+sets of fuseable operators.
+
+**Enumeration.** Sets are grown one operator at a time from a seed ``m``,
+adding only neighbours labelled above ``m``, so each set is reached from its
+smallest member. Every connected convex set ``S`` with smallest member ``m``
+is reached through connected convex sets: if ``|S| > 1``, some member other
+than ``m`` can be removed keeping ``S`` connected and convex. Proof: take a
+leaf block of the block-cut tree of ``S`` (the whole of ``S`` if it has no
+cut vertex). The data-flow edges inside the block have a source and a sink,
+which are different vertices, and at most one of them is the block's cut
+vertex; the other has all its neighbours in ``S`` inside the block, so it has
+no predecessor (or no successor) in ``S`` at all. Removing an operator with
+no predecessor or no successor in ``S`` keeps ``S`` convex (a path leaving
+and re-entering ``S`` minus it would either be such a path for ``S`` or give
+it a neighbour in ``S`` on the wrong side), and removing a non-cut vertex
+keeps it connected. With two or more leaf blocks there are two such
+operators, so one differs from ``m``; with one block, its source and sink
+differ, and only one can be ``m``.
+
+**Pruning.** ``F_beta`` can fall when a producer joins a group, so a set
+that does not fit is still grown; only :meth:`CostModel.buffer_floor`, which
+never decreases as a set grows, prunes. Sets are visited smallest first
+from each seed; a limit on sets visited is shared out evenly over the seeds,
+and a seed that needs less leaves the rest to the seeds after it. A seed cut
+short by the limit makes the enumeration incomplete: the candidates still
+build valid plans, but the optimum over them proves nothing. Sets are bitmasks (Python ints over
+operator labels); convexity is ``descendants & ancestors ⊆ set``, kept
+incrementally.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuseplan.plan.problem import FusionProblem
+
+
+def bits(mask: int) -> list[int]:
+    """The set bits of ``mask``, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+@dataclass(frozen=True)
+class Reachability:
+    """Strict descendants and ancestors of every operator, as bitmasks over operator labels."""
+
+    descendants: tuple[int, ...]
+    ancestors: tuple[int, ...]
+
+    @classmethod
+    def of(cls, problem: FusionProblem) -> Reachability:
+        graph = problem.graph
+        n = len(graph)
+        desc = [0] * n
+        for v in range(n - 1, -1, -1):  # labels are a topological order
+            mask = 0
+            for s in graph.successors[v]:
+                mask |= desc[s] | (1 << s)
+            desc[v] = mask
+        anc = [0] * n
+        for v in range(n):
+            mask = 0
+            for p in graph.predecessors[v]:
+                mask |= anc[p] | (1 << p)
+            anc[v] = mask
+        return cls(tuple(desc), tuple(anc))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The candidate groups of a problem, as bitmasks, with their prices."""
+
+    masks: tuple[int, ...]
+    dram: tuple[int, ...]
+    by_min: dict[int, tuple[int, ...]]  # smallest member -> candidate positions
+    sets_visited: int
+    complete: bool = True  # False when a per-seed limit cut the enumeration short
+
+    def __len__(self) -> int:
+        return len(self.masks)
+
+
+def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
+                         orders: Sequence[Sequence[int]] = ()) -> Candidates:
+    """All connected convex fuseable groups that fit the buffer (see the module docstring).
+
+    At most about ``max_sets`` sets (fitting or not) are visited; if that cuts
+    any seed short, the result has ``complete=False``, and the groups of the
+    interval plans of ``orders`` are added (:func:`run_components`), so that
+    plans built from the candidates are never worse than the interval DP's.
+    """
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    reach = Reachability.of(problem)
+    desc, anc = reach.descendants, reach.ancestors
+    fuseable_mask = 0
+    for v in problem.fuseable:
+        fuseable_mask |= 1 << v
+    neighbour_mask = [0] * len(graph)
+    for v in problem.fuseable:
+        for u in graph.neighbours[v]:
+            neighbour_mask[v] |= 1 << u
+        neighbour_mask[v] &= fuseable_mask
+    # The buffer floor (CostModel.buffer_floor), kept incrementally: operator terms summed or maxed, and
+    # feature rows. A tensor's floor rows are the widest window a member reads it through (at least 1).
+    b = cost.bytes_per_element
+    terms = cost.floor_terms()
+    by_max = cost.floor_combine == "max"
+    tables = cost.tables
+    row_numel = tables.tensor_row_numel
+    window = [tuple((t, max(1, min(int(k), tables.tensor_rows[t]))) for t, k, _s, _r in tables.node_inputs[v])
+              for v in range(len(graph))]
+    readers = [tuple((c, r) for c, ins in ((c, window[c]) for c in tables.tensor_consumers[t])
+                     for tt, r in ins if tt == t) for t in range(len(row_numel))]
+    producer = [graph.tensors[t].producer for t in range(len(row_numel))]
+
+    def floor_rows(t: int, mask: int) -> int:
+        """Floor rows of tensor ``t`` for the set ``mask`` (0 if the set does not touch it)."""
+        rows = 1 if producer[t] is not None and mask >> producer[t] & 1 else 0
+        for c, r in readers[t]:
+            if mask >> c & 1 and r > rows:
+                rows = r
+        return rows
+
+    def extra_rows(u: int, mask: int) -> int:
+        """Feature elements the floor gains when ``u`` joins the set ``mask``."""
+        grown = mask | (1 << u)
+        extra = 0
+        for t in {t for t, _r in window[u]} | set(tables.node_outputs[u]):
+            gain = floor_rows(t, grown) - floor_rows(t, mask)
+            if gain:
+                extra += gain * row_numel[t]
+        return extra
+    price = cost.price  # uncached: most visited sets are never priced again
+
+    def grow(m: int, allowance: float) -> tuple[list[tuple[int, int]], int, bool]:
+        """Fitting sets with smallest member ``m``, smallest first: ``(sets and DRAM, visited, cut short)``."""
+        above = fuseable_mask & ~((1 << (m + 1)) - 1)
+        start = 1 << m
+        seen = {start}
+        queue = deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m], extra_rows(m, 0))])
+        found: list[tuple[int, int]] = []
+        visits = 0
+        cut = False
+        while queue:
+            mask, members, d, a, frontier, own, rows = queue.popleft()
+            visits += 1
+            buffer, dram = price(frozenset(members))
+            if buffer < beta:
+                found.append((mask, dram))
+            if visits + len(queue) >= allowance:
+                cut = cut or bool(frontier)
+                continue
+            rest = frontier
+            while rest:
+                low = rest & -rest
+                rest ^= low
+                grown = mask | low
+                if grown in seen:
+                    continue
+                seen.add(grown)
+                u = low.bit_length() - 1
+                gd, ga = d | desc[u], a | anc[u]
+                if gd & ga & ~grown:
+                    continue  # not convex: a path leaves the set and comes back
+                grown_own = max(own, terms[u]) if by_max else own + terms[u]
+                grown_rows = rows + extra_rows(u, mask)
+                if b * (grown_own + grown_rows) >= beta:
+                    continue
+                queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
+                              grown_own, grown_rows))
+        return found, visits, cut
+
+    # First pass: an even share per seed, unused allowance carried forward. Second pass: seeds cut
+    # short start again with what the first pass left over, shared out the same way.
+    seeds = sorted(problem.fuseable)
+    limit = float("inf") if max_sets is None else float(max_sets)
+    per_seed: dict[int, list[tuple[int, int]]] = {}
+    visited = 0
+    cut_seeds: list[int] = []
+    for position, m in enumerate(seeds):
+        allowance = max(1.0, (position + 1) * limit / len(seeds) - visited)
+        per_seed[m], visits, cut = grow(m, allowance)
+        visited += visits
+        if cut:
+            cut_seeds.append(m)
+    spare = limit - visited
+    complete = not cut_seeds
+    if cut_seeds and spare > len(cut_seeds):
+        complete = True
+        used = 0
+        for position, m in enumerate(cut_seeds):
+            allowance = max(1.0, (position + 1) * spare / len(cut_seeds) - used)
+            found, visits, cut = grow(m, allowance)
+            used += visits
+            if len(found) > len(per_seed[m]):
+                per_seed[m] = found
+            complete = complete and not cut
+        visited += used
+
+    if not complete:
+        known = {mask for found in per_seed.values() for mask, _ in found}
+        for order in orders:
+            for mask, dram in run_components(problem, order, reach):
+                if mask not in known:
+                    known.add(mask)
+                    per_seed[(mask & -mask).bit_length() - 1].append((mask, dram))
+
+    masks: list[int] = []
+    drams: list[int] = []
+    by_min: dict[int, tuple[int, ...]] = {}
+    for m in seeds:
+        by_min[m] = tuple(range(len(masks), len(masks) + len(per_seed[m])))
+        for mask, dram in per_seed[m]:
+            masks.append(mask)
+            drams.append(dram)
+    return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min, sets_visited=visited,
+                      complete=complete)
+
+
+#: How far past the last growth of a run's component :func:`run_components` keeps scanning.
+RUN_SLACK = 64
+#: Operators priced per order by :func:`run_components`, at most.
+RUN_WORK = 3_000_000
+
+
+def run_components(problem: FusionProblem, order: Sequence[int], reach: Reachability | None = None,
+                   max_work: int = RUN_WORK) -> list[tuple[int, int]]:
+    """Fitting convex groups of the form "the component of ``order[p]`` among the fuseable operators of
+    ``order[p:j]``", with their DRAM, for every start ``p`` and end ``j``.
+
+    These are the groups the interval DP builds its plans from: a component
+    of a run is the component of its first member within the run from that
+    member on. A component only grows with ``j`` and its buffer floor with
+    it, so each start stops once the floor passes the buffer, or
+    :data:`RUN_SLACK` positions after its component last grew. All starts
+    together price at most about ``max_work`` operators, shared out evenly
+    over the starts (a start that needs less passes the rest on).
+    """
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    reach = reach or Reachability.of(problem)
+    desc, anc = reach.descendants, reach.ancestors
+    fuseable = problem.fuseable
+    neighbours = graph.neighbours
+    found: list[tuple[int, int]] = []
+    work = 0
+    share = max_work / max(1, len(order))
+    for p, m in enumerate(order):
+        if m not in fuseable:
+            continue
+        allowance = (p + 1) * share
+        root: dict[int, int] = {m: m}  # operator -> component id within the run
+        members: dict[int, list[int]] = {m: [m]}
+        last_growth = p
+        grown = True
+        for j in range(p, len(order)):
+            v = order[j]
+            if j > p:
+                if v not in fuseable:
+                    continue
+                touching = {root[u] for u in neighbours[v] if u in root}
+                merged = [v]
+                for c in touching:
+                    merged += members.pop(c)
+                target = root[m] if root[m] in touching else v
+                for u in merged:
+                    root[u] = target
+                members[target] = merged
+                grown = target == root[m] and root[m] in touching
+            if not grown:
+                if j - last_growth > RUN_SLACK:
+                    break
+                continue
+            last_growth = j
+            group = members[root[m]]
+            if cost.buffer_floor(group) >= beta:
+                break
+            work += len(group)
+            if work > allowance:
+                break
+            mask = d = a = 0
+            for u in group:
+                mask |= 1 << u
+                d |= desc[u]
+                a |= anc[u]
+            if d & a & ~mask:
+                continue  # not convex: skipped, but it may become convex as it grows
+            buffer, dram = cost.price(frozenset(group))
+            if buffer < beta:
+                found.append((mask, dram))
+    return found

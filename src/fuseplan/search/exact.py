@@ -1,0 +1,388 @@
+"""Provably optimal plans over general (not only interval) partitions.
+
+Plan DRAM is a sum of per-group ``F_D``, so the problem is set partitioning
+over the candidate groups (:mod:`fuseplan.search.candidates`) subject to
+acyclicity of the graph of groups. Two exact formulations solve it:
+
+**Downset shortest path** (:func:`downset_search`). A plan is acyclic iff
+its groups can be executed one at a time, each after every group it reads
+from. Executing them in such an order passes through *downsets*: sets ``D``
+of operators closed under predecessors. A step from ``D`` adds a candidate
+``C`` disjoint from ``D`` whose predecessors outside ``C`` all lie in ``D``;
+``D ∪ C`` is again a downset. So acyclic plans are exactly the paths from
+the empty set to all operators, a plan's DRAM is its path length, and the
+optimum is a shortest path. Many execution orders of one plan give many
+paths, but they meet in the same states, and each state is settled once.
+Two rules keep the state space small without losing any plan:
+
+* an unfuseable operator is its own fixed group; it is added as soon as its
+  predecessors are (moving a group whose inputs are ready earlier in an
+  execution order leaves the order valid), so no state holds a ready
+  unfuseable operator;
+* a step's candidate is looked up by its smallest member, which is always
+  ready (labels are a topological order, so its predecessors are outside
+  the candidate and must be in ``D``).
+
+The search is A* with a consistent lower bound: every fuseable operator
+``v`` is charged ``min over candidates C ∋ v of floor(F_D(C) / |C|)``, and
+no candidate costs less than the sum of its members' charges. So the
+smallest ``g + h`` still open is a proven lower bound at any time.
+
+**Set partitioning with lazy cycle cuts** (:func:`partition_search`, needs
+OR-Tools). One Boolean per candidate, every fuseable operator covered
+exactly once, DRAM minimised by CP-SAT. A solution whose group graph has a
+cycle gets a cut forbidding that set of groups together, and the model is
+solved again. The solver's bound is a lower bound on the optimum at every
+round, so a stopped run still reports a proven gap. CP-SAT runs on one
+worker with a fixed seed and a *deterministic* time limit, so runs repeat
+exactly.
+
+:class:`Exact` runs the shortest path first and falls back to set
+partitioning when its state limit is reached (wide graphs, where the number
+of downsets grows with the product of branch lengths).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuseplan.plan.plan import Plan
+from fuseplan.plan.problem import FusionProblem
+from fuseplan.search.base import SearchAlgorithm, SearchContext
+from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
+from fuseplan.search.interval_dp import candidate_orders
+
+#: Limits that keep ``exact`` (and ``auto``) from running for minutes; all are deterministic.
+MAX_SETS = 400_000  # connected convex sets the enumeration may visit
+MAX_STATES = 200_000  # downsets the shortest path may settle
+SOLVER_TIME = 60.0  # CP-SAT deterministic time units (roughly seconds), all rounds together
+
+
+@dataclass
+class ExactOutcome:
+    """What an exact formulation established."""
+
+    plan: Plan | None  # the best valid plan it found (None if none)
+    dram: int | None  # its DRAM, bytes (fuseable operators only)
+    lower_bound: int  # proven: no valid plan moves less
+    optimal: bool  # plan is proven optimal
+    method: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _predecessor_masks(problem: FusionProblem) -> list[int]:
+    masks = [0] * len(problem.graph)
+    for v, preds in enumerate(problem.graph.predecessors):
+        for p in preds:
+            masks[v] |= 1 << p
+    return masks
+
+
+def _outside_predecessors(candidates: Candidates, pred: list[int]) -> list[int]:
+    out = []
+    for mask in candidates.masks:
+        needed = 0
+        for v in bits(mask):
+            needed |= pred[v]
+        out.append(needed & ~mask)
+    return out
+
+
+def _charges(problem: FusionProblem, candidates: Candidates) -> list[int]:
+    """Per-operator lower bounds whose sum over any candidate never exceeds its DRAM."""
+    charge = [0] * len(problem.graph)
+    best: dict[int, int] = {}
+    for mask, dram in zip(candidates.masks, candidates.dram):
+        members = bits(mask)
+        share = dram // len(members)
+        for v in members:
+            if share < best.get(v, share + 1):
+                best[v] = share
+    for v, share in best.items():
+        charge[v] = share
+    return charge
+
+
+def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES) -> ExactOutcome:
+    """A* over downsets (see the module docstring); stops after ``max_states`` settled states."""
+    start_time = time.perf_counter()
+    graph = problem.graph
+    n = len(graph)
+    full = (1 << n) - 1
+    pred = _predecessor_masks(problem)
+    outside = _outside_predecessors(candidates, pred)
+    charge = _charges(problem, candidates)
+    excluded_mask = 0
+    for v in problem.excluded:
+        excluded_mask |= 1 << v
+    successors = graph.successors
+    masks, drams, by_min = candidates.masks, candidates.dram, candidates.by_min
+    for v in problem.fuseable:
+        if not by_min.get(v):  # cannot happen: a fuseable operator fits alone
+            return ExactOutcome(None, None, 0, False, "downset", {"states": 0})
+
+    def advance(state: int, ready: int, added: int) -> tuple[int, int]:
+        """``state`` grown by ``added``, then by every unfuseable operator that becomes ready; and the
+        new ready set (operators outside the state whose predecessors are all in it)."""
+        state |= added
+        ready &= ~added
+        while added:
+            newly = 0
+            for v in bits(added):
+                for s in successors[v]:
+                    if not state >> s & 1 and pred[s] & state == pred[s]:
+                        newly |= 1 << s
+            ready |= newly
+            added = ready & excluded_mask
+            state |= added
+            ready &= ~added
+        return state, ready
+
+    sources = 0
+    for v in range(n):
+        if not pred[v]:
+            sources |= 1 << v
+    origin, origin_ready = advance(0, sources, sources & excluded_mask)
+    best_g = {origin: 0}
+    ready_of = {origin: origin_ready}
+    parent: dict[int, tuple[int, int]] = {}
+    open_heap = [(sum(charge), 0, origin)]
+    settled: set[int] = set()
+    while open_heap:
+        f, g, state = heapq.heappop(open_heap)
+        if state in settled or g > best_g[state]:
+            continue
+        if state == full:
+            groups = []
+            while state != origin:
+                state, c = parent[state]
+                groups.append(bits(masks[c]))
+            plan = Plan.from_groups(groups)
+            return ExactOutcome(plan, g, g, True, "downset",
+                                {"states": len(settled), "seconds": round(time.perf_counter() - start_time, 3)})
+        settled.add(state)
+        if len(settled) > max_states:
+            bound = min(f, min((entry[0] for entry in open_heap), default=f))
+            return ExactOutcome(None, None, bound, False, "downset",
+                                {"states": len(settled), "stopped": "state limit",
+                                 "seconds": round(time.perf_counter() - start_time, 3)})
+        h = f - g
+        ready = ready_of[state]
+        for r in bits(ready):
+            for c in by_min.get(r, ()):
+                mask = masks[c]
+                if mask & state or outside[c] & state != outside[c]:
+                    continue
+                ng = g + drams[c]
+                nxt, nxt_ready = advance(state, ready, mask)
+                if ng < best_g.get(nxt, ng + 1):
+                    best_g[nxt] = ng
+                    ready_of[nxt] = nxt_ready
+                    parent[nxt] = (state, c)
+                    nh = h - sum(charge[v] for v in bits(mask))
+                    heapq.heappush(open_heap, (ng + nh, ng, nxt))
+    return ExactOutcome(None, None, 0, False, "downset", {"states": len(settled)})
+
+
+def _find_cycle(problem: FusionProblem, plan: Plan) -> list[int]:
+    """Positions of plan groups on one cycle of the group graph (empty if acyclic)."""
+    label = dict(plan.group_of)
+    n_groups = len(plan.groups)
+    for offset, v in enumerate(problem.excluded):
+        label[v] = n_groups + offset
+    succ: dict[int, set[int]] = {}
+    for i, j in problem.graph.edges:
+        a, b = label[i], label[j]
+        if a != b:
+            succ.setdefault(a, set()).add(b)
+    colour: dict[int, int] = {}
+    for root in sorted(succ):
+        if colour.get(root):
+            continue
+        stack = [(root, iter(sorted(succ.get(root, ()))))]
+        path = [root]
+        colour[root] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(child, 0) == 1:
+                cycle = path[path.index(child):]
+                return [g for g in cycle if g < n_groups]
+            elif not colour.get(child):
+                colour[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(succ.get(child, ())))))
+    return []
+
+
+def partition_search(problem: FusionProblem, candidates: Candidates, time_limit: float = SOLVER_TIME,
+                     seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
+    """CP-SAT set partitioning with lazy cycle cuts (see the module docstring)."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError:  # pragma: no cover - depends on the environment
+        return ExactOutcome(None, None, 0, False, "partition", {"stopped": "OR-Tools not installed"})
+    start_time = time.perf_counter()
+    members = [bits(mask) for mask in candidates.masks]
+    index = {mask: c for c, mask in enumerate(candidates.masks)}
+    model = cp_model.CpModel()
+    x = [model.NewBoolVar(f"g{c}") for c in range(len(members))]
+    covering: dict[int, list[int]] = {}
+    for c, group in enumerate(members):
+        for v in group:
+            covering.setdefault(v, []).append(c)
+    for v in sorted(problem.fuseable):
+        model.AddExactlyOne(x[c] for c in covering[v])
+    model.Minimize(sum(dram * x[c] for c, dram in enumerate(candidates.dram)))
+    if hint is not None:
+        chosen = {index.get(sum(1 << v for v in g)) for g in hint.groups}
+        if None not in chosen:
+            for c in range(len(members)):
+                model.AddHint(x[c], c in chosen)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    cuts = rounds = 0
+    bound = 0
+    remaining = time_limit
+    while True:
+        rounds += 1
+        solver.parameters.max_deterministic_time = max(remaining, 0.01)
+        status = solver.Solve(model)
+        remaining -= solver.deterministic_time
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+            bound = max(bound, int(-(-solver.BestObjectiveBound() // 1)) if status != cp_model.UNKNOWN
+                        else bound)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        chosen = [c for c in range(len(members)) if solver.Value(x[c])]
+        plan = Plan.from_groups(members[c] for c in chosen)
+        cycle = _find_cycle(problem, plan)
+        if not cycle:
+            dram = int(round(solver.ObjectiveValue()))
+            optimal = status == cp_model.OPTIMAL
+            return ExactOutcome(plan, dram, dram if optimal else bound, optimal, "partition",
+                                {"rounds": rounds, "cuts": cuts, "candidates": len(members),
+                                 "seconds": round(time.perf_counter() - start_time, 3)})
+        by_groups = {frozenset(members[c]): c for c in chosen}
+        on_cycle = [by_groups[plan.groups[g]] for g in cycle]
+        model.Add(sum(x[c] for c in on_cycle) <= len(on_cycle) - 1)
+        cuts += 1
+        model.ClearHints()
+        for c in range(len(members)):
+            model.AddHint(x[c], solver.Value(x[c]) == 1)
+        if remaining <= 0:
+            break
+    return ExactOutcome(None, None, bound, False, "partition",
+                        {"rounds": rounds, "cuts": cuts, "candidates": len(members), "stopped": "time limit",
+                         "seconds": round(time.perf_counter() - start_time, 3)})
+
+
+def cut_lower_bound(problem: FusionProblem) -> int:
+    """A proven lower bound on plan DRAM that accounts for the buffer, cheaply.
+
+    Start from the all-fused bound (:meth:`CostModel.dram_lower_bound`):
+    fusing each connected component of fuseable operators whole. A plan can
+    only move more, tensor by tensor. Now take a connected set ``S`` of
+    operators whose :meth:`CostModel.buffer_floor` reaches the buffer: no
+    fitting group contains it, so some edge inside ``S`` joins two groups,
+    and the tensor on that edge is written and read back, at least ``|t|``
+    more than in the all-fused bound (``2|t|`` when that bound moves it not
+    at all). Sets whose inside tensors are disjoint add up. The sets are cut
+    greedily from the topological order: the component of the growing run
+    of operators whose floor first reaches the buffer, then a new run.
+    """
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    b = cost.bytes_per_element
+    tables = cost.tables
+    component_of: dict[int, frozenset[int]] = {}
+    for component in cost.fuseable_components():
+        for v in component:
+            component_of[v] = component
+
+    def penalty(t: int, component: frozenset[int]) -> int:
+        moved = tables.tensor_is_output[t] or not tables.tensor_consumers[t] <= component
+        return b * tables.tensor_numel[t] * (1 if moved else 2)
+
+    extra = 0
+    run: list[int] = []
+    for v in range(len(graph)):
+        if v not in problem.fuseable:
+            continue
+        run.append(v)
+        for part in graph.components(run):
+            if v not in part or cost.buffer_floor(part) < beta:
+                continue
+            inside = {t for u in part for t in graph.nodes[u].outputs
+                      if tables.tensor_consumers[t] & part}
+            if inside:
+                extra += min(penalty(t, component_of[v]) for t in inside)
+                run = []
+            break
+    return cost.dram_lower_bound() + extra
+
+
+def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
+                solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
+    """The optimum if the limits allow, else the best proven bound and the best plan found.
+
+    When the candidates are too many to enumerate within ``max_sets``, the
+    smallest ones of each seed and the groups of the interval plans of the
+    interval DP's orders still give valid plans: the same formulations then
+    find the best plan built from them (usually no worse than the interval
+    DP's), which is not proven optimal, and the proven bound is
+    :func:`cut_lower_bound`.
+    """
+    start_time = time.perf_counter()
+    candidates = enumerate_candidates(problem, max_sets=max_sets,
+                                      orders=list(candidate_orders(problem).values()))
+    stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
+                             "sets_visited": candidates.sets_visited,
+                             "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
+    outcome = downset_search(problem, candidates, max_states)
+    if outcome.plan is None and solver_time > 0:
+        fallback = partition_search(problem, candidates, solver_time, seed, hint)
+        fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
+        fallback.stats = {"downset": outcome.stats, **fallback.stats}
+        outcome = fallback
+    if not candidates.complete:  # optimal among the kept candidates only
+        outcome.optimal = False
+        outcome.lower_bound = cut_lower_bound(problem)
+        outcome.method = f"restricted {outcome.method}"
+    outcome.lower_bound = max(outcome.lower_bound, problem.cost.dram_lower_bound())
+    outcome.stats = {**stats, **outcome.stats}
+    return outcome
+
+
+class Exact(SearchAlgorithm):
+    """Optimal over general plans, with a proof; reports the proven bound and gap when a limit stops it."""
+
+    name = "exact"
+    uses_budget = False
+
+    def __init__(self, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
+                 solver_time: float = SOLVER_TIME) -> None:
+        self.max_sets = max_sets
+        self.max_states = max_states
+        self.solver_time = solver_time
+        self.outcome: ExactOutcome | None = None
+
+    def details(self) -> dict[str, Any]:
+        if self.outcome is None:
+            return {}
+        return {"optimal": self.outcome.optimal, "lower_bound_bytes": self.outcome.lower_bound,
+                "exact": {"method": self.outcome.method, **self.outcome.stats}}
+
+    def run(self, ctx: SearchContext) -> None:
+        self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
+        if self.outcome.plan is not None:
+            ctx.propose(self.outcome.plan)

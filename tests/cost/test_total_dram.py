@@ -1,0 +1,120 @@
+"""Total DRAM: unfuseable operators priced as they run alone, and totals that never grow with the buffer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fuseplan.cost import SCHEMES, make_cost_model
+from fuseplan.errors import FuseplanError
+from fuseplan.plan import FusionProblem
+from fuseplan.plan.io import PlanFile, plan_document, read_plan_file
+from fuseplan.plan.validate import validate_plan
+from fuseplan.report.inspect import inspect_model
+from fuseplan.search.exact import solve_exact
+from tests.conftest import ZOO
+
+KB = 1024
+GRID_KB = (64, 128, 256, 512, 1024, 2048)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("name", ZOO)
+def test_an_operator_alone_never_moves_more_with_a_bigger_buffer(zoo_graphs, name, scheme):
+    graph = zoo_graphs[name]
+    models = [make_cost_model(scheme, graph, kb * KB) for kb in GRID_KB]
+    for v in range(len(graph)):
+        prices = [cost.alone_dram(v) for cost in models]
+        assert prices == sorted(prices, reverse=True), (name, scheme, graph.nodes[v].name, prices)
+        for cost in models:
+            alone = frozenset((v,))
+            if cost.fits(alone):
+                assert cost.alone_dram(v) == cost.dram(alone)
+            else:  # tiling costs at least what the operator moves when it fits
+                assert cost.alone_dram(v) >= cost.dram(alone) or scheme == "brr"
+
+
+def test_lbdf_tiles_unfuseable_convolutions_by_output_channel_blocks(zoo_graphs):
+    graph = zoo_graphs["vgg16"]
+    cost = make_cost_model("lbdf", graph, 256 * KB)
+    v = max(cost.unfuseable, key=lambda u: graph.nodes[u].weight_numel)
+    node = graph.nodes[v]
+    (t_in,), (t_out,) = node.inputs, node.outputs
+    read, written = graph.tensors[t_in].numel, graph.tensors[t_out].numel
+    price = cost.alone_dram(v)
+    blocks, rest = divmod(price - node.weight_numel - written, read)
+    assert rest == 0 and blocks > 1  # whole input re-read once per block of output channels
+    assert make_cost_model("lbdf", graph, 2048 * KB).alone_dram(v) < price
+
+
+def _optimal_totals(graph, scheme):
+    totals = []
+    for kb in GRID_KB:
+        problem = FusionProblem(make_cost_model(scheme, graph, kb * KB))
+        outcome = solve_exact(problem)
+        assert outcome.optimal
+        totals.append(outcome.dram + problem.cost.unfuseable_dram())
+    return totals
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("name", ["mobilenet_v2", "squeezenet", "resnet18"])
+def test_the_optimal_total_never_grows_with_the_buffer(zoo_graphs, name, scheme):
+    totals = _optimal_totals(zoo_graphs[name], scheme)
+    assert totals == sorted(totals, reverse=True), (name, scheme, totals)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("name", ZOO)
+def test_the_optimal_total_never_grows_with_the_buffer_on_the_whole_zoo(zoo_graphs, name, scheme):
+    totals = _optimal_totals(zoo_graphs[name], scheme)
+    assert totals == sorted(totals, reverse=True), (name, scheme, totals)
+
+
+def test_the_paper_convention_figure_can_grow_but_the_total_cannot(zoo_graphs):
+    # mobilenet_v2 under LBDF: an operator becoming fuseable adds its traffic to the fuseable-only figure
+    graph = zoo_graphs["mobilenet_v2"]
+    fuseable_only, totals = [], []
+    for kb in (256, 512):
+        problem = FusionProblem(make_cost_model("lbdf", graph, kb * KB))
+        outcome = solve_exact(problem)
+        fuseable_only.append(outcome.dram)
+        totals.append(outcome.dram + problem.cost.unfuseable_dram())
+    assert fuseable_only[1] > fuseable_only[0] and totals[1] <= totals[0]
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_plan_dram_is_the_sum_of_group_dram_for_both_totals(zoo_graphs, scheme):
+    graph = zoo_graphs["vgg16"]  # unfuseable operators at 128KB under both schemes
+    problem = FusionProblem(make_cost_model(scheme, graph, 128 * KB))
+    outcome = solve_exact(problem)
+    document = plan_document(problem, outcome.plan, {"algorithm": "exact"})
+    assert document["version"] == 2
+    assert document["dram_bytes"] == sum(g["dram_bytes"] for g in document["groups"]) == outcome.dram
+    alone = sum(problem.cost.alone_dram(graph.node_index(name)) for name in document["excluded"])
+    assert document["excluded"] and document["excluded_dram_bytes"] == alone
+    assert document["total_dram_bytes"] == document["dram_bytes"] + alone
+    assert validate_plan(graph, PlanFile(document)) == []
+    tampered = dict(document, total_dram_bytes=document["total_dram_bytes"] - 1)
+    assert any("total DRAM with unfuseable operators" in r for r in validate_plan(graph, PlanFile(tampered)))
+    report = inspect_model(problem.cost)
+    assert report.excluded_dram_bytes == alone
+    assert report.total_unfused_dram_bytes == report.unfused_dram_bytes + alone
+    assert sum(row.alone_dram_bytes for row in report.operators if not row.fuseable) == alone
+
+
+def test_version_1_plan_files_are_still_read(zoo_graphs, tmp_path):
+    graph = zoo_graphs["squeezenet"]
+    problem = FusionProblem(make_cost_model("lbdf", graph, 256 * KB))
+    document = plan_document(problem, solve_exact(problem).plan, {"algorithm": "exact"})
+    for key in ("total_dram_bytes", "excluded_dram_bytes"):
+        del document[key]
+    document["version"] = 1
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(document))
+    assert validate_plan(graph, read_plan_file(path)) == []
+    path.write_text(json.dumps(dict(document, version=3)))
+    with pytest.raises(FuseplanError, match="version 3 is not supported"):
+        read_plan_file(path)
