@@ -25,6 +25,8 @@ from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.files import check_output_dir, check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
+from fuseplan.passes import FixInputShapes, Pass
+from fuseplan.rewrite.objectives import OBJECTIVES
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
@@ -54,9 +56,12 @@ BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, h
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
-def _load(model: str, input_shape: list[str] | None) -> CompGraph:
+def _load(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
-    graph = load_graph(model, input_shapes=shapes)
+    if passes is not None and shapes:  # given shapes replace a recorded pipeline's; the fingerprint still decides
+        passes = [FixInputShapes(shapes), *(step for step in passes if not isinstance(step, FixInputShapes))]
+        shapes = {}
+    graph = load_graph(model, input_shapes=shapes, passes=passes)
     for op_type in sorted({n.op_type for n in graph.nodes if not n.known_op}):
         count = sum(n.op_type == op_type for n in graph.nodes)
         stderr.print(f"warning: unsupported operator {op_type} ({count}x) priced as a barrier "
@@ -161,6 +166,10 @@ def plan(
     bytes_per_element: BytesPerElementOpt = 1,
     input_shape: InputShapeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
+    rewrite: Annotated[bool, typer.Option(
+        "--rewrite", help="First rewrite the graph (the rewrite command's search, dram objective at this scheme and "
+                          "buffer, alpha 1.05), then plan the rewritten graph; the plan records the rewrite.")] = False,
+    rewrite_budget: Annotated[int, typer.Option(min=1, help="Graphs the rewrite search may expand.")] = 300,
 ) -> None:
     """Search for the fusion plan with the least DRAM traffic whose groups all fit the buffer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -176,7 +185,15 @@ def plan(
     outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
     check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
     repair = make_splitter(splitter.value, refine=refine)
-    graph = _load(model, input_shape)
+    rewritten = None
+    if rewrite:
+        shapes = dict(parse_input_shape(text) for text in input_shape or [])
+        if external_data_files(read_model(source), source.parent):
+            raise FuseplanError(f"{source}: keeps its weights in external data files; --rewrite needs them inside "
+                                "the model")
+        rewritten = _rewrite_search(read_model(source), model_path(model)[1], "dram", scheme.value, buffer_bytes,
+                                    bytes_per_element, 1.05, rewrite_budget, None, seed, shapes, as_json)
+    graph = _load(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
         source_model = read_model(source)
@@ -237,12 +254,111 @@ def plan(
             + (f"; rectify rate {100 * rate:.1f}% ({details['explainer_calls']} explainer calls)" if rate is not None else "")
             + (f"; {details['refinements']} refinement cuts" if "refinements" in details else ""),
             highlight=False)
+    if rewritten is not None:
+        stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM "
+                     f"{format_bytes(rewritten.before['dram_bytes'])} -> {format_bytes(rewritten.after['dram_bytes'])} "
+                     "(see fuseplan rewrite)", highlight=False)
     if output is not None:
         stdout.print(f"plan written to {output}", highlight=False)
     if onnx_out is not None:
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
     if report is not None:
         stdout.print(f"report written to {report}", highlight=False)
+
+
+ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
+
+
+def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
+                    alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool, **options):
+    """Run the rewrite search with a progress bar on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fuseplan.passes.rewrite import rule_names
+    from fuseplan.rewrite import rewrite_model
+
+    chosen_rules = rule_names(rules) if rules is not None else None
+    progress = Progress(TextColumn(f"rewrite {name}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+                        console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
+    with progress:
+        task = progress.add_task("rewrite", total=budget, best="-")
+        return rewrite_model(model_proto, name, objective=objective, scheme=scheme, buffer_bytes=buffer_bytes,
+                             bytes_per_element=bytes_per_element, alpha=alpha, budget=budget, rules=chosen_rules,
+                             seed=seed, input_shapes=shapes or None,
+                             on_expand=lambda n, best: progress.update(task, completed=n, best=f"{best:,.6g}"),
+                             **options)
+
+
+@app.command()
+def rewrite(
+    model: ModelArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Write the rewritten model here.")],
+    objective: Annotated[ObjectiveName, typer.Option(
+        help="What the search minimises: dram (total DRAM of the best plan, unfuseable operators included), macs, "
+             "or latency (onnxruntime CPU, per-operator times cached on disk).")] = ObjectiveName.dram,
+    scheme: Annotated[Scheme, typer.Option(help="Fusion scheme of the dram objective.")] = Scheme.lbdf,
+    buffer: Annotated[str, typer.Option(help="On-chip buffer of the dram objective: 256KB, 0.5MiB, 131072.")] = "256KB",
+    alpha: Annotated[float, typer.Option(
+        help="Keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
+    budget: Annotated[int, typer.Option(help="Graphs the search may expand.")] = 300,
+    rules: Annotated[Optional[str], typer.Option(
+        help="Comma-separated rule names (default: all); see docs/rewrite.md.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of ties, random weights and inputs of the verification.")] = 0,
+    latency_cache: Annotated[Optional[Path], typer.Option(
+        help="Per-operator latency cache of the latency objective (default ~/.cache/fuseplan).")] = None,
+    bytes_per_element: BytesPerElementOpt = 1,
+    input_shape: InputShapeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rewrite the graph by verified substitutions found by a cost-guided backtracking search."""
+    from fuseplan.graph import read_model
+
+    if not alpha >= 1:
+        raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
+    if budget < 1:
+        raise FuseplanError("--budget must be at least 1")
+    buffer_bytes = parse_size(buffer)
+    source, name = model_path(model)
+    check_outputs([("rewritten model", output)], [source])
+    source_model = read_model(source)
+    if external_data_files(source_model, source.parent):
+        raise FuseplanError(f"{source}: keeps its weights in external data files; rewriting needs them inside the model")
+    shapes = dict(parse_input_shape(text) for text in input_shape or [])
+    options = {"cache": latency_cache} if latency_cache is not None else {}
+    done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
+                           budget, rules, seed, shapes, as_json, **options)
+    rewritten = done.result.model
+    entry = rewritten.metadata_props.add()
+    entry.key, entry.value = "fuseplan.rewrite", json.dumps(done.result.steps)
+    save_onnx(rewritten, output, source.parent)
+    report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "seed": seed,
+              **done.to_json()}
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    stdout.print(f"[bold]{name}[/bold]: {len(done.result.steps)} substitution(s), objective {objective.value}, "
+                 f"alpha {alpha}, budget {budget}, seed {seed}", highlight=False)
+    for k, step in enumerate(done.result.steps, 1):
+        stdout.print(f"  {k}. {step['rule']} at {', '.join(step['site'])}", highlight=False, markup=False)
+    table = Table()
+    for column, justify in (("objective", "left"), ("before", "right"), ("after", "right"), ("change", "right")):
+        table.add_column(column, justify=justify)
+    for key, label, shown in (
+            ("dram_bytes", f"DRAM ({scheme.value.upper()} {format_bytes(buffer_bytes)}, all operators)", format_bytes),
+            ("macs", "MACs", lambda v: f"{v / 1e6:,.1f}M"),
+            ("latency_seconds", "latency (onnxruntime CPU, 1 thread)", lambda v: f"{v * 1e3:.2f} ms")):
+        before, after = done.before[key], done.after[key]
+        change = f"{100 * (after - before) / before:+.2f}%" if before else "-"
+        table.add_row(label, shown(before), shown(after), change)
+    stdout.print(table)
+    result = done.result
+    stdout.print(
+        f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "
+        f"{result.verification_failures} failed and discarded\n"
+        f"search             {result.expanded} expanded, {result.generated} generated, {result.duplicates} duplicates, "
+        f"{result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}\n"
+        f"rewritten model written to {output}", highlight=False)
 
 
 def _optimality_line(dram: int, search: dict) -> str:
@@ -275,7 +391,7 @@ def validate(
     from fuseplan.plan.validate import validate_plan
 
     plan_file = read_plan_file(plan_path)
-    graph = _load(model, input_shape)
+    graph = _load(model, input_shape, plan_file.passes)
     reasons = validate_plan(graph, plan_file)
     if reasons:
         for reason in reasons:

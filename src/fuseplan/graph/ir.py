@@ -103,6 +103,8 @@ class CompGraph:
     model_inputs: tuple[int, ...]
     model_outputs: tuple[int, ...]
     metadata: Mapping[str, str] = field(default_factory=dict)
+    # The passes that prepared the model before it was read, as plan.json records them (name, options, changed).
+    passes: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         self.metadata = MappingProxyType(dict(self.metadata))

@@ -10,8 +10,11 @@ The importer keeps only what a fusion planner cares about:
   constant subgraphs, or model inputs that only feed parameter slots (as
   older exporters emit them).
 
-Shapes come from ONNX shape inference with data propagation, after the
-caller has fixed any dynamic input dimension.
+Before reading, the model is prepared by a pipeline of passes
+(:mod:`fuseplan.passes`): by default input shapes are fixed, shapes inferred,
+constants and aliases folded. What folding leaves (an alias that produces a
+model output, a constant subgraph too large to evaluate) the reader below
+still treats as an alias or a constant.
 """
 
 from __future__ import annotations
@@ -23,17 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import numpy_helper
 
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, row_geometry
+from fuseplan.passes import Pass, default_passes, run_passes
+from fuseplan.passes.prepare import ALIAS_OPS, known_shapes, node_attributes
 
 _FLOAT_TYPES = frozenset({
     onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
 })
-_ALIAS_OPS = frozenset({"Identity", "Dropout"})
 _SOURCE_OPS = frozenset({"Shape", "Size"})  # constant once shapes are static
 
 
@@ -77,83 +81,6 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    attrs: dict[str, Any] = {}
-    for attr in node.attribute:
-        if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
-                         onnx.AttributeProto.TENSOR, onnx.AttributeProto.SPARSE_TENSOR):
-            continue  # subgraphs and tensor payloads say nothing about row geometry
-        value = helper.get_attribute_value(attr)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        elif isinstance(value, list):
-            value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
-        attrs[attr.name] = value
-    return attrs
-
-
-def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str) -> None:
-    initializers = {init.name for init in model.graph.initializer}
-    graph_inputs = [i for i in model.graph.input if i.name not in initializers]
-    names = {i.name for i in graph_inputs}
-    for name in input_shapes:
-        if name not in names:
-            raise FuseplanError(
-                f"{label}: --input-shape names {name!r}, but the model's inputs are {sorted(names)}"
-            )
-    for value in graph_inputs:
-        tensor_type = value.type.tensor_type
-        if value.name in input_shapes:
-            shape = input_shapes[value.name]
-            declared = tensor_type.shape.dim if tensor_type.HasField("shape") else None
-            if declared is not None and len(declared) != len(shape):
-                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
-                                 for d in declared)
-                raise FuseplanError(
-                    f"{label}: input {value.name!r} has {len(declared)} dimensions [{shown}]; "
-                    f"--input-shape gives {len(shape)} ({'x'.join(map(str, shape))})"
-                )
-            tensor_type.shape.ClearField("dim")
-            for d in shape:
-                tensor_type.shape.dim.add().dim_value = int(d)
-            continue
-        dims = tensor_type.shape.dim if tensor_type.HasField("shape") else None
-        if dims is None or any(not d.HasField("dim_value") for d in dims):
-            shown = "?" if dims is None else "x".join(
-                str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
-            )
-            raise FuseplanError(
-                f"{label}: input {value.name!r} has a dynamic shape [{shown}]; "
-                f"fix it with --input-shape {value.name}=1x3x224x224 (your sizes)"
-            )
-        if any(d.dim_value <= 0 for d in dims):
-            shown = "x".join(str(d.dim_value) for d in dims)
-            raise FuseplanError(f"{label}: input {value.name!r} has the shape [{shown}]; every dimension must be "
-                                "positive (fix it with --input-shape)")
-
-
-def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    types: dict[str, int] = {}
-    graph = model.graph
-    for value in [*graph.input, *graph.value_info, *graph.output]:
-        tensor_type = value.type.tensor_type
-        if tensor_type.elem_type:
-            types[value.name] = tensor_type.elem_type
-        if not tensor_type.HasField("shape"):
-            shapes.setdefault(value.name, None)
-            continue
-        dims = tensor_type.shape.dim
-        if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
-            shapes[value.name] = tuple(d.dim_value for d in dims)
-        elif shapes.get(value.name) is None:
-            shapes[value.name] = None
-    for init in graph.initializer:
-        shapes[init.name] = tuple(init.dims)
-        types[init.name] = init.data_type
-    return shapes, types
-
-
 def _topological_order(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int]:
     """Indices of ``nodes`` in a topological order, stable with respect to file order."""
     producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
@@ -190,137 +117,6 @@ def _constant_value(name: str, initializers: Mapping[str, onnx.TensorProto],
         return None
 
 
-def _infer_shapes(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
-    # Data propagation computes constant tensors element by element; a model that tiles or expands a
-    # constant into a large array would take minutes, so such models are inferred without it.
-    data_prop = not _builds_large_constants(model)
-    try:
-        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FuseplanError(f"{name}: ONNX shape inference failed: {first}") from None
-
-
-_FOLD_LIMIT = 1 << 16  # elements: shape plumbing is small; weights are never folded
-
-
-def _needs_folding(model: onnx.ModelProto) -> bool:
-    shapes, _ = _known_shapes(model)
-    return any(shapes.get(o) is None for node in model.graph.node for o in node.output if o)
-
-
-_PROPAGATION_LIMIT = 1 << 20  # elements of a constant that shape inference's data propagation may build
-
-
-def _builds_large_constants(model: onnx.ModelProto) -> bool:
-    """Whether some node turns constants only into a constant of more than ``_PROPAGATION_LIMIT`` elements."""
-    import numpy as np
-
-    values: dict[str, Any] = {}  # small integer constants: shapes, repeats, range bounds
-    sizes: dict[str, int] = {}  # element counts of every constant
-    tensors = [(init.name, init) for init in model.graph.initializer]
-    tensors += [(node.output[0], attr.t) for node in model.graph.node if node.op_type == "Constant" and node.output
-                for attr in node.attribute if attr.name == "value"]
-    for name, tensor in tensors:
-        sizes[name] = prod(tensor.dims)
-        if sizes[name] <= 16 and tensor.data_type == onnx.TensorProto.INT64 and tensor.data_location == 0:
-            try:
-                values[name] = numpy_helper.to_array(tensor)
-            except Exception:  # a malformed payload: not a value
-                pass
-    for node in model.graph.node:
-        inputs = [x for x in node.input if x]
-        if node.op_type not in ("ConstantOfShape", "Expand", "Tile", "Range") or not all(x in sizes for x in inputs):
-            continue
-        # The data input counts by its size alone (a broadcast view allocates nothing).
-        known = {**values, **{x: np.broadcast_to(np.zeros(1), (sizes[x],)) for x in inputs[:1] if x not in values}}
-        if all(x in known for x in inputs) and _folds_too_large(node, known, _PROPAGATION_LIMIT):
-            return True
-    return False
-
-
-def _folds_too_large(node: onnx.NodeProto, values: Mapping[str, Any], limit: int = _FOLD_LIMIT) -> bool:
-    """Whether evaluating ``node`` would build a large array (hostile or unusual models): never try."""
-    import numpy as np
-
-    def ints(i: int) -> list[int]:
-        return [int(v) for v in np.asarray(values[node.input[i]]).reshape(-1)]
-
-    try:
-        if node.op_type == "ConstantOfShape":
-            return prod(max(d, 0) for d in ints(0)) > limit
-        if node.op_type == "Expand":
-            return prod(max(d, 0) for d in ints(1)) * max(1, np.asarray(values[node.input[0]]).size) > limit
-        if node.op_type == "Tile":
-            return prod(max(r, 0) for r in ints(1)) * np.asarray(values[node.input[0]]).size > limit
-        if node.op_type == "Range":
-            start, stop, delta = (float(np.asarray(values[x]).reshape(-1)[0]) for x in node.input[:3])
-            return delta == 0 or abs((stop - start) / delta) > limit
-    except (IndexError, KeyError, ValueError, TypeError, OverflowError):
-        return True
-    return False
-
-
-def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Evaluate small constant subgraphs (shape arithmetic) and store them as initializers.
-
-    Exporters often compute Slice bounds or Reshape targets from ``Shape``
-    through arithmetic that ONNX shape inference does not follow. Once input
-    shapes are fixed, those values are constants: computing them lets shape
-    inference finish.
-    """
-    import numpy as np
-    from onnx.reference import ReferenceEvaluator
-
-    shapes, _ = _known_shapes(model)
-    opset = {imp.domain or "": imp.version for imp in model.opset_import}
-    values: dict[str, Any] = {}
-    for init in model.graph.initializer:
-        if init.data_location == onnx.TensorProto.DEFAULT and prod(init.dims) <= _FOLD_LIMIT:
-            try:
-                values[init.name] = numpy_helper.to_array(init)
-            except Exception:  # stripped payload: not a value we can use
-                pass
-    folded: list[onnx.NodeProto] = []
-    for node in model.graph.node:
-        feeds = [x for x in node.input if x]
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
-            attrs = _attributes(node)
-            full = shapes[node.input[0]]
-            out = np.array(full[attrs.get("start", 0): attrs.get("end", len(full))], dtype=np.int64)
-            values[node.output[0]] = out
-            folded.append(node)
-            continue
-        if node.op_type != "Constant" and not (feeds and all(x in values for x in feeds)):
-            continue
-        if _folds_too_large(node, values):
-            continue
-        try:
-            results = ReferenceEvaluator(node, opsets=opset).run(None, {x: values[x] for x in feeds})
-        except Exception:  # an op the reference runtime cannot evaluate: leave it to the importer
-            continue
-        if any(np.asarray(r).size > _FOLD_LIMIT for r in results):
-            continue
-        for name, result in zip(node.output, results):
-            values[name] = np.asarray(result)
-        folded.append(node)
-    if not folded:
-        return model
-    keep = [n for n in model.graph.node if n not in folded]
-    existing = {init.name for init in model.graph.initializer}
-    needed = {x for n in keep for x in n.input} | {o.name for o in model.graph.output}
-    new_inits = [numpy_helper.from_array(values[o], o) for n in folded for o in n.output
-                 if o and o in needed and o not in existing]
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    del result.graph.node[:]
-    result.graph.node.extend(keep)
-    result.graph.initializer.extend(new_inits)
-    return result
-
-
 def _name_occurrences(model: onnx.ModelProto) -> dict[str, int]:
     """For each node (keyed by its first output, unique in ONNX): how many nodes up to it in file order share its name."""
     seen: dict[str, int] = {}
@@ -333,24 +129,38 @@ def _name_occurrences(model: onnx.ModelProto) -> dict[str, int]:
     return occurrence
 
 
+def prepare_model(model: onnx.ModelProto, name: str = "model",
+                  input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  passes: Sequence[Pass] | None = None) -> tuple[onnx.ModelProto, list[dict[str, Any]]]:
+    """Run the pipeline ``passes`` (default: the importer's preparation) on ``model``.
+
+    Returns the prepared model and one record per pass (see
+    :meth:`~fuseplan.passes.PassResult.record`). ``input_shapes`` configures
+    the default pipeline; a pipeline given explicitly carries its own.
+    """
+    if passes is None:
+        passes = default_passes(input_shapes)
+    elif input_shapes:
+        raise FuseplanError("give the input shapes to the pipeline's fix-input-shapes pass, not beside a pipeline")
+    try:
+        prepared, results = run_passes(model, passes)
+    except FuseplanError as exc:
+        raise FuseplanError(f"{name}: {exc}") from None
+    return prepared, [result.record() for result in results]
+
+
 def graph_from_model(model: onnx.ModelProto, name: str = "model",
-                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
-    """Build a :class:`CompGraph` from an in-memory ONNX model (which is not modified)."""
-    model_copy = onnx.ModelProto()
-    model_copy.CopyFrom(model)
-    model = model_copy
+                     input_shapes: Mapping[str, Sequence[int]] | None = None,
+                     passes: Sequence[Pass] | None = None) -> CompGraph:
+    """Build a :class:`CompGraph` from an in-memory ONNX model (which is not modified).
+
+    The model is first prepared by ``passes`` (see :func:`prepare_model`);
+    the graph records them in :attr:`CompGraph.passes`.
+    """
+    model, records = prepare_model(model, name, input_shapes, passes)
     occurrence = _name_occurrences(model)
-    _fix_input_shapes(model, input_shapes or {}, name)
-    model = _infer_shapes(model, name)
-    for _ in range(4):  # each round can unlock shape values for the next
-        if not _needs_folding(model):
-            break
-        folded = _fold_constants(model)
-        if len(folded.graph.node) == len(model.graph.node):
-            break
-        model = _infer_shapes(folded, name)
     graph = model.graph
-    shapes, types = _known_shapes(model)
+    shapes, types = known_shapes(model)
     initializers = {init.name: init for init in graph.initializer}
     nodes = list(graph.node)
 
@@ -379,7 +189,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
                     if attr.name == "value" and node.output:
                         constants[node.output[0]] = attr.t
             continue
-        if node.op_type in _ALIAS_OPS and inputs and node.output:
+        if node.op_type in ALIAS_OPS and inputs and node.output:
             alias[node.output[0]] = inputs[0]
             continue
         operators.append(node)
@@ -464,7 +274,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
         pads = None
         if node.op_type == "Pad" and len(node.input) > 1 and node.input[1]:
             pads = _constant_value(resolve(node.input[1]), initializers, constants)
-        attrs = _attributes(node)
+        attrs = node_attributes(node)
         geometry, known = row_geometry(
             node.op_type, attrs,
             [shapes[tensor_names[t]] for t in act_in],
@@ -495,6 +305,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
         model_inputs=tuple(tensor_index[t] for t in model_inputs),
         model_outputs=tuple(tensor_index[t] for t in dict.fromkeys(model_outputs)),
         metadata=metadata,
+        passes=tuple(records),
     )
 
 
@@ -512,7 +323,12 @@ def model_path(source: str | Path) -> tuple[Path, str]:
     return path, path.stem
 
 
-def load_graph(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
-    """Load a model given as an ONNX file path or a zoo model name."""
+def load_graph(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               passes: Sequence[Pass] | None = None) -> CompGraph:
+    """Load a model given as an ONNX file path or a zoo model name, prepared by ``passes``.
+
+    ``passes`` defaults to the importer's preparation
+    (:func:`fuseplan.passes.default_passes` with ``input_shapes``).
+    """
     path, name = model_path(source)
-    return graph_from_model(read_model(path), name=name, input_shapes=input_shapes)
+    return graph_from_model(read_model(path), name=name, input_shapes=input_shapes, passes=passes)

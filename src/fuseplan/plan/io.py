@@ -16,6 +16,8 @@ import onnx
 
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
+from fuseplan.graph.onnx_import import prepare_model
+from fuseplan.passes import Pass, passes_from_records, preserves_operators
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 
@@ -53,6 +55,8 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
     }
     if reference is not None:
         document["reference"] = reference
+    if graph.passes:  # how the model was prepared (and rewritten): validate and --onnx-out replay it
+        document["passes"] = [dict(record) for record in graph.passes]
     renamed = {node.name: {"onnx_name": node.onnx_name, "output": graph.tensors[node.outputs[0]].name}
                for node in graph.nodes if node.onnx_name is not None}
     if renamed:  # unnamed nodes and repeated names: how to find each in the model
@@ -82,6 +86,12 @@ class PlanFile:
     @property
     def bytes_per_element(self) -> int:
         return int(self.document["bytes_per_element"])
+
+    @property
+    def passes(self) -> list[Pass] | None:
+        """The pipeline that prepared the model the plan was made for; ``None`` for plans that record none."""
+        records = self.document.get("passes")
+        return None if records is None else passes_from_records(records)
 
 
 _REQUIRED = {"format": str, "version": int, "model": str, "scheme": str, "buffer_bytes": int,
@@ -121,6 +131,11 @@ def read_plan_file(path: Path) -> PlanFile:
             raise FuseplanError(f"{path}: group {position} lists a node that is not a name (string)")
     if not all(isinstance(name, str) for name in document["excluded"]):
         raise FuseplanError(f"{path}: \"excluded\" lists a node that is not a name (string)")
+    if "passes" in document:
+        try:
+            passes_from_records(document["passes"] if isinstance(document["passes"], list) else [None])
+        except FuseplanError as exc:
+            raise FuseplanError(f"{path}: \"passes\" must list the passes applied: {exc}") from None
     if document["buffer_bytes"] < 1 or document["bytes_per_element"] < 1:
         raise FuseplanError(f"{path}: \"buffer_bytes\" and \"bytes_per_element\" must be positive")
     return PlanFile(document)
@@ -130,9 +145,15 @@ def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan) ->
     """A copy of ``model`` whose operator nodes carry ``fuseplan.group`` metadata and whose model metadata
     carries the plan's scheme, buffer and totals (:func:`plan_metadata`), for viewers such as Netron.
 
-    Nodes are matched by their first output tensor, which ONNX requires to be unique.
+    Nodes are matched by their first output tensor, which ONNX requires to be
+    unique. ``model`` is the model as read; if the passes that prepared the
+    planned graph replaced operators, they are replayed on it first, so the
+    copy is the model the plan names.
     """
     graph = problem.graph
+    passes = passes_from_records(graph.passes)
+    if not preserves_operators(passes):
+        model, _ = prepare_model(model, graph.name, passes=passes)
     label: dict[str, str] = {}
     for index, group in enumerate(plan.groups):
         for v in group:

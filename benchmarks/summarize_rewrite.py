@@ -1,0 +1,49 @@
+"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    document = json.loads((Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "rewrite.json").read_text())
+    runs = document["runs"]
+    dram = [r for r in runs if r["objective"] == "dram"]
+    alphas = sorted({r["alpha"] for r in dram})
+    rows: dict = defaultdict(dict)
+    for r in dram:
+        rows[(r["model"], r["scheme"], r["buffer_kb"])][r["alpha"]] = r
+    print("| model | scheme | buffer | original DRAM | " + " | ".join(f"α={a:g}" for a in alphas) + " | rules used |")
+    print("|---|---|---|---|" + "---|" * len(alphas) + "---|")
+    for (model, scheme, kb), by_alpha in rows.items():
+        first = next(iter(by_alpha.values()))
+        cells = []
+        for a in alphas:
+            r = by_alpha.get(a)
+            if r is None:
+                cells.append("–")
+                continue
+            mark = "*" if r["timed_out"] else ""
+            cells.append(f"{r['change_percent']:+.2f}% ({len(r['steps'])} st, {r['expanded']} exp{mark})")
+        used = sorted({rule for r in by_alpha.values() for rule in r["rules_used"]})
+        print(f"| {model} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
+              + " | ".join(cells) + f" | {', '.join(used) or '–'} |")
+    latency = [r for r in runs if r["objective"] == "latency"]
+    if latency:
+        print("\n| model | α | per-operator latency sum, before | after | change | steps | expanded |")
+        print("|---|---|---|---|---|---|---|")
+        for r in latency:
+            print(f"| {r['model']} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
+                  f"{r['change_percent']:+.2f}% | {len(r['steps'])} | {r['expanded']}{'*' if r['timed_out'] else ''} |")
+    print(f"\n{sum(r['verified'] for r in runs)} graphs verified, "
+          f"{sum(r['verification_failures'] for r in runs)} failed; "
+          f"{sum(r['timed_out'] for r in runs)} of {len(runs)} runs hit the time limit")
+
+
+if __name__ == "__main__":
+    main()

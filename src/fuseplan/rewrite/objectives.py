@@ -1,0 +1,207 @@
+"""What a graph rewrite minimises: DRAM traffic of the best plan, MACs, or measured CPU latency.
+
+Objectives price a prepared ONNX model (shapes known). ``OBJECTIVES`` is the
+registry the command line derives its choices from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from fuseplan.cost import make_cost_model
+from fuseplan.errors import FuseplanError
+from fuseplan.files import read_input, write_text
+from fuseplan.graph import graph_from_model
+from fuseplan.passes.prepare import known_shapes, node_attributes
+from fuseplan.plan import FusionProblem
+from fuseplan.search import candidate_orders, interval_dp
+
+
+def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per_element: int = 1) -> int:
+    """DRAM bytes of the best interval plan over the fuseable operators plus every unfuseable operator run alone.
+
+    Counting the unfuseable operators keeps a rewrite from looking better by
+    making an operator unfuseable. The fuseable part is the exact interval
+    DP's optimum over its candidate orders (fast enough to price thousands of
+    candidate graphs); the unfuseable operators are priced as plan.json's
+    ``total_dram_bytes`` prices them, each run alone and tiled as its scheme
+    would (:meth:`~fuseplan.cost.CostModel.unfuseable_dram`).
+    """
+    graph = graph_from_model(model, name="candidate", passes=[])
+    problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
+    alone = problem.cost.unfuseable_dram()
+    if not problem.fuseable:
+        return alone
+    best = min(interval_dp(problem, order)[1] for order in candidate_orders(problem).values())
+    return int(best) + alone
+
+
+def model_macs(model: onnx.ModelProto) -> int:
+    """Multiply-accumulates of convolutions and matrix products, from the model's inferred shapes."""
+    shapes, _ = known_shapes(model)
+    total = 0
+    for node in model.graph.node:
+        if node.op_type == "Conv" and len(node.input) > 1:
+            weight, out = shapes.get(node.input[1]), shapes.get(node.output[0])
+            if weight and out:
+                total += prod(out) * prod(weight[1:])
+        elif node.op_type in ("Gemm", "MatMul") and len(node.input) > 1:
+            a, out = shapes.get(node.input[0]), shapes.get(node.output[0])
+            if a and out:
+                transposed = node.op_type == "Gemm" and node_attributes(node).get("transA", 0)
+                total += prod(out) * (a[-2] if transposed else a[-1])
+    return total
+
+
+class Objective(ABC):
+    """A cost of a prepared model; lower is better."""
+
+    name: str = ""
+    unit: str = ""
+
+    @abstractmethod
+    def __call__(self, model: onnx.ModelProto) -> float: ...
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "unit": self.unit}
+
+
+class DramObjective(Objective):
+    """Total DRAM traffic of the best plan under a scheme and buffer (:func:`total_dram`)."""
+
+    name, unit = "dram", "bytes"
+
+    def __init__(self, scheme: str = "lbdf", buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1,
+                 **_: Any) -> None:
+        self.scheme, self.buffer_bytes, self.bytes_per_element = scheme, buffer_bytes, bytes_per_element
+
+    def __call__(self, model: onnx.ModelProto) -> float:
+        return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element))
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "scheme": self.scheme, "buffer_bytes": self.buffer_bytes,
+                "bytes_per_element": self.bytes_per_element}
+
+
+class MacsObjective(Objective):
+    """Multiply-accumulates (:func:`model_macs`)."""
+
+    name, unit = "macs", "MACs"
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    def __call__(self, model: onnx.ModelProto) -> float:
+        return float(model_macs(model))
+
+
+def default_latency_cache() -> Path:
+    return Path.home() / ".cache" / "fuseplan" / "operator-latency.json"
+
+
+class LatencyObjective(Objective):
+    """The sum of per-operator CPU times under onnxruntime (one thread), each operator configuration measured
+    once and kept in a cache file, as TASO does.
+
+    Per-operator sums ignore what onnxruntime fuses across operators; the
+    rewrite command also measures the whole model before and after.
+    """
+
+    name, unit = "latency", "seconds"
+
+    def __init__(self, cache: Path | None = None, repeats: int = 5, seed: int = 0, **_: Any) -> None:
+        self.cache_path = cache or default_latency_cache()
+        self.repeats, self.seed = repeats, seed
+        self.times: dict[str, float] = {}
+        if self.cache_path.exists():
+            try:
+                loaded = json.loads(read_input(self.cache_path, "latency cache"))
+                self.times = {str(k): float(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+            except (ValueError, TypeError, UnicodeDecodeError):
+                self.times = {}  # a damaged cache is rebuilt
+        self.measured = 0
+
+    def __call__(self, model: onnx.ModelProto) -> float:
+        shapes, types = known_shapes(model)
+        initializers = {init.name for init in model.graph.initializer}
+        opsets = {imp.domain: imp.version for imp in model.opset_import}
+        total = 0.0
+        for node in model.graph.node:
+            signature = json.dumps([node.op_type, node.domain, opsets.get(node.domain, 0),
+                                    sorted((k, v) for k, v in node_attributes(node).items()),
+                                    [[shapes.get(x), types.get(x), x in initializers] for x in node.input if x],
+                                    [[shapes.get(x), types.get(x)] for x in node.output if x]], default=str)
+            key = hashlib.sha256(signature.encode()).hexdigest()[:20]
+            if key not in self.times:
+                self.times[key] = self._measure(model, node, shapes, types, initializers)
+                self.measured += 1
+            total += self.times[key]
+        return total
+
+    def _measure(self, model, node, shapes, types, initializers) -> float:
+        from onnx import helper
+
+        from fuseplan.passes.verify import random_inputs, with_random_weights
+
+        inputs = [x for x in node.input if x]
+        data = [x for x in inputs if x not in initializers]
+        graph = helper.make_graph(
+            [node], "operator",
+            [helper.make_tensor_value_info(x, types.get(x, 1), shapes.get(x)) for x in data],
+            [helper.make_tensor_value_info(o, types.get(o, 1), shapes.get(o)) for o in node.output if o],
+            [init for init in model.graph.initializer if init.name in inputs])
+        single = with_random_weights(helper.make_model(graph, opset_imports=model.opset_import,
+                                                       ir_version=model.ir_version), self.seed)
+        return measure_latency(single, random_inputs(single, self.seed), self.repeats)
+
+    def save(self) -> None:
+        """Write the cache back (atomically), if anything new was measured."""
+        if self.measured:
+            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(self.cache_path, json.dumps(self.times, sort_keys=True) + "\n")
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "cache": str(self.cache_path), "repeats": self.repeats}
+
+
+def measure_latency(model: onnx.ModelProto, feeds: Mapping[str, Any], repeats: int = 5) -> float:
+    """Median wall time of ``repeats`` onnxruntime runs (CPU, one thread) after one warm-up run."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise FuseplanError("the latency objective needs onnxruntime: pip install 'fuseplan[rewrite]'") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session.run(None, dict(feeds))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            session.run(None, dict(feeds))
+            times.append(time.perf_counter() - start)
+    except Exception as exc:  # onnxruntime's own exception types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FuseplanError(f"onnxruntime cannot run the model: {first}") from None
+    return statistics.median(times)
+
+
+OBJECTIVES: dict[str, type[Objective]] = {cls.name: cls for cls in (DramObjective, MacsObjective, LatencyObjective)}
+
+
+def make_objective(name: str, **options: Any) -> Objective:
+    cls = OBJECTIVES.get(name)
+    if cls is None:
+        raise FuseplanError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    return cls(**options)

@@ -1,0 +1,188 @@
+"""The backtracking rewrite search, its objectives, and the rewrite command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
+
+from fuseplan.errors import FuseplanError  # noqa: E402
+from fuseplan.graph import graph_from_model  # noqa: E402
+from fuseplan.graph.onnx_import import model_path, prepare_model, read_model  # noqa: E402
+from fuseplan.passes import Rewrite  # noqa: E402
+from fuseplan.passes.verify import Verifier  # noqa: E402
+from fuseplan.rewrite import backtracking_search, make_objective, model_macs, total_dram  # noqa: E402
+from tests.builders import with_unknown_op  # noqa: E402
+from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
+
+
+def _prepared(name: str) -> onnx.ModelProto:
+    path, label = model_path(name)
+    return prepare_model(read_model(path), label)[0]
+
+
+def _parallel_convs() -> onnx.ModelProto:
+    """Two 1x1 convolutions on one input (under LBDF at 6 KB, merging them saves DRAM)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["ya"], name="a", kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["x", "wb"], ["yb"], name="b", kernel_shape=[1, 1]),
+             helper.make_node("Add", ["ya", "yb"], ["y"], name="add")]
+    weights = [numpy_helper.from_array(rng.standard_normal((64, 64, 1, 1)).astype(np.float32), "wa"),
+               numpy_helper.from_array(rng.standard_normal((64, 64, 1, 1)).astype(np.float32), "wb")]
+    graph = helper.make_graph(nodes, "parallel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_total_dram_counts_unfuseable_operators_alone():
+    from fuseplan.cost import make_cost_model
+    from fuseplan.plan import FusionProblem
+    from fuseplan.search import candidate_orders, interval_dp
+
+    model = _prepared("squeezenet")
+    problem = FusionProblem(make_cost_model("lbdf", graph_from_model(model, passes=[]), 16 * 1024))
+    assert problem.excluded  # some convolutions do not fit 16 KB alone
+    fuseable_only = min(interval_dp(problem, order)[1] for order in candidate_orders(problem).values())
+    alone = [problem.cost.alone_dram(v) for v in problem.excluded]
+    assert all(d > 0 for d in alone)
+    assert total_dram(model, "lbdf", 16 * 1024) == fuseable_only + sum(alone)
+    assert sum(alone) == problem.cost.unfuseable_dram()
+
+
+def test_macs_of_a_convolution():
+    model = prepare_model(_parallel_convs(), "p")[0]
+    assert model_macs(model) == 2 * 64 * 16 * 16 * 64
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha", [1.0, 1.05])
+def test_search_returns_a_verified_sequence_that_replays_to_its_graph(alpha):
+    model = _prepared("tests/data/googlenet_opset13.onnx")
+    objective = make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024)
+    result = backtracking_search(model, objective, rules=["merge-parallel-convs", "enlarge-conv-kernel"],
+                                 alpha=alpha, budget=3, seed=0)
+    assert result.steps and result.cost < result.initial_cost
+    assert result.cost == objective(result.model)
+    replayed = Rewrite(result.steps).transform(model)
+    assert graph_from_model(replayed, passes=[]).fingerprint == graph_from_model(result.model, passes=[]).fingerprint
+    assert Verifier(model, seed=5).check(result.steps).passed  # other weights and inputs agree too
+    assert result.verification_failures == 0 and result.max_error <= 1e-4
+
+
+def test_relaxed_search_is_never_worse_than_greedy_or_the_original():
+    model = _prepared("squeezenet")
+    objective = make_objective("dram", scheme="brr", buffer_bytes=64 * 1024)
+    greedy = backtracking_search(model, objective, alpha=1.0, budget=2, seed=0,
+                                 rules=["split-conv-by-channels", "enlarge-conv-kernel"])
+    relaxed = backtracking_search(model, objective, alpha=1.1, budget=2, seed=0,
+                                  rules=["split-conv-by-channels", "enlarge-conv-kernel"])
+    assert relaxed.cost <= greedy.cost <= greedy.initial_cost
+
+
+@pytest.mark.slow
+def test_the_same_seed_gives_the_same_rewrite():
+    model = _prepared("tests/data/googlenet_opset13.onnx")
+    runs = [backtracking_search(model, make_objective("macs"), alpha=1.05, budget=2, seed=7,
+                                rules=["merge-parallel-convs", "split-conv-by-channels"]).steps for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_a_failing_rule_is_discarded_and_counted(monkeypatch):
+    from fuseplan.passes.rules import conv as conv_rules
+
+    original = conv_rules._weights
+    monkeypatch.setattr(conv_rules, "_weights", lambda node: None if original(node) is None else original(node) * 1.01)
+    model = prepare_model(_parallel_convs(), "p")[0]
+    result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024),
+                                 rules=["merge-parallel-convs"], alpha=1.0, budget=3)
+    assert result.verification_failures >= 1 and result.steps == [] and result.cost == result.initial_cost
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"alpha": 0.99}, "alpha must be at least 1"),
+    ({"rules": ["no-such-rule"]}, "unknown rule 'no-such-rule'"),
+    ({"budget": 0}, "at least one expanded graph"),
+])
+def test_bad_search_settings_are_one_clear_error(kwargs, message):
+    with pytest.raises(FuseplanError, match=message):
+        backtracking_search(prepare_model(_parallel_convs(), "p")[0], make_objective("macs"), **kwargs)
+
+
+def test_latency_objective_measures_each_configuration_once(tmp_path):
+    cache = tmp_path / "latency.json"
+    model = prepare_model(_parallel_convs(), "p")[0]
+    first = make_objective("latency", cache=cache, repeats=2)
+    total = first(model)
+    assert total > 0 and first.measured == 2  # the two convolutions share a configuration; the Add is another
+    first.save()
+    second = make_objective("latency", cache=cache, repeats=2)
+    assert second(model) == total and second.measured == 0
+
+
+# --- command line ------------------------------------------------------------------------------------------------
+
+def test_rewrite_command_writes_a_verified_model(tmp_path):
+    source = tmp_path / "parallel.onnx"
+    onnx.save(_parallel_convs(), source)
+    out = tmp_path / "rewritten.onnx"
+    outcome = fuseplan("rewrite", source, "-o", out, "--buffer", "6KB", "--alpha", "1", "--budget", "3", "--json")
+    assert outcome.returncode == 0, outcome.stderr
+    report = json.loads(outcome.stdout)
+    assert report["steps"] == [{"rule": "merge-parallel-convs", "site": ["ya", "yb"]}]
+    assert report["after"]["dram_bytes"] < report["before"]["dram_bytes"]
+    assert report["after"]["macs"] == report["before"]["macs"]
+    assert report["verification"]["max_error"] <= 1e-4
+    rewritten = onnx.load(out)
+    assert [n.op_type for n in rewritten.graph.node] == ["Conv", "Split", "Add"]
+    assert Verifier(prepare_model(_parallel_convs(), "p")[0]).check(report["steps"]).passed
+
+
+def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
+    source = tmp_path / "parallel.onnx"
+    onnx.save(_parallel_convs(), source)
+    plan_file = tmp_path / "plan.json"
+    outcome = fuseplan("plan", source, "--buffer", "6KB", "--rewrite", "--rewrite-budget", "3", "-o", plan_file,
+                       "--onnx-out", tmp_path / "annotated.onnx")
+    assert outcome.returncode == 0, outcome.stderr
+    document = json.loads(plan_file.read_text())
+    assert document["passes"][-1]["name"] == "rewrite" and document["passes"][-1]["options"]["steps"]
+    assert fuseplan("validate", source, plan_file).returncode == 0
+    annotated = onnx.load(tmp_path / "annotated.onnx")
+    assert "Split" in [n.op_type for n in annotated.graph.node]
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--alpha", "0.5"], "alpha must be at least 1"),
+    (["--rules", "merge-parallel-convs,bogus"], "unknown rule 'bogus'; the rules are"),
+])
+def test_rewrite_command_refuses_bad_settings_and_writes_nothing(tmp_path, args, pattern):
+    out = tmp_path / "out.onnx"
+    assert_one_line_error(fuseplan("rewrite", "squeezenet", "-o", out, *args), pattern)
+    assert not out.exists()
+
+
+def test_rewrite_command_refuses_a_model_onnxruntime_cannot_run(tmp_path):
+    source, out = tmp_path / "custom.onnx", tmp_path / "out.onnx"
+    onnx.save(with_unknown_op(), source)
+    assert_one_line_error(fuseplan("rewrite", source, "-o", out, "--budget", "1"), "onnxruntime cannot run the model")
+    assert not out.exists()
+
+
+def test_rewrite_command_never_overwrites_its_input(tmp_path):
+    source = tmp_path / "parallel.onnx"
+    onnx.save(_parallel_convs(), source)
+    before = source.read_bytes()
+    assert_one_line_error(fuseplan("rewrite", source, "-o", source), "input")
+    assert source.read_bytes() == before
+
+
+def test_a_time_limit_stops_the_search_with_the_original_as_best():
+    model = prepare_model(_parallel_convs(), "p")[0]
+    result = backtracking_search(model, make_objective("macs"), time_limit=0.0)
+    assert result.timed_out and result.expanded == 0 and result.steps == [] and result.cost == result.initial_cost
