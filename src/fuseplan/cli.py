@@ -423,7 +423,7 @@ def report_command(
                             "(see `fuseplan report --help`)")
     check_outputs([("report", output), ("picture", svg), ("picture", png)], [model_path(model)[0], plan_path])
     plan_file = read_plan_file(plan_path)
-    graph = _load(model, input_shape)
+    graph = _load(model, input_shape, plan_file.passes)
     problem, document = reprice_plan_file(graph, plan_file)
     if output is not None:
         write_plan_report(problem, document, output)
@@ -478,7 +478,7 @@ def why(
         from fuseplan.report.why import plan_group_names
 
         plan_file = read_plan_file(plan_path)
-        graph = _load(model, input_shape)
+        graph = _load(model, input_shape, plan_file.passes)
         assert group_id is not None
         names = plan_group_names(graph, plan_file, group_id)
         scheme_name = plan_file.scheme

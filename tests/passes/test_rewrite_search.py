@@ -155,6 +155,15 @@ def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
     assert fuseplan("validate", source, plan_file).returncode == 0
     annotated = onnx.load(tmp_path / "annotated.onnx")
     assert "Split" in [n.op_type for n in annotated.graph.node]
+    # Every command that reads the plan back replays its rewrite before matching node names.
+    report = fuseplan("report", source, plan_file, "-o", tmp_path / "report.html")
+    assert report.returncode == 0, report.stderr
+    assert "Split" in (tmp_path / "report.html").read_text()
+    why = fuseplan("why", source, "--plan", plan_file, "--group", "0", "--explainer", "oracle", "--json")
+    assert why.returncode == 0, why.stderr
+    explained = json.loads(why.stdout)
+    assert explained["group_buffer_bytes"] == document["groups"][0]["buffer_bytes"]
+    assert explained["group_dram_bytes"] == document["groups"][0]["dram_bytes"]
 
 
 @pytest.mark.parametrize("args, pattern", [
