@@ -19,7 +19,6 @@ still treats as an alias or a constant.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from math import prod
 from pathlib import Path
@@ -33,6 +32,7 @@ from fuseplan.files import read_input
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, row_geometry
 from fuseplan.passes import Pass, default_passes, run_passes
+from fuseplan.passes.order import topological_order
 from fuseplan.passes.prepare import ALIAS_OPS, known_shapes, node_attributes
 
 _FLOAT_TYPES = frozenset({
@@ -79,31 +79,6 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     if not sep or not name or not shape or any(d <= 0 for d in shape):
         raise FuseplanError(f"cannot read input shape {text!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
     return name, shape
-
-
-def _topological_order(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int]:
-    """Indices of ``nodes`` in a topological order, stable with respect to file order."""
-    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-    waiting = [0] * len(nodes)
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        deps = {producer[name] for name in node.input if name and name not in available and name in producer}
-        waiting[i] = len(deps)
-        for d in deps:
-            users[d].append(i)
-    ready = [i for i, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in users[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(ready, j)
-    if len(order) != len(nodes):
-        raise FuseplanError("the model graph has a cycle; ONNX graphs must be acyclic")
-    return order
 
 
 def _constant_value(name: str, initializers: Mapping[str, onnx.TensorProto],
@@ -175,7 +150,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
         if value.name not in static and uses and all(slot in WEIGHT_SLOTS.get(op, ()) for op, slot in uses):
             static.add(value.name)
 
-    order = _topological_order(nodes, static | {v.name for v in graph.input})
+    order = topological_order(nodes, static | {v.name for v in graph.input})
     constants: dict[str, onnx.TensorProto] = {}
     alias: dict[str, str] = {}
     operators: list[onnx.NodeProto] = []

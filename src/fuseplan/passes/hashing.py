@@ -17,7 +17,7 @@ from collections import Counter
 
 import onnx
 
-from fuseplan.errors import FuseplanError
+from fuseplan.passes.order import topological_order
 
 
 def _digest(*parts: object) -> str:
@@ -72,18 +72,8 @@ def _graph_hash(graph: onnx.GraphProto, outer: dict[str, str] | None = None) -> 
     for init in graph.initializer:
         labels[init.name] = _digest("initializer", init.data_type, tuple(init.dims))
     nodes = list(graph.node)
-    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-    waiting = [0] * len(nodes)
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        deps = {producer[x] for x in node.input if x and x in producer and x not in labels}
-        waiting[i] = len(deps)
-        for d in deps:
-            users[d].append(i)
-    ready = [i for i, w in enumerate(waiting) if w == 0]
     node_labels: list[str] = []
-    while ready:
-        i = ready.pop()
+    for i in topological_order(nodes, labels):
         node = nodes[i]
         attributes = tuple(sorted((_attribute_label(a, labels) for a in node.attribute), key=lambda a: a[0]))
         # A name nothing defines (an outer-scope value of a subgraph, or a dangling input) keeps its name.
@@ -93,12 +83,6 @@ def _graph_hash(graph: onnx.GraphProto, outer: dict[str, str] | None = None) -> 
         for slot, out in enumerate(node.output):
             if out:
                 labels[out] = _digest(node_label, slot, declared.get(out))
-        for j in users[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                ready.append(j)
-    if len(node_labels) != len(nodes):
-        raise FuseplanError("the model graph has a cycle; ONNX graphs must be acyclic")
     outputs = tuple(labels.get(v.name, f"free:{v.name}") for v in graph.output)
     return _digest("graph", sorted(Counter(node_labels).items()), outputs)
 
