@@ -43,7 +43,7 @@ from onnx import TensorProto, helper
 from fuseplan.cost import LBDFCostModel
 from fuseplan.graph import graph_from_model
 
-from peers import PeerMissing, peer_paths  # benchmarks/peers.py, beside this script
+from peers import PeerMissing, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "defines.json"
 
@@ -249,9 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": entries,
         "least_dram_memory": thresholds,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    write_results(payload, args.output)
     return 0
 
 

@@ -61,7 +61,7 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
-from peers import PeerMissing, peer_paths  # benchmarks/peers.py, beside this script
+from peers import PeerMissing, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
 NETWORKS = {"squeezenet": "squeezenet", "resnet18": "resnet18", "vggnet": "vgg16", "resnet50": "resnet50"}
@@ -323,9 +323,7 @@ def compare_all(args: argparse.Namespace) -> int:
         "channel_block": CHANNEL_BLOCK,
         "results": entries,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    write_results(payload, args.output)
     return 0
 
 

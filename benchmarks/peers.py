@@ -7,8 +7,11 @@ variable, and is run in a subprocess.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+from fuseplan.files import write_text
 
 
 class PeerMissing(Exception):
@@ -31,3 +34,10 @@ def peer_paths(name: str, checkout: str | None, python: str | None, env_prefix: 
     if not interpreter.exists():
         raise PeerMissing(f"no Python environment for {name} at {interpreter}")
     return root, interpreter
+
+
+def write_results(payload: dict, path: Path) -> None:
+    """Write a comparison's results as JSON, atomically, and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {path}")
