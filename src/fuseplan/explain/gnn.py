@@ -32,8 +32,9 @@ def require_torch():
         import torch
         import torch_geometric  # noqa: F401
     except ImportError:
-        raise FuseplanError("this command needs the gnn extra: pip install 'fuseplan[gnn]' "
-                            "(on CPU-only machines install torch's CPU build first)") from None
+        raise FuseplanError("this command needs the gnn extra: run pip install -e '.[gnn]' in the fuseplan checkout "
+                            "(on CPU-only machines install torch's CPU build first); the random and oracle "
+                            "splitters and explainer work without it") from None
     return torch
 
 

@@ -15,7 +15,7 @@ from fuseplan.errors import FuseplanError
 from fuseplan.passes.base import Pass
 from fuseplan.passes.prepare import _infer_shapes
 
-EXTRA_HINT = "graph rewrites need the rewrite extra: pip install 'fuseplan[rewrite]'"
+EXTRA_HINT = "graph rewrites need the rewrite extra: run pip install -e '.[rewrite]' in the fuseplan checkout"
 
 
 def load_rules() -> dict[str, Any]:

@@ -85,7 +85,7 @@ def run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np
     try:
         import onnxruntime as ort
     except ImportError:
-        raise FuseplanError("verifying rewrites needs onnxruntime: pip install 'fuseplan[rewrite]'") from None
+        raise FuseplanError("verifying rewrites needs onnxruntime: run pip install -e '.[rewrite]' in the fuseplan checkout") from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
