@@ -188,11 +188,9 @@ def plan(
     rewritten = None
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
-        if external_data_files(read_model(source), source.parent):
-            raise FuseplanError(f"{source}: keeps its weights in external data files; --rewrite needs them inside "
-                                "the model")
-        rewritten = _rewrite_search(read_model(source), model_path(model)[1], "dram", scheme.value, buffer_bytes,
-                                    bytes_per_element, 1.05, rewrite_budget, None, seed, shapes, as_json)
+        rewritten = _rewrite_search(_read_rewritable(source), model_path(model)[1], "dram", scheme.value,
+                                    buffer_bytes, bytes_per_element, 1.05, rewrite_budget, None, seed, shapes,
+                                    as_json)
     graph = _load(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
@@ -269,6 +267,19 @@ def plan(
 ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
 
 
+def _read_rewritable(source: Path):
+    """The model at ``source``, refused in one line if its weights live in external data files.
+
+    Rewrites create and drop initializers, which external data files cannot follow.
+    """
+    from fuseplan.graph import read_model
+
+    model_proto = read_model(source)
+    if external_data_files(model_proto, source.parent):
+        raise FuseplanError(f"{source}: keeps its weights in external data files; rewriting needs them inside the model")
+    return model_proto
+
+
 def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
                     alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool, **options):
     """Run the rewrite search with a progress bar on stderr."""
@@ -312,7 +323,6 @@ def rewrite(
     as_json: JsonOpt = False,
 ) -> None:
     """Rewrite the graph by verified substitutions found by a cost-guided backtracking search."""
-    from fuseplan.graph import read_model
 
     if not alpha >= 1:
         raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
@@ -321,9 +331,7 @@ def rewrite(
     buffer_bytes = parse_size(buffer)
     source, name = model_path(model)
     check_outputs([("rewritten model", output)], [source])
-    source_model = read_model(source)
-    if external_data_files(source_model, source.parent):
-        raise FuseplanError(f"{source}: keeps its weights in external data files; rewriting needs them inside the model")
+    source_model = _read_rewritable(source)
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
     done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,

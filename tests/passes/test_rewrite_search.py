@@ -195,3 +195,13 @@ def test_a_time_limit_stops_the_search_with_the_original_as_best():
     model = prepare_model(_parallel_convs(), "p")[0]
     result = backtracking_search(model, make_objective("macs"), time_limit=0.0)
     assert result.timed_out and result.expanded == 0 and result.steps == [] and result.cost == result.initial_cost
+
+
+def test_models_with_external_weights_are_refused_by_both_rewriting_commands(tmp_path):
+    source = tmp_path / "parallel.onnx"
+    onnx.save_model(_parallel_convs(), str(source), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="parallel.weights", size_threshold=0)
+    pattern = "keeps its weights in external data files"
+    assert_one_line_error(fuseplan("rewrite", source, "-o", tmp_path / "out.onnx"), pattern)
+    assert_one_line_error(fuseplan("plan", source, "--rewrite", "-o", tmp_path / "plan.json"), pattern)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parallel.onnx", "parallel.weights"]
