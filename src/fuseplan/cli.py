@@ -29,7 +29,7 @@ from fuseplan.passes import FixInputShapes, Pass
 from fuseplan.rewrite.objectives import OBJECTIVES
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
-from fuseplan.units import format_bytes, parse_size
+from fuseplan.units import format_bytes
 
 app = typer.Typer(
     name="fuseplan",
@@ -53,7 +53,25 @@ InputShapeOpt = Annotated[
     typer.Option("--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable).", show_default=False),
 ]
 BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, help="Data width in bytes (1 = int8).")]
+# Commands that take --hardware: their --buffer and --bytes-per-element override the file's values when given.
+HardwareBytesPerElementOpt = Annotated[Optional[int], typer.Option(
+    "--bytes-per-element", min=1, help="Data width in bytes (1 = int8) [default: the --hardware file's, else 1].",
+    show_default=False)]
+HardwareBufferOpt = Annotated[Optional[str], typer.Option(
+    help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B) [default: the --hardware file's, else 256KB].",
+    show_default=False)]
+HardwareOpt = Annotated[Optional[str], typer.Option(
+    "--hardware", metavar="FILE.yaml|TEMPLATE",
+    help="Describe the accelerator: a YAML file or a shipped template (eyeriss-v1, edge-tpu, example); "
+         "see docs/hardware.md. --buffer and --bytes-per-element override its values.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+
+
+def _hardware(spec: str | None, buffer: str | None, bytes_per_element: int | None):
+    """The accelerator a command works on: ``--hardware`` overridden by ``--buffer``/``--bytes-per-element``."""
+    from fuseplan.hardware import resolve_hardware
+
+    return resolve_hardware(spec, buffer, bytes_per_element)
 
 
 def _load(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
@@ -96,13 +114,15 @@ def zoo_command(as_json: JsonOpt = False) -> None:
 def inspect(
     model: ModelArg,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the groups.")] = Scheme.lbdf,
-    buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
-    bytes_per_element: BytesPerElementOpt = 1,
+    buffer: HardwareBufferOpt = None,
+    bytes_per_element: HardwareBytesPerElementOpt = None,
+    hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Price every operator alone and show the model's fusion-relevant totals."""
-    buffer_bytes = parse_size(buffer)
+    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     graph = _load(model, input_shape)
     report = inspect_model(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
     if as_json:
@@ -138,6 +158,15 @@ def _search_names() -> dict[str, str]:
 
 
 SearchName = Enum("SearchName", _search_names(), type=str)
+
+
+def _plan_objective_names() -> dict[str, str]:
+    from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
+
+    return {name: name for name in PLAN_OBJECTIVES}
+
+
+PlanObjectiveName = Enum("PlanObjectiveName", _plan_objective_names(), type=str)
 SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str)
 
 
@@ -145,7 +174,7 @@ SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str
 def plan(
     model: ModelArg,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the groups.")] = Scheme.lbdf,
-    buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
+    buffer: HardwareBufferOpt = None,
     search: Annotated[SearchName, typer.Option(
         help="auto: the exact optimum within time limits, else the best of the solver, the interval DP and "
              "local search, with the proven gap; exact: optimal over all plans, with a proof; rs, ls, nsga2: the "
@@ -163,7 +192,11 @@ def plan(
         "--onnx-out", help="Write a copy of the model with each node's group in its metadata.")] = None,
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Write the plan as one self-contained HTML page (the network coloured by group).")] = None,
-    bytes_per_element: BytesPerElementOpt = 1,
+    bytes_per_element: HardwareBytesPerElementOpt = None,
+    hardware: HardwareOpt = None,
+    objective: Annotated[PlanObjectiveName, typer.Option(
+        help="What the plan minimises, summed over its groups: dram (bytes), energy or latency (estimates from "
+             "the --hardware figures; see docs/hardware.md).")] = PlanObjectiveName.dram,
     input_shape: InputShapeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
     rewrite: Annotated[bool, typer.Option(
@@ -171,16 +204,18 @@ def plan(
                           "buffer, alpha 1.05), then plan the rewritten graph; the plan records the rewrite.")] = False,
     rewrite_budget: Annotated[int, typer.Option(min=1, help="Graphs the rewrite search may expand.")] = 300,
 ) -> None:
-    """Search for the fusion plan with the least DRAM traffic whose groups all fit the buffer."""
+    """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups all fit the buffer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuseplan.plan import FusionProblem
     from fuseplan.plan.io import annotate_onnx, plan_document, write_json
+    from fuseplan.plan.objectives import make_objective
     from fuseplan.graph import read_model
     from fuseplan.search import make_search, minimize, reference_record
     from fuseplan.split import make_splitter
 
-    buffer_bytes = parse_size(buffer)
+    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, _ = model_path(model)
     outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
     check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
@@ -198,7 +233,8 @@ def plan(
         data_files = external_data_files(source_model, source.parent)
         data_out = external_data_output(source_model, source.parent, onnx_out)
         check_outputs([*outputs, ("annotated model's weights", data_out)], [source, *data_files])
-    problem = FusionProblem(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
+    cost_model = make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element)
+    problem = FusionProblem(cost_model, make_objective(objective.value, cost_model, accelerator))
     algorithm = make_search(search.value)
     progress = Progress(
         TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
@@ -214,7 +250,8 @@ def plan(
                 on_propose=lambda n: progress.update(task, completed=n),
             )
     reference = reference_record(problem, result)
-    document = plan_document(problem, result.plan, result.search_record(), reference)
+    document = plan_document(problem, result.plan, result.search_record(), reference,
+                             accelerator if hardware is not None else None)
     if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
         assert source_model is not None
         save_onnx(annotate_onnx(source_model, problem, result.plan), onnx_out, source.parent)
@@ -240,7 +277,8 @@ def plan(
         f"excluded           {excluded} unfuseable operator{'s' if excluded != 1 else ''} (do not fit alone)\n"
         f"plans evaluated    {result.evaluated} of {budget}{' (interrupted)' if result.interrupted else ''}\n"
         f"wall time          {result.wall_seconds:.2f} s\n"
-        + _optimality_line(result.cost.dram, result.search_record())
+        + _estimate_lines(document, problem.objective.name)
+        + _optimality_line(result.cost.objective, result.search_record())
         + _reference_line(reference),
         highlight=False,
     )
@@ -309,7 +347,7 @@ def rewrite(
         help="What the search minimises: dram (total DRAM of the best plan, unfuseable operators included), macs, "
              "or latency (onnxruntime CPU, per-operator times cached on disk).")] = ObjectiveName.dram,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme of the dram objective.")] = Scheme.lbdf,
-    buffer: Annotated[str, typer.Option(help="On-chip buffer of the dram objective: 256KB, 0.5MiB, 131072.")] = "256KB",
+    buffer: HardwareBufferOpt = None,
     alpha: Annotated[float, typer.Option(
         help="Keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
     budget: Annotated[int, typer.Option(help="Graphs the search may expand.")] = 300,
@@ -318,7 +356,8 @@ def rewrite(
     seed: Annotated[int, typer.Option(help="Seed of ties, random weights and inputs of the verification.")] = 0,
     latency_cache: Annotated[Optional[Path], typer.Option(
         help="Per-operator latency cache of the latency objective (default ~/.cache/fuseplan).")] = None,
-    bytes_per_element: BytesPerElementOpt = 1,
+    bytes_per_element: HardwareBytesPerElementOpt = None,
+    hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -328,7 +367,8 @@ def rewrite(
         raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
-    buffer_bytes = parse_size(buffer)
+    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, name = model_path(model)
     check_outputs([("rewritten model", output)], [source])
     source_model = _read_rewritable(source)
@@ -369,14 +409,45 @@ def rewrite(
         f"rewritten model written to {output}", highlight=False)
 
 
-def _optimality_line(dram: int, search: dict) -> str:
-    if "lower_bound_bytes" not in search:
+def _optimality_line(value: float, search: dict) -> str:
+    objective = search.get("objective", "dram")
+    key = "lower_bound_bytes" if objective == "dram" else "lower_bound"
+    if key not in search:
         return ""
     if search.get("optimal"):
-        return "optimality         proven optimal over all plans\n"
-    bound = search["lower_bound_bytes"]
-    gap = f"{100 * (dram - bound) / bound:.2f}%" if bound > 0 else "unbounded"
-    return f"optimality         within {gap} of the proven lower bound {format_bytes(bound)}\n"
+        return f"optimality         proven optimal over all plans{'' if objective == 'dram' else ' for ' + objective}\n"
+    bound = search[key]
+    gap = f"{100 * (value - bound) / bound:.2f}%" if bound > 0 else "unbounded"
+    shown = format_bytes(bound) if objective == "dram" else _format_estimate(objective, bound)
+    return f"optimality         within {gap} of the proven lower bound {shown}\n"
+
+
+def _format_estimate(objective: str, value: float) -> str:
+    if objective == "energy":
+        return f"{value * 1e3:.4g} mJ"
+    if objective == "latency":
+        return f"{value * 1e3:.4g} ms"
+    return format_bytes(value)
+
+
+def _estimate_lines(document: dict, objective: str) -> str:
+    """The summary's energy and latency lines, when plan.json has estimates."""
+    estimates = document.get("estimates")
+    lines = f"objective          {objective} (minimised over the groups)\n" if objective != "dram" else ""
+    if not estimates:
+        return lines
+    name = document.get("hardware", {}).get("name")
+    on = f" on {name}" if name else ""
+    lines += f"MACs               {estimates['macs']:,}\n"
+    if "energy_joules" in estimates:
+        lines += (f"energy (estimate)  {_format_estimate('energy', estimates['energy_joules'])}{on} "
+                  "(all operators; docs/hardware.md)\n")
+    if "latency_seconds" in estimates:
+        bounds = estimates["groups_by_bound"]
+        lines += (f"latency (estimate) {_format_estimate('latency', estimates['latency_seconds'])}{on} "
+                  f"(roofline, groups in sequence; {bounds['compute']} compute-bound, {bounds['dram']} DRAM-bound, "
+                  f"{bounds['buffer']} buffer-bound groups)\n")
+    return lines
 
 
 def _reference_line(reference: dict) -> str:
@@ -456,7 +527,7 @@ def why(
     group_id: Annotated[Optional[int], typer.Option(
         "--group", min=0, help="With --plan: the id of the group to explain.")] = None,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme that prices the group.")] = Scheme.lbdf,
-    buffer: Annotated[str, typer.Option(help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B).")] = "256KB",
+    buffer: HardwareBufferOpt = None,
     # A plain string, checked by make_explainer, so a wrong name gets the one-line error rather than a usage box.
     explainer: Annotated[str, typer.Option(
         help=f"Which explainer blames the edges: {', '.join(EXPLAINERS)}.")] = "rgexplainer",
@@ -465,7 +536,8 @@ def why(
         "--refine", help="Also cut parts that fit but re-read their weights per row tile (BRR), as plan --refine does.")] = False,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
-    bytes_per_element: BytesPerElementOpt = 1,
+    bytes_per_element: HardwareBytesPerElementOpt = None,
+    hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -479,7 +551,8 @@ def why(
     if (nodes is None) == (plan_path is None) or (plan_path is None) != (group_id is None):
         raise FuseplanError("give the group either as --nodes NAME,NAME,... or as --plan PLAN.json --group N "
                             "(see `fuseplan why --help`)")
-    scheme_name, buffer_bytes = scheme.value, parse_size(buffer)
+    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    scheme_name, buffer_bytes, bytes_per_element = scheme.value, accelerator.buffer_bytes, accelerator.element_bytes
     check_outputs([("picture", png)], [model_path(model)[0], *([plan_path] if plan_path else [])])
     if plan_path is not None:
         from fuseplan.plan.io import read_plan_file

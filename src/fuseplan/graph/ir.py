@@ -86,6 +86,7 @@ class OpNode:
     weight_names: tuple[str, ...] = ()
     weight_numel: int = 0
     known_op: bool = True
+    macs: int = 0  # multiply-accumulates (convolutions and matrix products; see graph.ops.operator_macs)
     onnx_name: str | None = None  # the ONNX node's own name when ``name`` differs from it ("" if unnamed)
 
     @property
@@ -172,6 +173,11 @@ class CompGraph:
     @property
     def weight_numel(self) -> int:
         return sum(node.weight_numel for node in self.nodes)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of one inference (convolutions and matrix products)."""
+        return sum(node.macs for node in self.nodes)
 
     @property
     def input_shapes(self) -> dict[str, tuple[int, ...]]:

@@ -30,7 +30,7 @@ from onnx import numpy_helper
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
-from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, row_geometry
+from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, operator_macs, row_geometry
 from fuseplan.passes import Pass, default_passes, run_passes
 from fuseplan.passes.order import topological_order
 from fuseplan.passes.prepare import ALIAS_OPS, known_shapes, node_attributes
@@ -260,6 +260,9 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
                           inputs=tuple(act_in), outputs=tuple(outs), input_geometry=geometry,
                           weight_names=tuple(weights),
                           weight_numel=sum(prod(s) for s in weight_shapes),
+                          macs=operator_macs(node.op_type, attrs, [shapes.get(resolve(x)) if x else None
+                                                                   for x in node.input],
+                                             [shapes[tensor_names[t]] for t in outs]),
                           known_op=known, onnx_name=None if node_name == node.name else node.name))
 
     consumers: list[list[int]] = [[] for _ in tensor_names]

@@ -197,3 +197,37 @@ def row_geometry(
             top = (out_rows - _rows(in_shapes[0])) // 2
         return (RowGeometry(reach=float(-top)),) + scaled()[1:], True
     return (barrier,) * n, False
+
+
+def operator_macs(op_type: str, attrs: Mapping[str, Any], input_shapes: Sequence[Sequence[int] | None],
+                  output_shapes: Sequence[Sequence[int]]) -> int:
+    """Multiply-accumulates of one operator, from the shapes of its ONNX inputs (in slot order) and outputs.
+
+    Only convolutions and matrix products are counted: element-wise and
+    pooling operators do no multiply-accumulate in the accelerator sense
+    (a roofline counts them as data movement). ``None`` marks an unknown
+    input shape; an operator with unknown shapes counts 0.
+    """
+    def numel(shape: Sequence[int]) -> int:
+        out = 1
+        for d in shape:
+            out *= int(d)
+        return out
+
+    weight = input_shapes[1] if len(input_shapes) > 1 else None
+    if op_type in ("Conv", "ConvInteger", "QLinearConv"):
+        slot = 3 if op_type == "QLinearConv" else 1
+        weight = input_shapes[slot] if len(input_shapes) > slot else None
+        if weight and output_shapes:  # (C_out, C_in / group, kH, kW): each output element reads one kernel slice
+            return numel(output_shapes[0]) * numel(weight[1:])
+    elif op_type == "ConvTranspose":
+        data = input_shapes[0] if input_shapes else None
+        if weight and data:  # (C_in, C_out / group, kH, kW): each input element scatters into one kernel slice
+            return numel(data) * numel(weight[1:])
+    elif op_type in ("Gemm", "MatMul", "MatMulInteger"):
+        first = input_shapes[0] if input_shapes else None
+        if first and output_shapes:
+            transposed = op_type == "Gemm" and attrs.get("transA", 0)
+            inner = first[0] if transposed and len(first) == 2 else first[-1]
+            return numel(output_shapes[0]) * int(inner)
+    return 0

@@ -17,6 +17,7 @@ import onnx
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.graph.onnx_import import prepare_model
+from fuseplan.hardware import Hardware
 from fuseplan.passes import Pass, passes_from_records, preserves_operators
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
@@ -28,15 +29,26 @@ GROUP_KEY = "fuseplan.group"
 
 
 def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
-                  reference: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The plan.json object for ``plan``."""
+                  reference: dict[str, Any] | None = None, hardware: Hardware | None = None) -> dict[str, Any]:
+    """The plan.json object for ``plan``.
+
+    With ``hardware``, each group also gets its MACs, buffer traffic and, as far as the hardware's
+    figures allow, estimated energy and roofline latency, and the document gets ``hardware`` and
+    ``estimates`` (docs/plan-format.md); a problem whose objective is not DRAM records it in ``objective``.
+    """
     graph, cost = problem.graph, problem.cost
     total = problem.evaluate(plan)
+    estimator = None
+    if hardware is not None:
+        from fuseplan.plan.estimate import Estimator
+
+        estimator = Estimator(cost, hardware)
     groups = []
     for index, group in enumerate(plan.groups):
         buffer, dram = cost.evaluate(group)
         groups.append({"id": index, "nodes": [graph.nodes[v].name for v in sorted(group)],
-                       "buffer_bytes": buffer, "dram_bytes": dram})
+                       "buffer_bytes": buffer, "dram_bytes": dram,
+                       **(estimator.group(group, dram).record() if estimator is not None else {})})
     document: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -55,6 +67,12 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
     }
     if reference is not None:
         document["reference"] = reference
+    if estimator is not None:
+        assert hardware is not None
+        document["hardware"] = hardware.record()
+        document["estimates"] = estimator.totals(plan.groups, problem.excluded)
+    if problem.objective.name != "dram":
+        document["objective"] = {**problem.objective.describe(), "value": total.objective}
     if graph.passes:  # how the model was prepared (and rewritten): validate and --onnx-out replay it
         document["passes"] = [dict(record) for record in graph.passes]
     renamed = {node.name: {"onnx_name": node.onnx_name, "output": graph.tensors[node.outputs[0]].name}

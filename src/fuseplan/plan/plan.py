@@ -16,6 +16,7 @@ class PlanCost(NamedTuple):
     dram: int  # sum of F_D over the groups, in bytes
     max_buffer: int  # MBU: the largest F_beta among the groups
     invalid_groups: int  # groups with F_beta >= beta
+    objective: float  # what the search minimises: the problem's objective summed over the groups (= dram by default)
 
     @property
     def valid(self) -> bool:

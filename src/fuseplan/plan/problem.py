@@ -12,14 +12,19 @@ from collections.abc import Iterable
 
 from fuseplan.cost.base import CostModel
 from fuseplan.graph.ir import CompGraph
+from fuseplan.plan.objectives import DramObjective, Objective
 from fuseplan.plan.plan import Group, Plan, PlanCost
 
 
 class FusionProblem:
-    """Partition the fuseable operators of ``cost.graph`` into groups that fit ``cost.buffer_bytes``."""
+    """Partition the fuseable operators of ``cost.graph`` into groups that fit ``cost.buffer_bytes``,
+    minimising ``objective`` summed over the groups (DRAM bytes by default)."""
 
-    def __init__(self, cost: CostModel) -> None:
+    def __init__(self, cost: CostModel, objective: Objective | None = None) -> None:
         self.cost = cost
+        self.objective: Objective = objective if objective is not None else DramObjective(cost)
+        if self.objective.cost is not cost:
+            raise ValueError("the objective must price the problem's own cost model")
         self.graph: CompGraph = cost.graph
         self.excluded: tuple[int, ...] = cost.unfuseable
         self.fuseable: frozenset[int] = frozenset(cost.fuseable)
@@ -29,7 +34,8 @@ class FusionProblem:
         )
 
     def __repr__(self) -> str:
-        return f"FusionProblem({self.graph.name!r}, {self.cost.name}, beta={self.cost.buffer_bytes})"
+        return (f"FusionProblem({self.graph.name!r}, {self.cost.name}, beta={self.cost.buffer_bytes}, "
+                f"objective={self.objective.name})")
 
     @property
     def buffer_bytes(self) -> int:
@@ -39,18 +45,27 @@ class FusionProblem:
     def fits(self, group: Group) -> bool:
         return self.cost.fits(group)
 
+    def group_objective(self, group: Group) -> float:
+        """The objective's cost of one group."""
+        return self.objective.value(group, self.cost.dram(group))
+
     def evaluate(self, plan: Plan) -> PlanCost:
         dram = max_buffer = invalid = 0
         evaluate = self.cost.evaluate
         beta = self.cost.buffer_bytes
+        value = None if isinstance(self.objective, DramObjective) else self.objective.value
+        total: float = 0
         for group in plan.groups:
             buffer, group_dram = evaluate(group)
             dram += group_dram
+            if value is not None:
+                total += value(group, group_dram)
             if buffer > max_buffer:
                 max_buffer = buffer
             if buffer >= beta:
                 invalid += 1
-        return PlanCost(dram=dram, max_buffer=max_buffer, invalid_groups=invalid)
+        return PlanCost(dram=dram, max_buffer=max_buffer, invalid_groups=invalid,
+                        objective=dram if value is None else total)
 
     # -- structure -------------------------------------------------------
     def components(self, nodes: Iterable[int]) -> list[Group]:

@@ -58,7 +58,31 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
         if doc["total_dram_bytes"] != whole:
             reasons.append(f"total DRAM with unfuseable operators is recorded as {doc['total_dram_bytes']} "
                            f"bytes; it is {whole}")
+    if isinstance(doc.get("hardware"), dict) and isinstance(doc.get("estimates"), dict):
+        reasons += _check_estimates(doc, cost, problem, plan)
     if doc["max_buffer_usage_bytes"] != total.max_buffer:
         reasons.append(f"maximum buffer usage is recorded as {doc['max_buffer_usage_bytes']} bytes; "
                        f"it is {total.max_buffer}")
+    return reasons
+
+
+def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> list[str]:
+    """Recompute the recorded energy and latency estimates from the recorded hardware figures."""
+    from math import isclose
+
+    from fuseplan.hardware import Hardware
+    from fuseplan.plan.estimate import Estimator
+
+    try:
+        hardware = Hardware.model_validate(doc["hardware"])
+    except ValueError as exc:
+        return [f"the recorded hardware is not a valid description ({str(exc).splitlines()[0]})"]
+    expected = Estimator(cost, hardware).totals(plan.groups, problem.excluded)
+    reasons = []
+    for key in ("macs", "energy_joules", "latency_seconds"):
+        recorded, value = doc["estimates"].get(key), expected.get(key)
+        if value is None and recorded is None:
+            continue
+        if not isinstance(recorded, (int, float)) or value is None or not isclose(recorded, value, rel_tol=1e-9):
+            reasons.append(f"estimate {key} is recorded as {recorded}; the recorded hardware gives {value}")
     return reasons

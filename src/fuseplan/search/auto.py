@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fuseplan.search.base import SearchAlgorithm, SearchContext
-from fuseplan.search.exact import ExactOutcome, solve_exact
+from fuseplan.search.exact import ExactOutcome, bound_record, solve_exact
 from fuseplan.search.interval_dp import IntervalDP, IntervalDPTooLarge
 from fuseplan.search.local_search import LocalSearch
 
@@ -52,8 +52,9 @@ class Auto(SearchAlgorithm):
             return {}
         bound = self.outcome.lower_bound
         best = self._ctx.best_cost if self._ctx is not None else None
-        optimal = self.outcome.optimal or (best is not None and best.dram <= bound)
-        return {"optimal": optimal, "lower_bound_bytes": bound,
+        optimal = self.outcome.optimal or (best is not None and best.objective <= bound)
+        objective = self._ctx.problem.objective.name if self._ctx is not None else "dram"
+        return {"optimal": optimal, **bound_record(bound, objective),
                 "exact": {"method": self.outcome.method, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:

@@ -40,7 +40,7 @@ class SearchResult:
     evaluated: int
     wall_seconds: float
     interrupted: bool = False
-    history: list[tuple[int, int]] = field(default_factory=list)  # (plans evaluated, best DRAM) at each improvement
+    history: list[tuple[int, float]] = field(default_factory=list)  # (plans evaluated, best objective) at each improvement
     details: dict[str, Any] = field(default_factory=dict)
     reference: dict[str, Any] | None = None  # the interval DP's answer, when the algorithm computed it
 
@@ -71,7 +71,7 @@ class SearchContext:
         self.evaluated = 0
         self.best: Plan | None = None
         self.best_cost: PlanCost | None = None
-        self.history: list[tuple[int, int]] = []
+        self.history: list[tuple[int, float]] = []
         self._on_improve = on_improve
         self._on_propose = on_propose
 
@@ -95,9 +95,9 @@ class SearchContext:
         """Keep ``plan`` if it is the best valid plan so far (ties keep the earlier one)."""
         if not cost.valid:
             return
-        if self.best_cost is None or cost.dram < self.best_cost.dram:
+        if self.best_cost is None or cost.objective < self.best_cost.objective:
             self.best, self.best_cost = plan, cost
-            self.history.append((self.evaluated, cost.dram))
+            self.history.append((self.evaluated, cost.objective))
             if self._on_improve is not None:
                 self._on_improve(self.evaluated, cost.dram, cost)
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fuseplan.plan.plan import Plan
@@ -66,8 +66,8 @@ class ExactOutcome:
     """What an exact formulation established."""
 
     plan: Plan | None  # the best valid plan it found (None if none)
-    dram: int | None  # its DRAM, bytes (fuseable operators only)
-    lower_bound: int  # proven: no valid plan moves less
+    dram: float | None  # its objective (DRAM bytes of the fuseable operators by default)
+    lower_bound: float  # proven: no valid plan costs less, in the objective's unit
     optimal: bool  # plan is proven optimal
     method: str
     stats: dict[str, Any] = field(default_factory=dict)
@@ -91,8 +91,9 @@ def _outside_predecessors(candidates: Candidates, pred: list[int]) -> list[int]:
     return out
 
 
-def _charges(problem: FusionProblem, candidates: Candidates) -> list[int]:
-    """Per-operator lower bounds whose sum over any candidate never exceeds its DRAM."""
+def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
+    """Per-operator lower bounds whose sum over any candidate never exceeds its price (floor division keeps
+    floating-point prices from rounding a share up)."""
     charge = [0] * len(problem.graph)
     best: dict[int, int] = {}
     for mask, dram in zip(candidates.masks, candidates.dram):
@@ -347,19 +348,44 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
+    objective = problem.objective
+    if not objective.follows_dram:  # price candidates by the objective; CP-SAT needs integer prices, so no fall-back
+        candidates = replace(candidates, dram=tuple(objective.value(bits(mask), dram)
+                                                    for mask, dram in zip(candidates.masks, candidates.dram)))
+        solver_time = 0
+        stats["objective"] = objective.name
     outcome = downset_search(problem, candidates, max_states)
     if outcome.plan is None and solver_time > 0:
         fallback = partition_search(problem, candidates, solver_time, seed, hint)
         fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
         fallback.stats = {"downset": outcome.stats, **fallback.stats}
         outcome = fallback
+    dram_bound = problem.cost.dram_lower_bound()
     if not candidates.complete:  # optimal among the kept candidates only
         outcome.optimal = False
-        outcome.lower_bound = cut_lower_bound(problem)
+        dram_bound = max(dram_bound, cut_lower_bound(problem))
+        outcome.lower_bound = 0
         outcome.method = f"restricted {outcome.method}"
-    outcome.lower_bound = max(outcome.lower_bound, problem.cost.dram_lower_bound())
+    if objective.follows_dram:  # the formulations ran on DRAM: carry the plan's DRAM and bound over
+        outcome.lower_bound = objective.bound_from_dram(max(int(outcome.lower_bound), dram_bound))
+        if outcome.plan is not None:
+            outcome.dram = problem.evaluate(outcome.plan).objective
+    else:
+        outcome.lower_bound = max(outcome.lower_bound, objective.bound_from_dram(dram_bound))
+        if outcome.plan is not None:  # the plan's own sum, free of the search's order of additions
+            outcome.dram = problem.evaluate(outcome.plan).objective
+            if outcome.optimal:
+                outcome.lower_bound = outcome.dram
     outcome.stats = {**stats, **outcome.stats}
     return outcome
+
+
+def bound_record(bound: float, objective: str) -> dict[str, Any]:
+    """The proven lower bound as the ``search`` record of plan.json keeps it: ``lower_bound_bytes`` for DRAM,
+    else ``lower_bound`` in the objective's unit (``search.objective`` names it)."""
+    if objective == "dram":
+        return {"lower_bound_bytes": int(bound)}
+    return {"objective": objective, "lower_bound": bound}
 
 
 class Exact(SearchAlgorithm):
@@ -374,14 +400,16 @@ class Exact(SearchAlgorithm):
         self.max_states = max_states
         self.solver_time = solver_time
         self.outcome: ExactOutcome | None = None
+        self._objective = "dram"
 
     def details(self) -> dict[str, Any]:
         if self.outcome is None:
             return {}
-        return {"optimal": self.outcome.optimal, "lower_bound_bytes": self.outcome.lower_bound,
+        return {"optimal": self.outcome.optimal, **bound_record(self.outcome.lower_bound, self._objective),
                 "exact": {"method": self.outcome.method, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:
+        self._objective = ctx.problem.objective.name
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
                                    solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
         if self.outcome.plan is not None:

@@ -40,5 +40,5 @@ class LocalSearch(SearchAlgorithm):
         while True:
             for parent, _ in list(population):
                 admit(*ctx.propose(mutate(problem, parent, rng)))
-            population.sort(key=lambda member: member[1].dram)  # stable: ties keep their age order
+            population.sort(key=lambda member: member[1].objective)  # stable: ties keep their age order
             del population[self.population:]

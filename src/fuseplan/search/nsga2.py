@@ -107,7 +107,7 @@ class NSGA2(SearchAlgorithm):
                 super().__init__(n_var=n_var, n_obj=1, xl=0, xu=1, vtype=bool)
 
             def _evaluate(self, X: np.ndarray, out: dict, *args: Any, **kwargs: Any) -> None:
-                out["F"] = np.array([[ctx.propose(encoding.decode(x))[1].dram] for x in X], dtype=float)
+                out["F"] = np.array([[ctx.propose(encoding.decode(x))[1].objective] for x in X], dtype=float)
                 algorithm._generations += 1
 
         class RandomPlans(Sampling):
