@@ -2,6 +2,7 @@
 
 from fuseplan.graph.ir import CompGraph, OpNode, RowGeometry, Tensor
 from fuseplan.graph.onnx_import import graph_from_model, load_graph, model_path, parse_input_shape, read_model
+from fuseplan.graph.torch_import import export_torch, graph_from_torch, save_torch_onnx
 
 __all__ = ["CompGraph", "OpNode", "RowGeometry", "Tensor", "graph_from_model", "load_graph", "model_path",
-           "parse_input_shape", "read_model"]
+           "parse_input_shape", "read_model", "export_torch", "graph_from_torch", "save_torch_onnx"]

@@ -288,9 +288,14 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
 
 
 def model_path(source: str | Path) -> tuple[Path, str]:
-    """The file behind a model argument (an ONNX path or a zoo name) and the model's name."""
+    """The file behind a model argument (an ONNX path, a zoo name, or ``path/to/module.py:factory``,
+    exported once with torch's exporter, see :mod:`fuseplan.graph.torch_import`) and the model's name."""
     from fuseplan import zoo
+    from fuseplan.graph.torch_import import FACTORY_PATTERN, exported_factory
 
+    if FACTORY_PATTERN.match(str(source)) and not Path(source).exists():
+        exported = exported_factory(str(source))
+        return exported, exported.stem
     path = Path(source)
     if not path.exists() and str(source) in zoo.names():
         return zoo.path(str(source)), str(source)

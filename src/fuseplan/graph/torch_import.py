@@ -1,0 +1,195 @@
+"""PyTorch in: export an ``nn.Module`` to ONNX with torch's exporter and read it as a :class:`CompGraph`.
+
+Needs the ``torch`` extra (torch and onnxscript, which torch's ``torch.export``-based
+exporter uses). Nothing else in fuseplan imports torch.
+
+* :func:`export_torch` gives the ONNX model (weights inside, or in an external
+  data file with :func:`save_torch_onnx`);
+* :func:`graph_from_torch` returns the graph ready to plan;
+* :func:`export_factory` runs ``path/to/module.py:factory`` (the command line's
+  ``MODEL`` form): ``factory()`` returns ``(module, example_inputs)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import logging
+import re
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.ir import CompGraph
+from fuseplan.graph.onnx_import import graph_from_model
+
+#: ``MODEL`` arguments of this form name a factory in a Python file.
+FACTORY_PATTERN = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*)$")
+
+_INSTALL = ("the PyTorch import needs the torch extra: run pip install -e '.[torch]' in the fuseplan checkout "
+            "(on CPU-only machines install torch's CPU build first)")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise FuseplanError(_INSTALL) from None
+    return torch
+
+
+def _as_tuple(example_inputs: Any) -> tuple:
+    torch = _torch()
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs)
+    raise FuseplanError(f"example inputs must be a tensor or a tuple of tensors, not {type(example_inputs).__name__}")
+
+
+def export_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
+                 opset: int | None = None) -> onnx.ModelProto:
+    """``module`` (in eval mode) exported with torch's ``torch.export``-based ONNX exporter, weights inside.
+
+    The exporter's own optimisations run (constant folding, BatchNorm folded
+    into the convolution before it). Any failure of the exporter (an
+    operator it cannot trace, data-dependent control flow) is one
+    :class:`FuseplanError` line naming the first reason.
+    """
+    program = _export_program(module, example_inputs, input_names, opset)
+    return program.model_proto
+
+
+def _export_program(module, example_inputs, input_names, opset):
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise FuseplanError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    try:
+        import onnxscript  # noqa: F401 - the exporter imports it; a clear message beats its ImportError
+    except ImportError:
+        raise FuseplanError(_INSTALL.replace("torch extra", "torch extra (onnxscript)")) from None
+    inputs = _as_tuple(example_inputs)
+    was_training = module.training
+    module.eval()
+    options: dict[str, Any] = {"dynamo": True, "verbose": False}
+    if input_names:
+        options["input_names"] = list(input_names)
+    if opset is not None:
+        options["opset_version"] = opset
+    # The exporter reports progress through warnings, logging and stdout; a planner's output stays its own.
+    exporter_loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo",
+                                                             "onnxscript")]
+    levels = [logger.level for logger in exporter_loggers]
+    try:
+        for logger in exporter_loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            with torch.no_grad():
+                return torch.onnx.export(module, inputs, **options)
+    except FuseplanError:
+        raise
+    except Exception as exc:  # the exporter raises many types
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise FuseplanError(f"torch could not export {type(module).__name__} to ONNX: {first}") from None
+    finally:
+        for logger, level in zip(exporter_loggers, levels):
+            logger.setLevel(level)
+        module.train(was_training)
+
+
+def save_torch_onnx(module: Any, example_inputs: Any, path: str | Path, *, external_data: bool = False,
+                    input_names: Sequence[str] | None = None, opset: int | None = None) -> Path:
+    """Export ``module`` to the ONNX file ``path``; with ``external_data`` the weights go to ``<name>.data``
+    beside it (how models above the 2 GB protobuf limit must be stored)."""
+    from fuseplan.files import atomic_file
+
+    path = Path(path)
+    program = _export_program(module, example_inputs, input_names, opset)
+    if external_data:
+        program.save(str(path), external_data=True)
+    else:
+        with atomic_file(path) as handle:
+            handle.write(program.model_proto.SerializeToString())
+    return path
+
+
+def graph_from_torch(module: Any, example_inputs: Any, *, name: str | None = None,
+                     input_names: Sequence[str] | None = None,
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
+    """The computation graph of ``module`` run on ``example_inputs``, ready to plan.
+
+    >>> graph = graph_from_torch(model, torch.zeros(1, 3, 224, 224))   # doctest: +SKIP
+    >>> FusionProblem(make_cost_model("lbdf", graph, 256 * 1024))      # doctest: +SKIP
+    """
+    model = export_torch(module, example_inputs, input_names=input_names)
+    return graph_from_model(model, name=name or type(module).__name__, input_shapes=input_shapes)
+
+
+def load_factory(spec: str) -> tuple[Any, tuple, str]:
+    """Run the factory of ``path/to/module.py:factory``: ``(module, example_inputs, factory name)``."""
+    match = FACTORY_PATTERN.match(spec)
+    if match is None:
+        raise FuseplanError(f"{spec!r} is not of the form path/to/module.py:factory")
+    path, factory_name = Path(match["file"]), match["factory"]
+    if not path.is_file():
+        raise FuseplanError(f"{path}: no such Python file")
+    torch = _torch()
+    module_name = f"_fuseplan_factory_{abs(hash(str(path.resolve())))}"
+    loader = importlib.util.spec_from_file_location(module_name, path)
+    if loader is None or loader.loader is None:
+        raise FuseplanError(f"{path}: cannot be loaded as a Python module")
+    source = importlib.util.module_from_spec(loader)
+    sys.modules[module_name] = source
+    try:
+        loader.loader.exec_module(source)
+        factory = getattr(source, factory_name, None)
+        if not callable(factory):
+            raise FuseplanError(f"{path} defines no function {factory_name!r}")
+        built = factory()
+    except FuseplanError:
+        raise
+    except Exception as exc:  # the user's code
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise FuseplanError(f"{spec}: {type(exc).__name__}{': ' + first if first else ''}") from None
+    finally:
+        sys.modules.pop(module_name, None)
+    if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module)):
+        raise FuseplanError(f"{spec}: the factory must return (module, example_inputs), a torch.nn.Module and "
+                            "a tensor or tuple of tensors")
+    return built[0], _as_tuple(built[1]), factory_name
+
+
+#: Weights above this many bytes go to an external data file (protobuf refuses messages over 2 GB).
+EXTERNAL_DATA_ABOVE = 1024**3
+
+
+def export_factory(spec: str, directory: str | Path) -> Path:
+    """Export the model built by ``path/to/module.py:factory`` to ``directory/<factory>.onnx``, its weights
+    inside, or in ``<factory>.onnx.data`` beside it when they pass :data:`EXTERNAL_DATA_ABOVE` bytes."""
+    module, inputs, name = load_factory(spec)
+    weight_bytes = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+    return save_torch_onnx(module, inputs, Path(directory) / f"{name}.onnx",
+                           external_data=weight_bytes > EXTERNAL_DATA_ABOVE)
+
+
+_exports: dict[str, Path] = {}
+
+
+def exported_factory(spec: str) -> Path:
+    """The ONNX file of ``spec``, exported once per process into a temporary directory removed at exit."""
+    if spec not in _exports:
+        import atexit
+        import shutil
+        import tempfile
+
+        directory = tempfile.mkdtemp(prefix="fuseplan-torch-")
+        atexit.register(shutil.rmtree, directory, True)
+        _exports[spec] = export_factory(spec, directory)
+    return _exports[spec]
