@@ -67,6 +67,26 @@ HardwareOpt = Annotated[Optional[str], typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
+def _print_table(table: Table) -> None:
+    """Print ``table`` with names, shapes and numbers whole: columns are ``no_wrap``, and where the terminal
+    is narrower than the table needs, the table is printed at the width it needs (the terminal then wraps
+    whole lines instead of rich cutting a node name or shape mid-token)."""
+    from rich.measure import Measurement
+
+    for column in table.columns:
+        column.no_wrap = True
+    needed = Measurement.get(stdout, stdout.options.update_width(1 << 16), table).maximum
+    width = stdout.width
+    if needed <= width:
+        stdout.print(table)
+        return
+    stdout.width = needed  # Console.print clamps its width argument to the console's own
+    try:
+        stdout.print(table)
+    finally:
+        stdout.width = width
+
+
 def _hardware(spec: str | None, buffer: str | None, bytes_per_element: int | None):
     """The accelerator a command works on: ``--hardware`` overridden by ``--buffer``/``--bytes-per-element``."""
     from fuseplan.hardware import resolve_hardware
@@ -107,7 +127,7 @@ def zoo_command(as_json: JsonOpt = False) -> None:
     for e in entries:
         table.add_row(e["name"], str(e["nodes"]), str(e["edges"]), f"{e['params']:,}",
                       "x".join(map(str, e["input_shape"])))
-    stdout.print(table)
+    _print_table(table)
 
 
 @app.command()
@@ -131,12 +151,12 @@ def inspect(
     table = Table(title=f"{report.model}: {scheme.value.upper()} at {format_bytes(buffer_bytes)}")
     for column, justify in (("#", "right"), ("name", "left"), ("op", "left"), ("output", "left"),
                             ("weights", "right"), ("F_beta alone", "right"), ("fuseable", "center")):
-        table.add_column(column, justify=justify, overflow="fold")
+        table.add_column(column, justify=justify)
     for row in report.operators:
         table.add_row(str(row.index), row.name, row.op_type, "x".join(map(str, row.output_shape)),
                       format_bytes(row.weight_bytes), format_bytes(row.buffer_bytes),
                       "yes" if row.fuseable else "[red]no[/red]")
-    stdout.print(table)
+    _print_table(table)
     stdout.print(
         f"nodes {report.nodes}, edges {report.edges}, fuseable {report.fuseable} "
         f"({report.nodes - report.fuseable} excluded: they do not fit the buffer alone)\n"
@@ -399,7 +419,7 @@ def rewrite(
         before, after = done.before[key], done.after[key]
         change = f"{100 * (after - before) / before:+.2f}%" if before else "-"
         table.add_row(label, shown(before), shown(after), change)
-    stdout.print(table)
+    _print_table(table)
     result = done.result
     stdout.print(
         f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "
@@ -601,10 +621,10 @@ def why(
                  f"{verdict} the {format_bytes(buffer_bytes)} buffer; moves {format_bytes(cost.dram)}", highlight=False)
     table = Table(title=f"edges blamed by {data['explainer']}")
     for column in ("score", "from", "to"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column)
     for row in blamed:
         table.add_row(f"{row['score']:.4g}", f"{row['edge'][0]} ({row['ops'][0]})", f"{row['edge'][1]} ({row['ops'][1]})")
-    stdout.print(table)
+    _print_table(table)
     if len(parts) > 1:
         how = "from the explanation (Algorithm 1)" if from_explanation else "by the random fallback (the explanation led nowhere)"
         stdout.print(f"split {how} into {len(parts)} groups, DRAM {format_bytes(sum(p['dram_bytes'] for p in split))}:",
@@ -666,7 +686,7 @@ def dataset_build(
         for model, count in info["groups_per_model"].items():
             share = info["valid_share"][model]
             table.add_row(model, str(count), *(f"{100 * share[kb]:.1f}%" for kb in meta["buffers_kb"]))
-        stdout.print(table)
+        _print_table(table)
         _warn_short_samples(info["groups_per_model"], meta["groups_requested"], scheme)
     stdout.print(f"dataset written to {output}", highlight=False)
 

@@ -140,3 +140,23 @@ def test_bad_scheme_is_a_usage_error():
     result = fuseplan("inspect", "resnet18", "--scheme", "nope")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "nope" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["inspect", "efficientnet_b3"], ["zoo"]])
+def test_tables_keep_names_and_shapes_whole_at_80_columns(command):
+    import os
+
+    from fuseplan import zoo
+    from fuseplan.graph import load_graph
+
+    result = subprocess.run([sys.executable, "-m", "fuseplan", *command], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
+    assert result.returncode == 0, result.stderr
+    cells = {cell.strip() for line in result.stdout.splitlines() for cell in line.split("│")}
+    if command[0] == "inspect":
+        graph = load_graph(command[1])
+        wanted = {n.name for n in graph.nodes} | {"x".join(map(str, graph.tensors[n.outputs[0]].shape))
+                                                  for n in graph.nodes}
+    else:
+        wanted = set(zoo.names())
+    assert wanted <= cells, sorted(wanted - cells)[:5]
