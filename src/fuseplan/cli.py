@@ -511,6 +511,10 @@ def report_command(
         "--svg", help="Also (or only) write the drawing and the groups' costs as a standalone SVG picture.")] = None,
     png: Annotated[Optional[Path], typer.Option(
         "--png", help="Also (or only) write the drawing and the groups' costs as a PNG picture.")] = None,
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", metavar="FILE.yaml|TEMPLATE",
+        help="Estimate energy and latency with these figures (default: the hardware the plan records, if any); "
+             "its buffer and data width must be the plan's.", show_default=False)] = None,
     input_shape: InputShapeOpt = None,
 ) -> None:
     """Draw a plan as one self-contained HTML page: the network coloured by group, each group's costs, totals."""
@@ -523,7 +527,16 @@ def report_command(
     check_outputs([("report", output), ("picture", svg), ("picture", png)], [model_path(model)[0], plan_path])
     plan_file = read_plan_file(plan_path)
     graph = _load(model, input_shape, plan_file.passes)
-    problem, document = reprice_plan_file(graph, plan_file)
+    accelerator = None
+    if hardware is not None:
+        accelerator = _hardware(hardware, None, None)
+        if (accelerator.buffer is not None and accelerator.buffer_bytes != plan_file.buffer_bytes) or \
+                (accelerator.bytes_per_element is not None and accelerator.element_bytes != plan_file.bytes_per_element):
+            raise FuseplanError(f"--hardware {hardware} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
+                                f"{accelerator.element_bytes}-byte elements; the plan was made for "
+                                f"{format_bytes(plan_file.buffer_bytes)} and {plan_file.bytes_per_element}")
+        accelerator = accelerator.with_overrides(plan_file.buffer_bytes, plan_file.bytes_per_element)
+    problem, document = reprice_plan_file(graph, plan_file, accelerator)
     if output is not None:
         write_plan_report(problem, document, output)
         stdout.print(f"report written to {output}", highlight=False)

@@ -87,3 +87,22 @@ def test_command_line_overrides_and_errors(tmp_path):
     inspect = fuseplan("inspect", "squeezenet", "--hardware", "eyeriss-v1", "--json")
     assert inspect.returncode == 0
     assert "squeezenet: LBDF at 108.00 KB" in fuseplan("inspect", "squeezenet", "--hardware", "eyeriss-v1").stdout
+
+
+def test_report_shows_the_estimates_of_recorded_or_given_hardware(tmp_path):
+    with_hw, without = tmp_path / "hw.json", tmp_path / "plain.json"
+    assert fuseplan("plan", "squeezenet", "--hardware", "example", "-o", with_hw,
+                    "--report", tmp_path / "at-plan.html").returncode == 0
+    assert fuseplan("plan", "squeezenet", "-o", without).returncode == 0
+    recorded = json.loads(with_hw.read_text())["estimates"]
+    assert fuseplan("report", "squeezenet", with_hw, "-o", tmp_path / "recorded.html").returncode == 0
+    assert fuseplan("report", "squeezenet", without, "-o", tmp_path / "given.html",
+                    "--hardware", "example").returncode == 0
+    for page in ("at-plan.html", "recorded.html", "given.html"):
+        html = (tmp_path / page).read_text()
+        assert f'data-total="energy_joules">{recorded["energy_joules"]:.6g}<' in html
+        assert f'data-total="latency_seconds">{recorded["latency_seconds"]:.6g}<' in html
+    assert "energy_joules" not in fuseplan("report", "squeezenet", without, "-o", tmp_path / "none.html").stdout
+    assert 'data-total="energy_joules"' not in (tmp_path / "none.html").read_text()
+    assert_one_line_error(fuseplan("report", "squeezenet", without, "-o", tmp_path / "x.html",
+                                   "--hardware", "eyeriss-v1"), "the plan was made for 256.00 KB")

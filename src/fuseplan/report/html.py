@@ -19,7 +19,9 @@ from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.ir import CompGraph
+from fuseplan.hardware import Hardware
 from fuseplan.plan.io import PlanFile, plan_document
+from fuseplan.plan.objectives import OBJECTIVES, make_objective
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.plan.validate import validate_plan
@@ -31,23 +33,35 @@ MARGIN = 16
 EXCLUDED = -1  # the group id of an unfuseable operator
 
 
-def reprice_plan_file(graph: CompGraph, plan_file: PlanFile) -> tuple[FusionProblem, dict[str, Any]]:
+def reprice_plan_file(graph: CompGraph, plan_file: PlanFile,
+                      hardware: Hardware | None = None) -> tuple[FusionProblem, dict[str, Any]]:
     """The problem and a freshly priced plan document for a plan read from disk.
 
     Only a valid plan of ``graph`` is reported: a plan of another model, or
     one that ``fuseplan validate`` would reject, is a :class:`FuseplanError`.
+    The estimates use ``hardware`` if given, else the hardware the plan
+    records (if any); the plan's recorded objective is kept.
     """
     reasons = validate_plan(graph, plan_file)
     if reasons:
         more = f" (and {len(reasons) - 1} more; run `fuseplan validate`)" if len(reasons) > 1 else ""
         raise FuseplanError(f"the plan is not a valid plan of {graph.name!r}: {reasons[0]}{more}")
     doc = plan_file.document
-    problem = FusionProblem(make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes,
-                                            plan_file.bytes_per_element))
+    if hardware is None and isinstance(doc.get("hardware"), dict):
+        hardware = Hardware.model_validate(doc["hardware"])  # validate_plan has checked it
+    cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
+    recorded = doc.get("objective") if isinstance(doc.get("objective"), dict) else {}
+    objective = None
+    if recorded.get("name") in OBJECTIVES and recorded.get("name") != "dram":
+        try:
+            objective = make_objective(recorded["name"], cost, hardware)
+        except FuseplanError:  # the given hardware lacks the figures: report DRAM alone
+            objective = None
+    problem = FusionProblem(cost, objective)
     plan = Plan.from_groups(frozenset(graph.node_index(n) for n in group["nodes"]) for group in doc["groups"])
     search = doc.get("search") if isinstance(doc.get("search"), dict) else {}
     reference = doc.get("reference") if isinstance(doc.get("reference"), dict) else None
-    return problem, plan_document(problem, plan, search, reference)
+    return problem, plan_document(problem, plan, search, reference, hardware)
 
 
 def layers(graph: CompGraph) -> list[int]:
@@ -93,12 +107,31 @@ def _shape(shape: tuple[int, ...]) -> str:
 def _optimality(search: dict[str, Any], dram: int) -> str:
     if search.get("optimal"):
         return "proven optimal over all plans"
+    if "lower_bound" in search:  # another objective than DRAM: its bound is in its own unit
+        return f"not proven for {search.get('objective', 'its objective')} (lower bound {search['lower_bound']:.6g})"
     bound = search.get("lower_bound_bytes")
     if isinstance(bound, int):
         if bound <= 0:
             return f"not proven (lower bound {bound} bytes)"
         return f"within {100 * (dram - bound) / bound:.2f}% of the proven lower bound ({bound} bytes)"
     return f"not proven (search {search.get('algorithm', 'unknown')})"
+
+
+def _estimate_rows(document: dict[str, Any]) -> str:
+    """Totals rows for the energy and latency estimates, when the plan has them (docs/hardware.md)."""
+    estimates = document.get("estimates") or {}
+    name = (document.get("hardware") or {}).get("name") or "the given hardware"
+    rows = []
+    if "energy_joules" in estimates:
+        value = estimates["energy_joules"]
+        rows.append(("energy_joules", f"estimated energy on {name}", value, f"{value * 1e3:.4g} mJ"))
+    if "latency_seconds" in estimates:
+        value, bounds = estimates["latency_seconds"], estimates.get("groups_by_bound", {})
+        shown = (f"{value * 1e3:.4g} ms (roofline; {bounds.get('compute', 0)} compute-, {bounds.get('dram', 0)} "
+                 f"DRAM-, {bounds.get('buffer', 0)} buffer-bound groups)")
+        rows.append(("latency_seconds", f"estimated latency on {name}", value, shown))
+    return "".join(f'<tr><th>{escape(label)}</th><td class="num" data-total="{key}">{value:.6g}</td>'
+                   f'<td>{escape(shown)}</td></tr>' for key, label, value, shown in rows)
 
 
 def _node_svg(graph: CompGraph, v: int, group: int, centre: tuple[int, int]) -> str:
@@ -180,6 +213,7 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
     ]
     totals_html = "".join(f'<tr><th>{label}</th><td class="num" data-total="{key}">{value}</td>'
                           f'<td>{escape(format_bytes(value))}</td></tr>' for key, label, value in totals)
+    totals_html += _estimate_rows(document)
     details = {str(v): {"name": graph.nodes[v].name, "op": graph.nodes[v].op_type,
                         "inputs": [_shape(graph.tensors[t].shape) for t in graph.nodes[v].inputs],
                         "output": _shape(graph.tensors[graph.nodes[v].outputs[0]].shape)
