@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fuseplan.cost.base import CostModel
-from fuseplan.hardware import Hardware
+
+if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
+    from fuseplan.hardware import Hardware
 
 PJ = 1e-12
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.graph.onnx_import import prepare_model
-from fuseplan.hardware import Hardware
 from fuseplan.passes import Pass, passes_from_records, preserves_operators
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
+
+if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
+    from fuseplan.hardware import Hardware
 
 FORMAT = "fuseplan-plan"
 VERSION = 2

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fuseplan.cost.base import CostModel
 from fuseplan.errors import FuseplanError
-from fuseplan.hardware import Hardware
 from fuseplan.plan.estimate import Estimator
+
+if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
+    from fuseplan.hardware import Hardware
 
 
 class Objective(ABC):
@@ -32,7 +34,7 @@ class Objective(ABC):
 
     def __init__(self, cost: CostModel, hardware: Hardware | None = None) -> None:
         self.cost = cost
-        self.hardware = hardware or Hardware()
+        self.hardware = hardware
 
     @abstractmethod
     def value(self, members: Iterable[int], dram: int) -> float:
@@ -71,10 +73,10 @@ class EnergyObjective(Objective):
 
     def __init__(self, cost: CostModel, hardware: Hardware | None = None) -> None:
         super().__init__(cost, hardware)
-        if not self.hardware.has_energy:
+        if hardware is None or not hardware.has_energy:
             raise FuseplanError("the energy objective needs energy figures (dram_pj_per_byte, buffer_pj_per_byte, "
                                 "mac_pj) from --hardware; see docs/hardware.md")
-        self.estimator = Estimator(cost, self.hardware)
+        self.estimator = Estimator(cost, hardware)
         fuseable = cost.fuseable
         macs, own = self.estimator.terms(fuseable, 0)
         self._constant = self.estimator.energy(macs, 0, own)
@@ -104,12 +106,12 @@ class LatencyObjective(Objective):
 
     def __init__(self, cost: CostModel, hardware: Hardware | None = None) -> None:
         super().__init__(cost, hardware)
-        if not self.hardware.has_roofline:
+        if hardware is None or not hardware.has_roofline:
             raise FuseplanError("the latency objective needs peak_macs_per_second, dram_bytes_per_second or "
                                 "buffer_bytes_per_second from --hardware; see docs/hardware.md")
-        self.estimator = Estimator(cost, self.hardware)
+        self.estimator = Estimator(cost, hardware)
         self._macs, self._own = self.estimator.terms(cost.fuseable, 0)
-        bandwidth = self.hardware.dram_bytes_per_second
+        bandwidth = hardware.dram_bytes_per_second
         self._per_byte = self.TIE_BREAK / bandwidth if bandwidth else 1e-18
 
     def value(self, members: Iterable[int], dram: int) -> float:

@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import json
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.ir import CompGraph
-from fuseplan.hardware import Hardware
 from fuseplan.plan.io import PlanFile, plan_document
 from fuseplan.plan.objectives import OBJECTIVES, make_objective
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.plan.validate import validate_plan
 from fuseplan.units import format_bytes
+
+if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
+    from fuseplan.hardware import Hardware
 
 NODE_WIDTH, NODE_HEIGHT = 112, 26
 COLUMN, ROW = 128, 56  # spacing of the layered layout
@@ -48,6 +50,8 @@ def reprice_plan_file(graph: CompGraph, plan_file: PlanFile,
         raise FuseplanError(f"the plan is not a valid plan of {graph.name!r}: {reasons[0]}{more}")
     doc = plan_file.document
     if hardware is None and isinstance(doc.get("hardware"), dict):
+        from fuseplan.hardware import Hardware
+
         hardware = Hardware.model_validate(doc["hardware"])  # validate_plan has checked it
     cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
     recorded = doc.get("objective") if isinstance(doc.get("objective"), dict) else {}
