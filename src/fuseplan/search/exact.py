@@ -92,13 +92,14 @@ def _outside_predecessors(candidates: Candidates, pred: list[int]) -> list[int]:
 
 
 def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
-    """Per-operator lower bounds whose sum over any candidate never exceeds its price (floor division keeps
-    floating-point prices from rounding a share up)."""
+    """Per-operator lower bounds whose sum over any candidate never exceeds its price."""
     charge = [0] * len(problem.graph)
     best: dict[int, int] = {}
     for mask, dram in zip(candidates.masks, candidates.dram):
         members = bits(mask)
-        share = dram // len(members)
+        # Integer prices split exactly; float prices (the latency objective) shrink by a relative 1e-12, far
+        # above the rounding error of summing them, so a candidate's charges never exceed its price.
+        share = dram // len(members) if isinstance(dram, int) else dram / len(members) * (1 - 1e-12)
         for v in members:
             if share < best.get(v, share + 1):
                 best[v] = share
