@@ -25,6 +25,7 @@ from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.files import check_output_dir, check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
+from fuseplan.hardware import template_names
 from fuseplan.passes import FixInputShapes, Pass
 from fuseplan.rewrite.objectives import OBJECTIVES
 from fuseplan.report.inspect import inspect_model
@@ -62,7 +63,7 @@ HardwareBufferOpt = Annotated[Optional[str], typer.Option(
     show_default=False)]
 HardwareOpt = Annotated[Optional[str], typer.Option(
     "--hardware", metavar="FILE.yaml|TEMPLATE",
-    help="Describe the accelerator: a YAML file or a shipped template (eyeriss-v1, edge-tpu, example); "
+    help=f"Describe the accelerator: a YAML file or a shipped template ({', '.join(template_names())}); "
          "see docs/hardware.md. --buffer and --bytes-per-element override its values.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
