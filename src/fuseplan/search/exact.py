@@ -367,16 +367,14 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         dram_bound = max(dram_bound, cut_lower_bound(problem))
         outcome.lower_bound = 0
         outcome.method = f"restricted {outcome.method}"
-    if objective.follows_dram:  # the formulations ran on DRAM: carry the plan's DRAM and bound over
+    if objective.follows_dram:  # the formulations ran on DRAM: carry the bound over to the objective
         outcome.lower_bound = objective.bound_from_dram(max(int(outcome.lower_bound), dram_bound))
-        if outcome.plan is not None:
-            outcome.dram = problem.evaluate(outcome.plan).objective
     else:
         outcome.lower_bound = max(outcome.lower_bound, objective.bound_from_dram(dram_bound))
-        if outcome.plan is not None:  # the plan's own sum, free of the search's order of additions
-            outcome.dram = problem.evaluate(outcome.plan).objective
-            if outcome.optimal:
-                outcome.lower_bound = outcome.dram
+    if outcome.plan is not None:  # the plan's own sum, free of the order the search added it in
+        outcome.dram = problem.evaluate(outcome.plan).objective
+        if outcome.optimal:
+            outcome.lower_bound = outcome.dram
     outcome.stats = {**stats, **outcome.stats}
     return outcome
 
