@@ -275,7 +275,8 @@ def plan(
                              accelerator if hardware is not None else None)
     if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
         assert source_model is not None
-        save_onnx(annotate_onnx(source_model, problem, result.plan), onnx_out, source.parent)
+        save_onnx(annotate_onnx(source_model, problem, result.plan, document.get("estimates")), onnx_out,
+                  source.parent)
     if output is not None:
         write_json(document, output)
     if report is not None:

@@ -106,3 +106,21 @@ def test_report_shows_the_estimates_of_recorded_or_given_hardware(tmp_path):
     assert 'data-total="energy_joules"' not in (tmp_path / "none.html").read_text()
     assert_one_line_error(fuseplan("report", "squeezenet", without, "-o", tmp_path / "x.html",
                                    "--hardware", "eyeriss-v1"), "the plan was made for 256.00 KB")
+
+
+def test_annotated_model_carries_the_estimates(tmp_path):
+    import onnx
+
+    out, annotated = tmp_path / "plan.json", tmp_path / "annotated.onnx"
+    result = fuseplan("plan", "squeezenet", "--hardware", "example", "--objective", "latency", "-o", out,
+                      "--onnx-out", annotated)
+    assert result.returncode == 0, result.stderr
+    estimates = json.loads(out.read_text())["estimates"]
+    metadata = {p.key: p.value for p in onnx.load(str(annotated)).metadata_props}
+    assert float(metadata["fuseplan.energy_joules"]) == estimates["energy_joules"]
+    assert float(metadata["fuseplan.latency_seconds"]) == estimates["latency_seconds"]
+    assert metadata["fuseplan.objective"] == "latency"
+    plain = tmp_path / "plain.onnx"
+    assert fuseplan("plan", "squeezenet", "--onnx-out", plain).returncode == 0
+    keys = {p.key for p in onnx.load(str(plain)).metadata_props}
+    assert not keys & {"fuseplan.energy_joules", "fuseplan.latency_seconds", "fuseplan.objective"}

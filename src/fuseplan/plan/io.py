@@ -161,7 +161,8 @@ def read_plan_file(path: Path) -> PlanFile:
     return PlanFile(document)
 
 
-def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan) -> onnx.ModelProto:
+def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan,
+                  estimates: dict[str, Any] | None = None) -> onnx.ModelProto:
     """A copy of ``model`` whose operator nodes carry ``fuseplan.group`` metadata and whose model metadata
     carries the plan's scheme, buffer and totals (:func:`plan_metadata`), for viewers such as Netron.
 
@@ -193,14 +194,15 @@ def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan) ->
         else:
             entry = node.metadata_props.add()
             entry.key, entry.value = GROUP_KEY, value
-    _set_metadata(annotated.metadata_props, plan_metadata(problem, plan))
+    _set_metadata(annotated.metadata_props, plan_metadata(problem, plan, estimates))
     return annotated
 
 
-def plan_metadata(problem: FusionProblem, plan: Plan) -> dict[str, str]:
-    """The model-level metadata of an annotated model: how the plan was priced and what it costs."""
+def plan_metadata(problem: FusionProblem, plan: Plan, estimates: dict[str, Any] | None = None) -> dict[str, str]:
+    """The model-level metadata of an annotated model: how the plan was priced and what it costs, with the
+    energy and latency ``estimates`` of plan.json when given."""
     cost, total = problem.cost, problem.evaluate(plan)
-    return {
+    values = {
         "fuseplan.plan_format_version": str(VERSION),
         "fuseplan.scheme": cost.name,
         "fuseplan.buffer_bytes": str(cost.buffer_bytes),
@@ -211,6 +213,12 @@ def plan_metadata(problem: FusionProblem, plan: Plan) -> dict[str, str]:
         "fuseplan.total_dram_bytes": str(total.dram + cost.unfuseable_dram()),
         "fuseplan.max_buffer_usage_bytes": str(total.max_buffer),
     }
+    for key in ("energy_joules", "latency_seconds"):
+        if estimates and key in estimates:
+            values[f"fuseplan.{key}"] = repr(float(estimates[key]))
+    if problem.objective.name != "dram":
+        values["fuseplan.objective"] = problem.objective.name
+    return values
 
 
 def _set_metadata(props, values: dict[str, str]) -> None:
