@@ -12,7 +12,9 @@ from tests.cli.test_cli import assert_one_line_error, fuseplan
 
 
 def test_templates_load_with_their_published_figures():
-    assert {"eyeriss-v1", "edge-tpu", "example"} <= set(template_names())
+    assert {"eyeriss-v1", "edge-tpu", "nvdla-small", "example"} <= set(template_names())
+    nvdla = load_hardware("nvdla-small")
+    assert nvdla.buffer == 32 * 8 * 512 and nvdla.bytes_per_element == 1 and not nvdla.has_roofline
     eyeriss = load_hardware("eyeriss-v1")
     assert eyeriss.buffer == 108 * 1024 and eyeriss.bytes_per_element == 2
     assert eyeriss.peak_macs_per_second == 168 * 200e6 and not eyeriss.has_energy
