@@ -863,6 +863,34 @@ def sweep_summarize(
                  + ", ".join(str(path) for path in result["files"]), highlight=False)
 
 
+ReproduceTarget = Enum("ReproduceTarget", {name: name for name in
+                                           ("table2", "table3", "table4", "table5", "fig3", "fig5", "all")}, type=str)
+
+
+@app.command("reproduce")
+def reproduce_command(
+    target: Annotated[ReproduceTarget, typer.Argument(help="Which table or figure of the reference paper, or all.")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory (rerunning resumes its sweeps).")] = Path(
+        "reproduce-results"),
+    quick: Annotated[bool, typer.Option("--quick", help="Small budgets and one seed: minutes instead of hours.")] = False,
+    jobs: JobsOpt = None,
+    executor: ExecutorOpt = ExecutorName.local,
+    ray_address: RayAddressOpt = None,
+) -> None:
+    """Regenerate the reference paper's tables and figures with our columns beside its figures (docs/reproduce.md)."""
+    from fuseplan.sweep import make_executor
+    from fuseplan.sweep.reproduce import TARGETS, reproduce
+
+    targets = list(TARGETS) if target.value == "all" else [target.value]
+    runner = make_executor(executor.value, jobs, ray_address)
+    command = " ".join(["fuseplan reproduce", target.value, *(["--quick"] if quick else []), "--executor",
+                        executor.value])
+    path = reproduce(targets, out, runner, quick, command,
+                     log=lambda line: stderr.print(line, highlight=False, markup=False),
+                     run_cells=lambda config, directory, ex: _run_sweep_with_progress(config, directory, ex))
+    stdout.print(f"tables and figures written to {out} (summary: {path})", highlight=False)
+
+
 class _SignalGuard:
     """SIGINT and SIGTERM stop a search but never the writing of its result.
 

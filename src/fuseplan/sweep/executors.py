@@ -29,6 +29,17 @@ class Executor(ABC):
         """Records of ``cells``; stopping the iteration (or an interrupt) stops the outstanding work."""
 
 
+def single_threaded_torch() -> None:
+    """One torch thread per sweep process: on a shared machine more threads than free cores slow the GNN-based
+    explainers down many times over, and the pool already uses every core."""
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    else:
+        os.environ["OMP_NUM_THREADS"] = "1"
+
+
 class LocalExecutor(Executor):
     """A pool of ``jobs`` processes (all cores by default); one job runs cells in this process."""
 
@@ -39,6 +50,7 @@ class LocalExecutor(Executor):
 
     def run(self, cells: Sequence[Cell]) -> Iterator[dict[str, Any]]:
         if self.jobs == 1 or len(cells) <= 1:
+            single_threaded_torch()
             for cell in cells:
                 yield run_cell(cell)
             return
