@@ -123,20 +123,28 @@ def _splitters(config: SweepConfig) -> list[str]:
     return [s for s in (*PAPER_SPLITTERS, *OUR_SPLITTERS) if s in present]
 
 
-def _dram_tables(config: SweepConfig, groups: list[dict], optima: dict, paper: dict[str, Any],
+PaperLookup = Callable[[str, str, str, str], "float | None"]
+
+
+def table2_paper(paper: dict[str, Any]) -> PaperLookup:
+    """The paper's DRAM (MB) of Table II by (search, splitter, model, scheme): results[search][splitter][model]."""
+    def lookup(search: str, splitter: str, model: str, scheme: str) -> float | None:
+        return paper["results"].get(search, {}).get(splitter, {}).get(model, {}).get("dram_mb")
+    return lookup
+
+
+def table34_paper(paper: dict[str, Any]) -> PaperLookup:
+    """The paper's DRAM (MB) of Table III or IV (one search each): results[scheme][splitter][model]."""
+    def lookup(search: str, splitter: str, model: str, scheme: str) -> float | None:
+        return paper["results"].get(scheme, {}).get(splitter, {}).get(model)
+    return lookup
+
+
+def _dram_tables(config: SweepConfig, groups: list[dict], optima: dict, paper_dram: PaperLookup,
                  columns: list[tuple[str, str, str]], searches: list[str]) -> str:
     """DRAM tables of Tables II-IV: ``columns`` are (label, model, scheme); rows are search x splitter."""
     buffer_bytes = config.cells[0].buffer_bytes
     splitters = _splitters(config)
-
-    def paper_dram(search: str, splitter: str, model: str, scheme: str) -> float | None:
-        results = paper["results"]
-        try:
-            entry = results[search][splitter][model] if "ls" in results or "rs" in results else \
-                results[scheme][splitter][model]
-        except KeyError:
-            return None
-        return entry["dram_mb"] if isinstance(entry, dict) else entry
 
     def row_groups(search, splitter):
         return [_find(groups, search=search, splitter=splitter, model=m, scheme=s) for _, m, s in columns]
@@ -351,12 +359,13 @@ def run_target(target: str, out: Path, executor: Executor, quick: bool,
         models = list(dict.fromkeys(c.model for c in config.cells))
         if target == "table2":
             searches = ["ls", "nsga2", "rs"]
-            body += _dram_tables(config, groups, optima, paper["table2"], [(m, m, "lbdf") for m in models], searches)
+            body += _dram_tables(config, groups, optima, table2_paper(paper["table2"]),
+                                 [(m, m, "lbdf") for m in models], searches)
             body += "\n" + _mbu_table(groups, config, paper["table2"], models, searches)
         elif target in ("table3", "table4"):
             columns = [(f"{s.upper()} {m}", m, s) for s in ("brr", "lbdf") for m in models]
             search = "ls" if target == "table3" else "rs"
-            body += _dram_tables(config, groups, optima, paper[target], columns, [search])
+            body += _dram_tables(config, groups, optima, table34_paper(paper[target]), columns, [search])
         elif target == "table5":
             body += _table5(groups, config, paper["table5"])
         elif target == "fig5":
@@ -364,7 +373,8 @@ def run_target(target: str, out: Path, executor: Executor, quick: bool,
     seconds = time.perf_counter() - start
     settings = "" if target == "fig3" else (
         f"{cells} cells; budgets {sorted({c.budget for c in config.cells})}, "
-        f"seeds {sorted({c.seed for c in config.cells if c.search != 'auto'})}. ")
+        f"seeds {sorted({c.seed for c in config.cells if c.search != 'auto'})}; the runs' search times add up "
+        f"to {sum(r['wall_seconds'] or 0 for r in cell_table):.0f} s. ")
     text = (f"## {title}\n\n{settings}Run: {mode}; wall time of this run {seconds:.0f} s (cells found already done "
             f"in the sweep directory are not rerun).\n\n{body}")
     write_text(directory / f"{target}.md", text)
