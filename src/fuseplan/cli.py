@@ -869,7 +869,8 @@ ReproduceTarget = Enum("ReproduceTarget", {name: name for name in
 
 @app.command("reproduce")
 def reproduce_command(
-    target: Annotated[ReproduceTarget, typer.Argument(help="Which table or figure of the reference paper, or all.")],
+    target: Annotated[list[ReproduceTarget], typer.Argument(
+        help="Which tables or figures of the reference paper (one or more), or all.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory (rerunning resumes its sweeps).")] = Path(
         "reproduce-results"),
     quick: Annotated[bool, typer.Option("--quick", help="Small budgets and one seed: minutes instead of hours.")] = False,
@@ -881,9 +882,10 @@ def reproduce_command(
     from fuseplan.sweep import make_executor
     from fuseplan.sweep.reproduce import TARGETS, reproduce
 
-    targets = list(TARGETS) if target.value == "all" else [target.value]
+    names = list(dict.fromkeys(t.value for t in target))
+    targets = list(TARGETS) if "all" in names else names
     runner = make_executor(executor.value, jobs, ray_address)
-    command = " ".join(["fuseplan reproduce", target.value, *(["--quick"] if quick else []), "--executor",
+    command = " ".join(["fuseplan reproduce", *names, *(["--quick"] if quick else []), "--executor",
                         executor.value])
     path = reproduce(targets, out, runner, quick, command,
                      log=lambda line: stderr.print(line, highlight=False, markup=False),
