@@ -249,3 +249,12 @@ def test_ray_executor_matches_the_local_pool(tmp_path):
     by_ray, local = records(tmp_path / "ray"), records(tmp_path / "local")
     assert {k: comparable(r) for k, r in by_ray.items()} == {k: comparable(r) for k, r in local.items()}
     assert all(r["worker"].split(":")[1] != str(os.getpid()) for r in by_ray.values())  # ran in Ray's workers
+
+
+def test_executor_options_are_checked_before_any_cell_runs(tmp_path, cli):
+    config = write(tmp_path / "tiny.yaml", ONE_SCHEME)
+    assert_one_line_error(cli("sweep", config, "--out", tmp_path / "out", "--ray-address", "10.0.0.1:6379"),
+                          "--ray-address needs --executor ray")
+    assert_one_line_error(cli("sweep", config, "--out", config), "exists and is not a directory")
+    assert_one_line_error(cli("sweep", config, "--executor", "dask"), "dask")
+    assert not (tmp_path / "out").exists()
