@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.errors import FuseplanError
-from fuseplan.files import check_output_dir, write_text
+from fuseplan.files import atomic_file, check_output_dir, write_text
 from fuseplan.sweep.config import AXES, SweepConfig, parse_config
 from fuseplan.sweep.executors import Executor
 from fuseplan.sweep.store import SweepStore, run_sweep
@@ -253,8 +253,6 @@ def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fuseplan.report.figures import _save
-
     keys = {c.key for c in config.cells}
     records = [r for r in SweepStore(directory).records() if r["key"] in keys and r["status"] == "ok"]
     checkpoints = [int(b) for b in extras["checkpoints"]]
@@ -281,7 +279,11 @@ def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, out_png)
+    try:
+        with atomic_file(out_png) as handle:
+            fig.savefig(handle, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return ("Best DRAM in MB found within each budget, mean over seeds, read from one run per seed at the largest "
             "budget (the best plan among the first N proposals). The paper publishes Fig. 5 as a picture only, so "
             "no figures of its are printed here.\n\n"
@@ -381,6 +383,16 @@ def run_target(target: str, out: Path, executor: Executor, quick: bool,
     return {"target": target, "markdown": text, "seconds": seconds}
 
 
+def _digest(path: Path) -> str:
+    """The first 12 hex digits of a file's SHA-256: which classifier weights produced the results."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "missing"
+
+
 def machine() -> str:
     """The processor and core count, for the record."""
     import os
@@ -404,7 +416,7 @@ def reproduce(targets: Sequence[str], out: Path, executor: Executor, quick: bool
     parts = [run_target(t, out, executor, quick, log, run_cells) for t in targets]
     from fuseplan.explain.gnn import shipped_weights
 
-    weights = ", ".join(f"{s}: {shipped_weights(s).name}" for s in ("lbdf", "brr"))
+    weights = ", ".join(f"{s}: {shipped_weights(s).name} sha256 {_digest(shipped_weights(s))}" for s in ("lbdf", "brr"))
     header = (f"# The reference paper's results, reproduced\n\nCommand: `{command}`\n\nMachine: {machine()}, "
               f"Python {platform.python_version()}, executor "
               f"{executor.name}. Total wall time {time.perf_counter() - start:.0f} s. Classifier weights: the shipped "
