@@ -1,0 +1,214 @@
+"""Sweep configurations: a grid of planning runs, validated, expanded into cells.
+
+A configuration is a YAML mapping with one list per axis::
+
+    models: [resnet18, squeezenet]      # zoo names or ONNX files (relative to the config file)
+    schemes: [lbdf, brr]
+    buffers: [128KB, 256KB]
+    searches: [ls, rs]
+    splitters: [random, oracle]
+    budgets: [2000]
+    seeds: [0, 1, 2]
+    refine: [false]                     # plan options, also one list each
+    bytes_per_element: [1]
+    grids:                              # optional sub-grids; each replaces the axes it names
+      - searches: [auto]
+        seeds: [0]
+
+The cells are the union of the sub-grids' products (the top-level grid alone
+when there are none), without repeats. The choices of ``schemes``,
+``searches`` and ``splitters`` come from the plug-in registries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fuseplan import zoo
+from fuseplan.cost import SCHEMES
+from fuseplan.errors import FuseplanError
+from fuseplan.files import read_input
+from fuseplan.search import ALGORITHMS
+from fuseplan.split import SPLITTERS
+from fuseplan.units import parse_size
+
+AXES = ("models", "schemes", "buffers", "searches", "splitters", "budgets", "seeds", "refine", "bytes_per_element")
+DEFAULTS: dict[str, list[Any]] = {"refine": [False], "bytes_per_element": [1], "seeds": [0]}
+REQUIRED = ("models", "schemes", "buffers", "searches", "splitters", "budgets")
+MAX_CONFIG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One planning run of a sweep."""
+
+    model: str
+    scheme: str
+    buffer_bytes: int
+    search: str
+    splitter: str
+    budget: int
+    seed: int
+    refine: bool = False
+    bytes_per_element: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def key(self) -> str:
+        """A stable name for the cell: a hash of its parameters (the same on every machine and run)."""
+        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Cell:
+        return cls(**{name: values[name] for name in cls.__dataclass_fields__ if name in values})
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated grid: its name and its cells in a fixed order."""
+
+    name: str
+    cells: tuple[Cell, ...]
+
+
+def _as_list(key: str, value: Any) -> list[Any]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise FuseplanError(f"sweep config: {key} is empty; give at least one value")
+    return values
+
+
+SINGULAR = {"schemes": "scheme", "searches": "search", "splitters": "splitter"}
+
+
+def _choice(key: str, value: Any, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    if not isinstance(value, str) or value.lower() not in choices:
+        raise FuseplanError(f"sweep config: unknown {SINGULAR[key]} {value!r} in {key}; "
+                            f"choose from {', '.join(choices)}")
+    return value.lower()
+
+
+def _integer(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FuseplanError(f"sweep config: {key} must hold integers of at least {minimum}, not {value!r}")
+    return value
+
+
+def _model(value: Any, base: Path) -> str:
+    if not isinstance(value, str) or not value:
+        raise FuseplanError(f"sweep config: models must hold zoo names or ONNX file paths, not {value!r}")
+    if value in zoo.names():
+        return value
+    path = Path(value) if Path(value).is_absolute() else base / value
+    if value.endswith(".onnx") and path.is_file():
+        return str(path.resolve())
+    raise FuseplanError(f"sweep config: unknown model {value!r} in models; give a zoo name "
+                        f"({', '.join(zoo.names())}) or an existing .onnx file")
+
+
+def _buffer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise FuseplanError(f"sweep config: buffers must hold sizes such as 128KB or 131072, not {value!r}")
+    return parse_size(str(value))
+
+
+def _axis(key: str, raw: Any, base: Path) -> list[Any]:
+    values = _as_list(key, raw)
+    if key == "models":
+        return [_model(v, base) for v in values]
+    if key == "schemes":
+        return [_choice(key, v, SCHEMES) for v in values]
+    if key == "searches":
+        return [_choice(key, v, ALGORITHMS) for v in values]
+    if key == "splitters":
+        return [_choice(key, v, SPLITTERS) for v in values]
+    if key == "buffers":
+        return [_buffer(v) for v in values]
+    if key == "budgets":
+        return [_integer(key, v, 1) for v in values]
+    if key == "seeds":
+        return [_integer(key, v, 0) for v in values]
+    if key == "bytes_per_element":
+        return [_integer(key, v, 1) for v in values]
+    if key == "refine":
+        if not all(isinstance(v, bool) for v in values):
+            raise FuseplanError(f"sweep config: refine must hold true or false, not {values!r}")
+        return values
+    raise AssertionError(key)
+
+
+def _check_keys(mapping: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    allowed = list(allowed)
+    for key in mapping:
+        if key not in allowed:
+            raise FuseplanError(f"sweep config: unknown key {key!r}{where}; allowed: {', '.join(allowed)}")
+
+
+def _grid_cells(axes: Mapping[str, list[Any]]) -> list[Cell]:
+    missing = [key for key in REQUIRED if key not in axes]
+    if missing:
+        raise FuseplanError(f"sweep config: missing {', '.join(missing)}")
+    cells = []
+    for model, scheme, buffer, search, splitter, budget, seed, refine, width in itertools.product(
+            *(axes[key] for key in AXES)):
+        if refine and splitter == "random":
+            raise FuseplanError("sweep config: refine: true needs explainer-driven splitters, and the grid pairs it "
+                                "with random; put refined runs in a sub-grid of their own")
+        cells.append(Cell(model, scheme, buffer, search, splitter, budget, seed, refine, width))
+    return cells
+
+
+def parse_config(document: Any, base: Path = Path("."), name: str = "sweep",
+                 overrides: Mapping[str, Any] | None = None) -> SweepConfig:
+    """Validate a configuration mapping and expand it into cells.
+
+    ``overrides`` replace axes after the sub-grids are applied (what ``--quick``
+    and ``--seed`` use). Every mistake is one :class:`FuseplanError` line.
+    """
+    if not isinstance(document, Mapping):
+        raise FuseplanError("sweep config: expected a mapping of axis names to lists")
+    _check_keys(document, (*AXES, "grids", "name"), "")
+    name = document.get("name", name)
+    if not isinstance(name, str):
+        raise FuseplanError(f"sweep config: name must be a string, not {name!r}")
+    top = {key: _axis(key, document[key], base) for key in AXES if key in document}
+    grids = document.get("grids", [{}])
+    if not isinstance(grids, list) or not grids or not all(isinstance(g, Mapping) for g in grids):
+        raise FuseplanError("sweep config: grids must be a non-empty list of mappings")
+    extra = {key: _axis(key, value, base) for key, value in (overrides or {}).items() if value is not None}
+    cells: dict[str, Cell] = {}
+    for index, grid in enumerate(grids):
+        _check_keys(grid, AXES, f" in grids[{index}]")
+        axes = {**DEFAULTS, **top, **{key: _axis(key, value, base) for key, value in grid.items()}, **extra}
+        for cell in _grid_cells(axes):
+            cells.setdefault(cell.key, cell)
+    return SweepConfig(name, tuple(cells.values()))
+
+
+def load_yaml(path: Path) -> Any:
+    """The YAML document in ``path``; an unreadable or malformed file is one error line."""
+    import yaml
+
+    text = read_input(path, "sweep config", MAX_CONFIG_BYTES)
+    try:
+        return yaml.safe_load(text.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise FuseplanError(f"{path}: not a valid YAML sweep config{line}") from None
+
+
+def load_config(path: Path, overrides: Mapping[str, Any] | None = None) -> SweepConfig:
+    """Read and validate the sweep configuration in ``path``."""
+    path = Path(path)
+    return parse_config(load_yaml(path), path.parent, path.stem, overrides)
