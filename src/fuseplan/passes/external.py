@@ -219,13 +219,19 @@ def _ort_passes() -> list[type[ExternalPass]]:
     return levels + switched
 
 
+# Rules that exist to let the rewrite search leave a local optimum: applied at every site they only grow the
+# graph (every 1x1 kernel made 3x3, every convolution split), so they are priced site by site by
+# `fuseplan rewrite` instead.
+_RULES_EXCLUDED = frozenset({"enlarge-conv-kernel", "split-conv-by-channels"})
+
+
 def _rule_passes() -> list[type[ExternalPass]]:
     try:
         from fuseplan.passes.rules import RULES
     except ImportError:
         return []
     return [_make(RulePass, f"fuseplan/{name}", f"{rule.description or name}, at every site", rule=name)
-            for name, rule in RULES.items()]
+            for name, rule in RULES.items() if name not in _RULES_EXCLUDED]
 
 
 @lru_cache(maxsize=1)

@@ -264,15 +264,14 @@ class Pruning:
         return cls(data["signature"], verdicts, data["seconds"])
 
 
-def run_pipeline(model: onnx.ModelProto, names: Sequence[str]) -> list[Applied]:
-    """Apply ``names`` in order, skipping a pass that fails (its record says why); one record per pass."""
-    records = []
+def final_hash(model: onnx.ModelProto, names: Sequence[str]) -> str:
+    """The graph hash after applying ``names`` in order, a pass that fails being skipped (one model held at a time)."""
+    current = graph_hash(model)
     for name in names:
         applied = apply_pass(name, model)
-        records.append(applied)
         if not applied.failed:
-            model = applied.model
-    return records
+            model, current = applied.model, applied.hash
+    return current
 
 
 def prune(model: onnx.ModelProto, names: Sequence[str] | None = None,
@@ -299,24 +298,25 @@ def prune(model: onnx.ModelProto, names: Sequence[str] | None = None,
     # The full pipeline: every pass that ran alone, in the catalogue's order, onnxruntime's full level last.
     body = [n for n in names if not verdicts[n].failed and not catalogue[n].terminal]
     pipeline = body + ([ORT_FULL] if ORT_FULL in names and not verdicts[ORT_FULL].failed else [])
-    models = [model]
-    records = []
-    for name in pipeline:
-        applied = apply_pass(name, models[-1])
-        records.append(applied)
-        models.append(models[-1] if applied.failed else applied.model)
-    final = graph_hash(models[-1])
-    hashes = [base] + [r.hash if not r.failed else None for r in records]
-    for position, (name, record) in enumerate(zip(pipeline, records)):
-        before = hashes[position] if hashes[position] is not None else graph_hash(models[position])
-        if record.failed or record.hash == before:
+    # Only the graphs before steps that changed nothing alone are kept: those steps are re-run without themselves.
+    current, current_hash = model, base
+    resume: dict[int, onnx.ModelProto] = {}
+    changed_at: dict[int, bool] = {}
+    for position, name in enumerate(pipeline):
+        applied = apply_pass(name, current)
+        changed_at[position] = not applied.failed and applied.hash != current_hash
+        if changed_at[position] and not verdicts[name].alone_changed:
+            resume[position] = current
+        if not applied.failed:
+            current, current_hash = applied.model, applied.hash
+    final = current_hash
+    del current
+    for position, name in enumerate(pipeline):
+        if not changed_at[position]:
             verdicts[name].dropped_changed = False
-            continue
-        if verdicts[name].alone_changed:
-            continue  # relevant already; leaving it out is not tried (dropped_changed stays None)
-        rest = run_pipeline(models[position], pipeline[position + 1:])
-        end = next((r.model for r in reversed(rest) if not r.failed), models[position])
-        verdicts[name].dropped_changed = graph_hash(end) != final
+        elif position in resume:
+            verdicts[name].dropped_changed = final_hash(resume.pop(position), pipeline[position + 1:]) != final
+        # else: relevant already; leaving it out is not tried (dropped_changed stays None)
     return Pruning(architecture_signature(model), verdicts, time.perf_counter() - start)
 
 

@@ -335,8 +335,10 @@ def measure_throughput(graphs: Sequence[Graph], model: onnx.ModelProto, batch: i
                 graph.throughput = None
                 continue
             try:
-                sessions[graph.hash] = _session(str(applied.graphs[digest].path), threads)
-            except Exception:  # the batched graph does not load
+                session = _session(str(applied.graphs[digest].path), threads)
+                session.run(None, dict(feeds))
+                sessions[graph.hash] = session
+            except Exception:  # the batched graph does not load or run (a reshape with batch 1 built in)
                 graph.throughput = None
         latencies = interleaved_latency(sessions, feeds, warmup=1, rounds=rounds) if sessions else {}
         for graph in graphs:
