@@ -75,10 +75,12 @@ def test_every_order_of_every_subset_when_few_with_onnxruntime_only_at_the_end()
 def test_a_seeded_sample_when_many_holds_each_pass_alone_and_reproduces():
     passes = [TRANSPOSE, FUSE_BN, "onnxoptimizer/fuse_pad_into_conv", "onnxoptimizer/eliminate_identity",
               "ort/all", "ort/basic"]
-    sample = candidate_pipelines(passes, budget=12, seed=3)
-    assert len(sample) == 12 and {(), *((p,) for p in passes)} <= set(sample)
-    assert sample == candidate_pipelines(passes, budget=12, seed=3)
-    assert sample != candidate_pipelines(passes, budget=12, seed=4)
+    sample = candidate_pipelines(passes, budget=14, seed=3)
+    assert len(sample) == 14 and {(), *((p,) for p in passes)} <= set(sample)
+    assert sample == candidate_pipelines(passes, budget=14, seed=3)
+    assert sample != candidate_pipelines(passes, budget=14, seed=4)
+    few = candidate_pipelines(passes, budget=6, seed=3)  # too small a budget for every pass alone
+    assert len(few) == 6 and () in few
 
 
 def test_pipelines_that_give_the_same_graph_are_one_graph_and_failures_are_recorded(tmp_path, monkeypatch):

@@ -54,8 +54,9 @@ def candidate_pipelines(passes: Sequence[str], budget: int, seed: int = 0) -> li
     """Pipelines over ``passes``: every order of every subset when there are at most ``budget``, else a seeded sample.
 
     onnxruntime's passes (terminal) only end a pipeline, one at most. A
-    sample holds the empty pipeline (the model as normalised) and each pass
-    alone, then seeded random orders of random subsets up to ``budget``.
+    sample holds the empty pipeline (the model as normalised), each pass
+    alone when there are fewer passes than half the budget, then seeded
+    random orders of random subsets up to ``budget``.
     """
     body = [p for p in passes if not is_terminal(p)]
     ends: list[str | None] = [None, *[p for p in passes if is_terminal(p)]]
@@ -64,7 +65,9 @@ def candidate_pipelines(passes: Sequence[str], budget: int, seed: int = 0) -> li
                  for order in permutations(body, k) for end in ends]
         return sorted(found, key=lambda p: (len(p), p))
     rng = random.Random(seed)
-    chosen: set[Pipeline] = {(), *((p,) for p in passes)}  # each pass alone, then random orders
+    chosen: set[Pipeline] = {()}
+    if len(passes) < budget // 2:  # each pass alone when that leaves half the budget to random orders
+        chosen |= {(p,) for p in passes}
     attempts = 0
     while len(chosen) < budget and attempts < 100 * budget:
         attempts += 1
