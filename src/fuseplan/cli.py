@@ -407,6 +407,8 @@ def passes_command(
     batch: Annotated[int, typer.Option(help="Batch size of the throughput figure.")] = 4,
     random_orders: Annotated[int, typer.Option(
         "--random", help="Random orders of the unpruned passes measured for comparison.")] = 4,
+    only: Annotated[Optional[str], typer.Option(
+        "--passes", help="Comma-separated pass names to consider (default: every pass of --list).")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(
         help="Where pruning decisions are kept, by architecture signature (default ~/.cache/fuseplan).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Prune afresh and keep nothing.")] = False,
@@ -438,7 +440,15 @@ def passes_command(
     from fuseplan.graph import read_model
     from fuseplan.passes.external import require_external_passes
 
-    require_external_passes()
+    catalogue = require_external_passes()
+    names = None
+    if only is not None:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in catalogue]
+        if unknown or not names:
+            problem = f"unknown pass {unknown[0]!r}" if unknown else "--passes names no pass"
+            raise FuseplanError(f"{problem}; `fuseplan passes --list` shows the passes")
+        names = [n for n in catalogue if n in names]  # the registry's order
     source_model = read_model(source)
     if external_data_files(source_model, source.parent):
         raise FuseplanError(f"{source}: keeps its weights in external data files; passes need them inside the model")
@@ -447,9 +457,9 @@ def passes_command(
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=stderr, transient=True, disable=as_json or not stderr.is_terminal)
     with progress, tempfile.TemporaryDirectory(prefix="fuseplan-passes-") as directory:
-        passes_total = len(require_external_passes())
+        passes_total = len(names or catalogue)
         task = progress.add_task(f"prune {name}", total=passes_total)
-        pruning = cached_prune(start_model, None if no_cache else (cache_dir or default_cache_dir()),
+        pruning = cached_prune(start_model, None if no_cache else (cache_dir or default_cache_dir()), names,
                                on_pass=lambda _: progress.advance(task))
         progress.update(task, completed=passes_total)
 

@@ -140,10 +140,11 @@ def test_fuseplan_passes_searches_measures_and_writes_the_best_graph(cli, tmp_pa
     onnx.save(conv_bn(), source)
     best = tmp_path / "best.onnx"
     result = cli("passes", source, "--budget", "4", "--random", "1", "--cache-dir", tmp_path / "cache", "--json",
-                 "-o", best, "--batch", "1")
+                 "-o", best, "--batch", "1", "--passes", f"ort/all,{FUSE_BN},{TRANSPOSE},onnxoptimizer/fuse_qkv")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["signature"] == "batchnorm" and FUSE_BN in report["pruning"]["relevant"]
+    assert report["signature"] == "batchnorm" and set(report["pruning"]["relevant"]) == {"ort/all", FUSE_BN, TRANSPOSE}
+    assert report["pruning"]["irrelevant"] == ["onnxoptimizer/fuse_qkv"]
     assert report["best"]["verified"] and report["comparison"]["baseline"]["pipeline"] == ["ort/all"]
     assert all(g["verified"] or g["problem"] for g in report["graphs"])
     assert report["pareto_front"] and onnx.load(best).graph.node
@@ -171,6 +172,8 @@ def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):
     assert_one_line_error(cli("passes", source, "--objective", "speed"), "--objective")
     assert_one_line_error(cli("passes", source, "--budget", "0"), "--budget must be at least 1")
     assert_one_line_error(cli("passes"), "give a MODEL")
+    assert_one_line_error(cli("passes", source, "--passes", f"{FUSE_BN},onnxoptimizer/fuse_everything"),
+                          "unknown pass 'onnxoptimizer/fuse_everything'")
     assert_one_line_error(cli("passes", source, "-o", source), "")
     assert_one_line_error(cli("passes", tmp_path / "missing.onnx"), "")
     listed = cli("passes", "--list", "--json")
