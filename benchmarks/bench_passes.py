@@ -73,8 +73,12 @@ def compare_one(name: str, model: onnx.ModelProto, pruning, args) -> dict:
         entry = {"model": name, "signature": pruning.signature, "distinct_graphs": len(graphs),
                  "verified": sum(g.verified for g in graphs.values()),
                  "discarded": {g.hash[:16]: g.problem for g in graphs.values() if not g.verified}}
+        measured = ("max_error", "latency_seconds", "throughput", "peak_memory_bytes", "dram_bytes", "problem")
         for label, applied in runs.items():
-            own = [graphs[d] for d in applied.graphs]
+            own = list(applied.graphs.values())  # this set's own pipelines, with the shared measurements
+            for graph in own:
+                for key in measured:
+                    setattr(graph, key, getattr(graphs[graph.hash], key))
             best = best_graph(own, "latency")
             optimisation = applied.seconds + (pruning.seconds if label == "selected" else 0.0)
             entry[label] = {
