@@ -25,10 +25,13 @@ def _mb(graph: dict | None) -> str:
     return "-" if not graph or graph["dram_bytes"] is None else f"{graph['dram_bytes'] / 2**20:.2f}"
 
 
-def _pipeline(graph: dict | None) -> str:
+def _pipeline(graph: dict | None, shown: int = 4) -> str:
     if not graph:
         return "-"
-    return " > ".join(f"`{step}`" for step in graph["pipeline"]) or "(no pass)"
+    steps = [f"`{step}`" for step in graph["pipeline"]]
+    if len(steps) > shown + 1:  # a long random order: its ends and how many passes lie between
+        steps = [*steps[:shown - 1], f"... {len(steps) - shown} more ...", steps[-1]]
+    return " > ".join(steps) or "(no pass)"
 
 
 def pruning_tables(document: dict) -> list[str]:
