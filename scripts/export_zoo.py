@@ -1,4 +1,4 @@
-"""Export weight-stripped ONNX graphs of torchvision CNNs for fuseplan's model zoo.
+"""Export weight-stripped ONNX graphs of torchvision CNNs (and a small transformer encoder) for fuseplan's model zoo.
 
 This is a one-off maintenance tool. Nothing in fuseplan imports torch or
 torchvision; the package only ships the ``.onnx`` files this script writes:
@@ -26,7 +26,9 @@ Run it from a throw-away virtual environment outside the repository::
     /tmp/zoo-venv/bin/pip install torch==2.13.0 torchvision==0.28.0 onnx
     /tmp/zoo-venv/bin/python scripts/export_zoo.py
 
-Pin torch exactly: a looser spec pulls a multi-GB CUDA build.
+Pin torch exactly: a looser spec pulls a multi-GB CUDA build. The transformer
+encoder (``bert_encoder``) needs torch only: ``--only bert_encoder`` runs
+without torchvision installed.
 
 The torchvision placeholder trick
 ---------------------------------
@@ -60,6 +62,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "src" / "fuseplan" / "zoo" / "models"
 DEFAULT_FIXTURES = REPO_ROOT / "tests" / "data"
+DEFAULT_TRANSFORMERS = REPO_ROOT / "src" / "fuseplan" / "zoo" / "transformers"
 
 # Float tensors up to this many elements keep their data (small biases,
 # Resize scales, ...); larger ones are stripped.
@@ -107,7 +110,47 @@ def _import_torchvision():
     return torchvision
 
 
-tv = _import_torchvision()
+# The transformer encoder below needs only torch; without torchvision the CNNs cannot be exported.
+tv = _import_torchvision() if importlib.util.find_spec("torchvision") is not None else None
+
+
+class _EncoderLayer(torch.nn.Module):
+    """One post-norm BERT encoder layer, written out so the graph shows its MatMuls, Softmax and LayerNorms."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.query, self.key, self.value = (torch.nn.Linear(hidden, hidden) for _ in range(3))
+        self.attention_out = torch.nn.Linear(hidden, hidden)
+        self.attention_norm = torch.nn.LayerNorm(hidden)
+        self.intermediate = torch.nn.Linear(hidden, ffn)
+        self.output = torch.nn.Linear(ffn, hidden)
+        self.output_norm = torch.nn.LayerNorm(hidden)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, _ = x.shape
+        return x.reshape(batch, tokens, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, hidden = x.shape
+        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(batch, tokens, hidden)
+        x = self.attention_norm(x + self.attention_out(context))
+        return self.output_norm(x + self.output(torch.nn.functional.gelu(self.intermediate(x))))
+
+
+class _Encoder(torch.nn.Module):
+    """A small BERT-like encoder over token embeddings (the embedding lookup is left out: inputs are floats)."""
+
+    def __init__(self, layers: int = 4, hidden: int = 256, heads: int = 4, ffn: int = 1024) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_EncoderLayer(hidden, heads, ffn) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
 
 
 # --------------------------------------------------------------------------
@@ -181,6 +224,17 @@ ZOO: list[ExportSpec] = [
             "weights=None, weights_backbone=None, aux_loss=False)['out']"
         ),
         input_shape=(1, 3, 513, 513),
+    ),
+]
+
+# Transformer encoders: not among the reference CNNs (zoo.names()), listed by zoo.transformer_names().
+TRANSFORMERS: list[ExportSpec] = [
+    ExportSpec(
+        name="bert_encoder",
+        build=_Encoder,
+        source="scripts/export_zoo.py _Encoder(layers=4, hidden=256, heads=4, ffn=1024), 128 tokens",
+        input_shape=(1, 128, 256),
+        require_ops=frozenset({"MatMul", "Softmax", "LayerNormalization", "Erf"}),
     ),
 ]
 
@@ -369,13 +423,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="directory for the zoo models (default: %(default)s)")
+    parser.add_argument("--transformers", type=Path, default=DEFAULT_TRANSFORMERS,
+                        help="directory for the transformer encoders (default: %(default)s)")
     parser.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES,
                         help="directory for the test fixtures (default: %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="export only these zoo models / fixtures")
     args = parser.parse_args(argv)
 
-    jobs = [(spec, args.out) for spec in ZOO] + [(spec, args.fixtures) for spec in FIXTURES]
+    jobs = [(spec, args.out) for spec in ZOO] + [(spec, args.transformers) for spec in TRANSFORMERS]
+    jobs += [(spec, args.fixtures) for spec in FIXTURES]
     if args.only:
         known = {spec.name for spec, _ in jobs}
         unknown = set(args.only) - known

@@ -297,7 +297,7 @@ def model_path(source: str | Path) -> tuple[Path, str]:
         exported = exported_factory(str(source))
         return exported, exported.stem
     path = Path(source)
-    if not path.exists() and str(source) in zoo.names():
+    if not path.exists() and str(source) in zoo.names() + zoo.transformer_names():
         return zoo.path(str(source)), str(source)
     if not path.exists() and path.suffix.lower() != ".onnx" and "/" not in str(source):
         raise FuseplanError(

@@ -20,13 +20,30 @@ DEFAULT_PASSES: tuple[str, ...] = ("fix-input-shapes", "infer-shapes", "fold-con
 
 def make_pass(name: str, **options: Any) -> Pass:
     """The pass registered as ``name``, built with ``options``."""
-    cls = PASSES.get(name)
+    cls = PASSES.get(name) or _external_pass(name)
     if cls is None:
-        raise FuseplanError(f"unknown pass {name!r}; the passes are {', '.join(PASSES)}")
+        raise FuseplanError(f"unknown pass {name!r}; the passes are {', '.join(PASSES)} and those "
+                            "`fuseplan passes --list` shows")
     try:
         return cls(**options)
     except TypeError:
         raise FuseplanError(f"pass {name!r} does not take the options {sorted(options)}") from None
+
+
+def _external_pass(name: str) -> type[Pass] | None:
+    # Wrapped passes of other libraries are found only when asked for: listing them imports those libraries.
+    if "/" not in name:
+        return None
+    from fuseplan.passes.external import external_passes
+
+    return external_passes().get(name)
+
+
+def all_passes() -> dict[str, type[Pass]]:
+    """Every pass by name: fuseplan's own (:data:`PASSES`) and the wrapped passes of installed libraries."""
+    from fuseplan.passes.external import external_passes
+
+    return {**PASSES, **external_passes()}
 
 
 def default_passes(input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[Pass]:

@@ -1,0 +1,133 @@
+"""Pass selection benchmarks: which passes matter to which architecture, and what pruning buys in a search.
+
+Two parts, written to ``benchmarks/results/passes.json`` (rewritten after each model, so an interrupted run keeps
+what it finished):
+
+* ``pruning``: every wrapped pass pruned afresh on each model (no cache); the relevant passes, the fraction
+  pruned and the time it took; ``summarize_passes.py`` turns it into the pass-by-signature table.
+* ``comparison``: on a smaller set, a search over the relevant passes (pruning time included) against a search
+  over the whole registry with the same budget, onnxruntime's full level (the baseline) and random orders; all
+  their distinct graphs measured together (interleaved latency, DRAM, verification).
+
+Run (about 15 minutes on two busy cores)::
+
+    nice -n 15 python benchmarks/bench_passes.py [--budget 16] [--rounds 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+from fuseplan.files import write_text
+from fuseplan.graph import model_path, read_model
+from fuseplan.passes.select import normalise, prune
+from fuseplan.rewrite.pass_search import (
+    apply_pipelines, best_graph, candidate_pipelines, measure_graphs, random_pipelines,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+PRUNED = ("squeezenet", str(DATA / "googlenet_opset13.onnx"), "resnet18", "mobilenet_v2", "mobilenet_v3_small",
+          "efficientnet_b0", "bert_encoder", str(DATA / "shufflenet_v2_x0_5_opset11_bn.onnx"))
+COMPARED = ("squeezenet", "resnet18", "mobilenet_v3_small", "bert_encoder")
+
+
+def prune_one(source: str, seed: int) -> tuple[dict, onnx.ModelProto, object]:
+    path, name = model_path(source)
+    model = normalise(read_model(path), seed=seed)
+    pruning = prune(model)
+    entry = {"model": name, **pruning.to_json()}
+    total = len(pruning.verdicts)
+    entry["fraction_pruned"] = round(len(pruning.irrelevant) / total, 4)
+    print(f"{name}: {pruning.signature}; {len(pruning.relevant)} of {total} relevant, "
+          f"{len(pruning.failed)} failed, {pruning.seconds:.1f} s", flush=True)
+    return entry, model, pruning
+
+
+def compare_one(name: str, model: onnx.ModelProto, pruning, args) -> dict:
+    usable = [n for n in pruning.verdicts if not pruning.verdicts[n].failed]
+    selected = candidate_pipelines(pruning.relevant, args.budget, args.seed)
+    unpruned = candidate_pipelines(usable, args.budget, args.seed)
+    randoms = random_pipelines(usable, args.random, args.seed)
+    with tempfile.TemporaryDirectory(prefix="bench-passes-") as directory:
+        runs = {}
+        for label, pipelines in (("selected", selected), ("full_registry", unpruned), ("random", randoms),
+                                 ("baseline", [("ort/all",)])):
+            target = Path(directory) / label
+            target.mkdir()
+            runs[label] = apply_pipelines(model, pipelines, target)
+        # one measurement of every distinct graph, so that all sets are timed in the same interleaved rounds
+        graphs = {}
+        for applied in runs.values():
+            for digest, graph in applied.graphs.items():
+                graphs.setdefault(digest, graph)
+        measure_graphs(list(graphs.values()), model, seed=args.seed, rounds=args.rounds)
+        entry = {"model": name, "signature": pruning.signature, "distinct_graphs": len(graphs),
+                 "verified": sum(g.verified for g in graphs.values()),
+                 "discarded": {g.hash[:16]: g.problem for g in graphs.values() if not g.verified}}
+        measured = ("max_error", "latency_seconds", "throughput", "peak_memory_bytes", "dram_bytes", "problem")
+        for label, applied in runs.items():
+            own = list(applied.graphs.values())  # this set's own pipelines, with the shared measurements
+            for graph in own:
+                for key in measured:
+                    setattr(graph, key, getattr(graphs[graph.hash], key))
+            best = best_graph(own, "latency")
+            optimisation = applied.seconds + (pruning.seconds if label == "selected" else 0.0)
+            entry[label] = {
+                "pipelines": len({p for p in applied.by_pipeline} | set(applied.failed)),
+                "failed_pipelines": len(applied.failed), "distinct_graphs": len(own),
+                "optimisation_seconds": round(optimisation, 3),
+                "best": None if best is None else best.to_json(),
+                "best_dram": None if best_graph(own, "dram") is None else best_graph(own, "dram").to_json(),
+            }
+        sel, full = entry["selected"]["best"], entry["full_registry"]["best"]
+        if sel and full:
+            entry["latency_ratio_selected_to_full"] = round(sel["latency_seconds"] / full["latency_seconds"], 4)
+            entry["optimisation_time_ratio_full_to_selected"] = round(
+                entry["full_registry"]["optimisation_seconds"] / entry["selected"]["optimisation_seconds"], 2)
+    print(f"{name}: best latency selected {sel and sel['latency_seconds'] * 1e3:.2f} ms vs full registry "
+          f"{full and full['latency_seconds'] * 1e3:.2f} ms; optimisation "
+          f"{entry['selected']['optimisation_seconds']:.1f} s vs {entry['full_registry']['optimisation_seconds']:.1f} s",
+          flush=True)
+    return entry
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--random", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", nargs="*", default=None, help="models to prune (default: the set above)")
+    parser.add_argument("--compare", nargs="*", default=None, help="models to compare searches on")
+    parser.add_argument("--output", type=Path, default=RESULTS / "passes.json")
+    args = parser.parse_args()
+    compared = set(args.compare if args.compare is not None else COMPARED)
+    document = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                "python": platform.python_version(), "budget": args.budget, "random": args.random,
+                "rounds": args.rounds, "seed": args.seed, "threads": 1, "pruning": [], "comparison": []}
+    started = time.time()
+    for source in args.models or PRUNED:
+        entry, model, pruning = prune_one(source, args.seed)
+        entry["load_average"] = os.getloadavg()[0]
+        document["pruning"].append(entry)
+        if entry["model"] in compared:
+            comparison = compare_one(entry["model"], model, pruning, args)
+            comparison["load_average"] = os.getloadavg()[0]
+            document["comparison"].append(comparison)
+        document["total_seconds"] = round(time.time() - started, 1)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        write_text(args.output, json.dumps(document, indent=1) + "\n")
+    print(f"wrote {args.output} in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""Graph passes from well-kept libraries, each wrapped as a named pass of this stage.
+
+Five sources, each optional (a source whose library is missing contributes
+no passes):
+
+* ``onnxoptimizer/<name>``: one pass of onnxoptimizer (``get_available_passes()``);
+* ``onnx-ir/<name>``: one of onnx-ir's common passes;
+* ``ort/basic``, ``ort/extended``, ``ort/all``: onnxruntime's graph
+  optimisation levels, the model onnxruntime would run, saved
+  (``SessionOptions.optimized_model_filepath``);
+* ``ort/all-without:<transformer>``: the highest level with one of its
+  transformers or rewrite rules switched off by name (``disabled_optimizers``);
+* ``fuseplan/<rule>``: one of fuseplan's substitution rules applied at every
+  site it matches in one sweep.
+
+Whether a pass changed a model is never the library's word (onnx-ir's shape
+inference reports a change on every call): callers compare structural hashes.
+onnxruntime's passes are *terminal*: their output holds onnxruntime's own
+operators (``com.microsoft``), which the other libraries do not know, so
+they end a pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import onnx
+
+from fuseplan.errors import FuseplanError
+from fuseplan.passes.base import Pass
+from fuseplan.passes.prepare import _infer_shapes
+
+PASSES_HINT = "external passes need the passes extra: run pip install -e '.[passes,rewrite]' in the fuseplan checkout"
+
+# onnxoptimizer passes that change what the model computes or split it into several models: not optimisations.
+_ONNXOPTIMIZER_EXCLUDED = frozenset({"split_init", "split_predict", "rewrite_input_dtype", "nop"})
+# onnx-ir passes that only check a model or need arguments to mean anything.
+_ONNX_IR_EXCLUDED = frozenset({"CheckerPass"})
+
+# onnxruntime's CPU graph transformers and rewrite rules, by the names ``disabled_optimizers`` takes
+# (onnxruntime/core/optimizer/graph_transformer_utils.cc, onnxruntime 1.32). A name that onnxruntime
+# does not know switches nothing off, so pruning finds it irrelevant rather than failing.
+ORT_TRANSFORMERS: tuple[str, ...] = (
+    # level 1 (basic) rewrite rules
+    "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout", "ExpandElimination",
+    "CastElimination", "PreShapeNodeElimination", "NoopElimination", "DivMulFusion", "FuseReluClip",
+    "GemmSumFusion", "GemmTransposeFusion", "NotWhereFusion", "ConvAddFusion", "ConvMulFusion", "ConvBNFusion",
+    "PadFusion", "MatmulBNFusion",
+    # level 1 transformers
+    "ConstantSharing", "CommonSubexpressionElimination", "ConstantFolding", "MatMulAddFusion", "ReshapeFusion",
+    "GeluFusion", "LayerNormFusion", "TransposeOptimizer",
+    # level 2 (extended)
+    "GemmActivationFusion", "ConvActivationFusion", "SimplifiedLayerNormFusion", "AttentionFusion",
+    "EmbedLayerNormFusion", "GatherSliceToSplitFusion", "GatherToSliceFusion", "MatmulTransposeFusion",
+    "BiasGeluFusion", "SkipLayerNormFusion", "FastGeluFusion", "QuickGeluFusion", "MatMulScaleFusion",
+    "BiasSoftmaxFusion", "BiasDropoutFusion",
+    # level 3 (all): layout
+    "NchwcTransformer",
+)
+ORT_LEVELS = ("basic", "extended", "all")
+
+
+@contextmanager
+def _quiet_native_output() -> Iterator[None]:
+    """Send what native code prints to stdout and stderr to /dev/null (onnxoptimizer reports every skip)."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    sink = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(sink, 1)
+        os.dup2(sink, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, sink):
+            os.close(fd)
+
+
+class ExternalPass(Pass):
+    """A pass wrapped from another library: :attr:`source` names it, :attr:`summary` says what it does."""
+
+    source: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    terminal: ClassVar[bool] = False  # its output holds operators only onnxruntime runs: it ends a pipeline
+    preserves_operators = False
+
+
+class OnnxOptimizerPass(ExternalPass):
+    source = "onnxoptimizer"
+    optimizer_pass: ClassVar[str] = ""
+
+    def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        import onnxoptimizer
+
+        with _quiet_native_output():
+            return onnxoptimizer.optimize(model, [self.optimizer_pass], fixed_point=False)
+
+
+class OnnxIrPass(ExternalPass):
+    source = "onnx-ir"
+    ir_pass: ClassVar[Callable[[], Any]]
+
+    def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        import onnx_ir as ir
+
+        working = ir.from_proto(model)
+        log = logging.getLogger("onnx_ir")
+        level = log.level
+        log.setLevel(logging.ERROR)  # its passes log every initializer they leave alone
+        try:
+            result = type(self).ir_pass()(working)
+        finally:
+            log.setLevel(level)
+        return ir.to_proto(result.model)
+
+
+class OrtPass(ExternalPass):
+    """onnxruntime's optimised graph at a level, with some transformers switched off."""
+
+    source = "onnxruntime"
+    terminal = True
+    level: ClassVar[str] = "all"
+    disabled: ClassVar[tuple[str, ...]] = ()
+
+    def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        import onnxruntime as ort
+
+        levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+        with tempfile.TemporaryDirectory(prefix="fuseplan-ort-") as directory:
+            target = os.path.join(directory, "optimised.onnx")
+            options = ort.SessionOptions()
+            options.graph_optimization_level = levels[self.level]
+            options.optimized_model_filepath = target
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=list(self.disabled))
+            return onnx.load(target)
+
+
+class RulePass(ExternalPass):
+    """One of fuseplan's substitution rules at every site it matches, found in one sweep, applied in graph order."""
+
+    source = "fuseplan"
+    rule: ClassVar[str] = ""
+
+    def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        import onnx_ir as ir
+
+        from fuseplan.passes.rules import RULES, RuleRefused
+
+        rule = RULES[self.rule]
+        working = ir.from_proto(model)
+        sites = rule.sites(working)
+        if not sites:
+            return model
+        for site in sites:
+            try:
+                rule.apply(working, site)
+            except RuleRefused:  # an earlier rewrite took the site
+                continue
+        result = ir.to_proto(working)
+        del result.graph.value_info[:]  # values the rule replaced or created: inference declares them afresh
+        return _infer_shapes(result)
+
+
+def _make(base: type[ExternalPass], name: str, summary: str, **attributes: Any) -> type[ExternalPass]:
+    class_name = "".join(part.capitalize() for part in name.replace("/", "_").replace("-", "_").replace(":", "_")
+                         .split("_"))
+    return type(class_name, (base,), {"name": name, "summary": summary, **attributes})
+
+
+def _onnxoptimizer_passes() -> list[type[ExternalPass]]:
+    try:
+        import onnxoptimizer
+    except ImportError:
+        return []
+    return [_make(OnnxOptimizerPass, f"onnxoptimizer/{name}", f"onnxoptimizer pass {name}", optimizer_pass=name)
+            for name in onnxoptimizer.get_available_passes() if name not in _ONNXOPTIMIZER_EXCLUDED]
+
+
+def _onnx_ir_passes() -> list[type[ExternalPass]]:
+    try:
+        import onnx_ir.passes.common as common
+    except ImportError:
+        return []
+    found = []
+    for attribute in sorted(dir(common)):
+        candidate = getattr(common, attribute)
+        if (not isinstance(candidate, type) or not attribute.endswith("Pass") or attribute in _ONNX_IR_EXCLUDED):
+            continue
+        summary = ((candidate.__doc__ or "").strip().splitlines() or [attribute])[0]
+        found.append(_make(OnnxIrPass, f"onnx-ir/{attribute[:-len('Pass')]}", summary, ir_pass=candidate))
+    return found
+
+
+def _ort_passes() -> list[type[ExternalPass]]:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return []
+    levels = [_make(OrtPass, f"ort/{level}", f"onnxruntime's {level} graph optimisations", level=level)
+              for level in ORT_LEVELS]
+    switched = [_make(OrtPass, f"ort/all-without:{name}", f"onnxruntime's all level without {name}",
+                      level="all", disabled=(name,)) for name in ORT_TRANSFORMERS]
+    return levels + switched
+
+
+# Rules that exist to let the rewrite search leave a local optimum: applied at every site they only grow the
+# graph (every 1x1 kernel made 3x3, every convolution split), so they are priced site by site by
+# `fuseplan rewrite` instead.
+_RULES_EXCLUDED = frozenset({"enlarge-conv-kernel", "split-conv-by-channels"})
+
+
+def _rule_passes() -> list[type[ExternalPass]]:
+    try:
+        from fuseplan.passes.rules import RULES
+    except ImportError:
+        return []
+    return [_make(RulePass, f"fuseplan/{name}", f"{rule.description or name}, at every site", rule=name)
+            for name, rule in RULES.items() if name not in _RULES_EXCLUDED]
+
+
+@lru_cache(maxsize=1)
+def external_passes() -> dict[str, type[ExternalPass]]:
+    """Every wrapped pass whose library is installed, by name, in the order a full pipeline runs them.
+
+    onnx-ir's and onnxoptimizer's clean-ups come first, then fuseplan's
+    rules (some grow the graph, so they run late), then onnxruntime's,
+    which end a pipeline.
+    """
+    found: dict[str, type[ExternalPass]] = {}
+    for cls in [*_onnx_ir_passes(), *_onnxoptimizer_passes(), *_rule_passes(), *_ort_passes()]:
+        found[cls.name] = cls
+    return found
+
+
+def require_external_passes() -> dict[str, type[ExternalPass]]:
+    """:func:`external_passes`, or one clear error when no source is installed."""
+    found = external_passes()
+    if not any(cls.source in ("onnxoptimizer", "onnxruntime") for cls in found.values()):
+        raise FuseplanError(PASSES_HINT)
+    return found

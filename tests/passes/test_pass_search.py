@@ -1,0 +1,181 @@
+"""The pass search: candidate pipelines, deduplication by hash, verification, the Pareto front and `fuseplan passes`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("onnxoptimizer", reason="the passes extra is not installed")
+pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
+pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+
+from fuseplan.passes import InferShapes  # noqa: E402
+from fuseplan.passes.external import ExternalPass, external_passes  # noqa: E402
+from fuseplan.passes.select import normalise, prune  # noqa: E402
+from fuseplan.rewrite.pass_search import (  # noqa: E402
+    Graph, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs, pareto_front,
+)
+from tests.cli.inprocess import assert_one_line_error, cli  # noqa: E402,F401
+
+TRANSPOSE = "onnxoptimizer/eliminate_nop_transpose"
+FUSE_BN = "onnxoptimizer/fuse_bn_into_conv"
+
+
+def conv_bn() -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu -> Transpose with the identity permutation."""
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((8, 4, 3, 3)), "s": rng.random(8) + 0.5, "b": rng.standard_normal(8),
+               "m": rng.standard_normal(8), "v": rng.random(8) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 1, 2, 3])]
+    graph = helper.make_graph(nodes, "conv_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in weights.items()])
+    return InferShapes().transform(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+class ReluToSigmoid(ExternalPass):
+    """A valid model that computes something else: verification must catch it."""
+
+    name, source = "test/relu-to-sigmoid", "test"
+
+    def transform(self, model):
+        result = onnx.ModelProto()
+        result.CopyFrom(model)
+        for node in result.graph.node:
+            if node.op_type == "Relu":
+                node.op_type = "Sigmoid"
+        return result
+
+
+class Throws(ExternalPass):
+    name, source = "test/throws", "test"
+
+    def transform(self, model):
+        raise RuntimeError("cannot")
+
+
+def test_every_order_of_every_subset_when_few_with_onnxruntime_only_at_the_end():
+    passes = [TRANSPOSE, FUSE_BN, "ort/all"]
+    assert count_pipelines(2, 1) == 10
+    pipelines = candidate_pipelines(passes, budget=10)
+    assert len(pipelines) == len(set(pipelines)) == 10
+    assert (FUSE_BN, TRANSPOSE, "ort/all") in pipelines and (TRANSPOSE, FUSE_BN) in pipelines
+    assert all("ort/all" not in p[:-1] for p in pipelines)
+
+
+def test_a_seeded_sample_when_many_holds_each_pass_alone_and_reproduces():
+    passes = [TRANSPOSE, FUSE_BN, "onnxoptimizer/fuse_pad_into_conv", "onnxoptimizer/eliminate_identity",
+              "ort/all", "ort/basic"]
+    sample = candidate_pipelines(passes, budget=14, seed=3)
+    assert len(sample) == 14 and {(), *((p,) for p in passes)} <= set(sample)
+    assert sample == candidate_pipelines(passes, budget=14, seed=3)
+    assert sample != candidate_pipelines(passes, budget=14, seed=4)
+    few = candidate_pipelines(passes, budget=6, seed=3)  # too small a budget for every pass alone
+    assert len(few) == 6 and () in few
+
+
+def test_pipelines_that_give_the_same_graph_are_one_graph_and_failures_are_recorded(tmp_path, monkeypatch):
+    monkeypatch.setitem(external_passes(), Throws.name, Throws)
+    model = normalise(conv_bn())
+    applied = apply_pipelines(model, [(TRANSPOSE, FUSE_BN), (FUSE_BN, TRANSPOSE), (FUSE_BN,), (),
+                                      (FUSE_BN, "test/throws"), ("test/throws", TRANSPOSE)], tmp_path)
+    assert set(applied.failed) == {(FUSE_BN, "test/throws"), ("test/throws", TRANSPOSE)}
+    assert applied.failed[(FUSE_BN, "test/throws")] == "test/throws: cannot"
+    assert len(applied.graphs) == 3  # both orders of the two passes give one graph
+    both = applied.graphs[applied.by_pipeline[(TRANSPOSE, FUSE_BN)]]
+    assert sorted(both.pipelines) == sorted([(FUSE_BN, TRANSPOSE), (TRANSPOSE, FUSE_BN)])
+    assert applied.by_pipeline[(FUSE_BN, TRANSPOSE)] == both.hash
+    ops = {n.op_type for n in onnx.load(str(both.path)).graph.node}
+    assert "Conv" in ops and not ops & {"BatchNormalization", "Transpose"}  # onnxoptimizer computes the new weights
+    assert len(list(tmp_path.glob("*.onnx"))) == 3
+
+
+def test_every_graph_is_verified_against_the_original_and_one_that_differs_is_discarded(tmp_path, monkeypatch):
+    monkeypatch.setitem(external_passes(), ReluToSigmoid.name, ReluToSigmoid)
+    model = normalise(conv_bn())
+    applied = apply_pipelines(model, [(), (FUSE_BN,), ("ort/all",), (ReluToSigmoid.name,)], tmp_path)
+    graphs = list(applied.graphs.values())
+    measure_graphs(graphs, model, rounds=3)
+    wrong = applied.graphs[applied.by_pipeline[(ReluToSigmoid.name,)]]
+    assert not wrong.verified and "outputs differ" in wrong.problem and wrong.latency_seconds is None
+    good = [g for g in graphs if g is not wrong]
+    assert all(g.verified and g.max_error <= 1e-4 and g.latency_seconds > 0 for g in good)
+    fused = applied.graphs[applied.by_pipeline[(FUSE_BN,)]]
+    plain = applied.graphs[applied.by_pipeline[()]]
+    assert plain.dram_bytes is not None and fused.dram_bytes is not None
+    assert all(g.model_bytes == g.path.stat().st_size and g.peak_memory_bytes > 0 for g in good)
+    assert best_graph(graphs, "opt-time") is plain  # no pass takes no time
+    assert wrong not in pareto_front(graphs)
+
+
+def test_the_pareto_front_keeps_the_graphs_no_other_beats_on_every_measure():
+    def graph(name, latency, dram, seconds, verified=True):
+        g = Graph(name, [(name,)], seconds, Path(name), latency_seconds=latency, dram_bytes=dram, max_error=0.0)
+        g.problem = None if verified else "outputs differ"
+        return g
+
+    fast, lean, quick, beaten, wrong = (graph("fast", 1.0, 50, 1.0), graph("lean", 2.0, 10, 1.0),
+                                        graph("quick", 3.0, 60, 0.0), graph("beaten", 2.5, 55, 1.0),
+                                        graph("wrong", 0.1, 1, 0.0, verified=False))
+    front = pareto_front([fast, lean, quick, beaten, wrong])
+    assert {g.hash for g in front} == {"fast", "lean", "quick"}
+    unpriced = graph("unpriced", 0.5, None, 1.0)  # no DRAM figure counts as the worst
+    assert "unpriced" in {g.hash for g in pareto_front([fast, lean, unpriced])}
+    assert best_graph([fast, lean, wrong], "latency") is fast
+    assert best_graph([fast, lean, wrong], "dram") is lean
+    assert not math.isnan(fast.latency_seconds)
+
+
+def test_fuseplan_passes_searches_measures_and_writes_the_best_graph(cli, tmp_path):
+    source = tmp_path / "conv_bn.onnx"
+    onnx.save(conv_bn(), source)
+    best = tmp_path / "best.onnx"
+    result = cli("passes", source, "--budget", "4", "--random", "1", "--cache-dir", tmp_path / "cache", "--json",
+                 "-o", best, "--batch", "1", "--passes", f"ort/all,{FUSE_BN},{TRANSPOSE},onnxoptimizer/fuse_qkv")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["signature"] == "batchnorm" and set(report["pruning"]["relevant"]) == {"ort/all", FUSE_BN, TRANSPOSE}
+    assert report["pruning"]["irrelevant"] == ["onnxoptimizer/fuse_qkv"]
+    assert report["best"]["verified"] and report["comparison"]["baseline"]["pipeline"] == ["ort/all"]
+    assert all(g["verified"] or g["problem"] for g in report["graphs"])
+    assert report["pareto_front"] and onnx.load(best).graph.node
+    assert list((tmp_path / "cache").rglob("*.json"))  # the pruning was kept
+
+
+@pytest.mark.slow
+def test_fuseplan_passes_reuses_its_pruning_and_draws_the_front(cli, tmp_path):
+    source = tmp_path / "conv_bn.onnx"
+    onnx.save(conv_bn(), source)
+    picture = tmp_path / "pareto.png"
+    first = cli("passes", source, "--budget", "6", "--random", "2", "--cache-dir", tmp_path / "cache", "--json",
+                "--png", picture, "--batch", "2")
+    assert first.returncode == 0 and not json.loads(first.stdout)["pruning"]["cached"]
+    assert picture.read_bytes()[:4] == b"\x89PNG"
+    again = cli("passes", source, "--budget", "6", "--cache-dir", tmp_path / "cache", "--json")
+    assert json.loads(again.stdout)["pruning"]["cached"]
+    shown = cli("passes", source, "--budget", "4", "--random", "0", "--no-cache")
+    assert shown.returncode == 0 and "best by latency" in shown.stdout and "relevant:" in shown.stdout
+
+
+def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):
+    source = tmp_path / "conv_bn.onnx"
+    onnx.save(conv_bn(), source)
+    assert_one_line_error(cli("passes", source, "--objective", "speed"), "--objective")
+    assert_one_line_error(cli("passes", source, "--budget", "0"), "--budget must be at least 1")
+    assert_one_line_error(cli("passes"), "give a MODEL")
+    assert_one_line_error(cli("passes", source, "--passes", f"{FUSE_BN},onnxoptimizer/fuse_everything"),
+                          "unknown pass 'onnxoptimizer/fuse_everything'")
+    assert_one_line_error(cli("passes", source, "-o", source), "")
+    assert_one_line_error(cli("passes", tmp_path / "missing.onnx"), "")
+    listed = cli("passes", "--list", "--json")
+    assert listed.returncode == 0 and {"name": FUSE_BN, "source": "onnxoptimizer"}.items() <= next(
+        e for e in json.loads(listed.stdout) if e["name"] == FUSE_BN).items()
