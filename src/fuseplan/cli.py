@@ -485,7 +485,7 @@ def passes_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuseplan.passes.select import cached_prune, default_cache_dir, normalise
-    from fuseplan.rewrite.pass_search import pareto_front, search_passes
+    from fuseplan.rewrite.pass_search import search_passes
 
     if list_passes:
         _list_passes(as_json)

@@ -17,7 +17,6 @@ onnxruntime's full level (``ort/all``), applied as a pass.
 from __future__ import annotations
 
 import math
-import os
 import random
 import statistics
 import tempfile

@@ -22,7 +22,7 @@ from typing import Any
 
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_output_dir, read_input, write_text
-from fuseplan.sweep.config import Cell, SweepConfig
+from fuseplan.sweep.config import SweepConfig
 from fuseplan.sweep.executors import Executor
 
 FORMAT = "fuseplan-sweep"
