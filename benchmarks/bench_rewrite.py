@@ -17,6 +17,7 @@ import argparse
 import json
 import platform
 import time
+from math import prod
 from pathlib import Path
 
 from fuseplan import zoo
@@ -57,6 +58,11 @@ def sweep(model, name, objective, args, document, **where) -> None:
         save(document, args.output)
 
 
+def size(source: str) -> int:
+    model = read_model(model_path(source)[0])
+    return len(model.graph.node) * sum(prod(init.dims) for init in model.graph.initializer)
+
+
 def save(document: dict, path: Path) -> None:
     write_text(path, json.dumps(document, indent=1) + "\n")
 
@@ -72,9 +78,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.models:
         sources = args.models
-    else:  # smallest first, so a sweep cut short has the most models
-        sources = sorted([*zoo.names(), GOOGLENET],
-                         key=lambda s: len(read_model(model_path(s)[0]).graph.node))
+    else:  # cheapest first (operators x weights: candidates per expansion x cost of verifying one), so a sweep
+        sources = sorted([*zoo.names(), GOOGLENET], key=size)  # cut short has the most models
     document = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
                 "budget": args.budget, "time_limit_seconds": args.time_limit, "seed": args.seed,
                 "models": [model_path(s)[1] for s in sources], "runs": []}
