@@ -96,15 +96,22 @@ def apply_in_place(model: Any, rule: str, site: Sequence[str]) -> None:
     infer_missing_shapes(model)
 
 
-def apply_sequence(model: onnx.ModelProto, steps: Sequence[Mapping[str, Any]]) -> onnx.ModelProto:
-    """``model`` with ``steps`` applied in order (a new model; the ONNX graph is converted once each way and its
-    shapes re-inferred as a whole at the end)."""
+def apply_sequence(model: onnx.ModelProto, steps: Sequence[Mapping[str, Any]], *,
+                   reinfer: bool = True) -> onnx.ModelProto:
+    """``model`` with ``steps`` applied in order (a new model; the ONNX graph is converted once each way).
+
+    With ``reinfer`` the shapes are re-inferred over the whole model at the
+    end; without, the model keeps the shapes inferred node by node (enough
+    to run it, and much cheaper for a model that carries its weights).
+    """
     import onnx_ir as ir
 
     working = ir.from_proto(model)
     for step in steps:
         apply_in_place(working, step["rule"], step["site"])
     result = ir.to_proto(working)
+    if not reinfer:
+        return result
     del result.graph.value_info[:]  # values the rules replaced or created: inference declares them afresh
     return _infer_shapes(result)
 
