@@ -140,6 +140,7 @@ class _Search:
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
         self.initial = self.price(model, structural_hash(model))
         self.best_cost, self.best_steps, self.best_model, self.best_error = self.initial, [], model, 0.0
+        self.bound = self.initial  # the cheapest graph kept, verified or not
         self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, unpriced=0, verified=0,
                              verification_failures=0)
         self.interrupted = self.timed_out = False
@@ -152,6 +153,7 @@ class _Search:
                                 "and objective")
         self.best_cost, self.best_steps, self.best_model, self.best_error = (
             greedy.cost, list(greedy.steps), greedy.model, greedy.max_error)
+        self.bound = greedy.cost
         for name in self.counters:
             self.counters[name] = getattr(greedy, name)
         return {**greedy.greedy, "reused": True}
@@ -169,7 +171,16 @@ class _Search:
 
     def explore(self, entries: list[tuple[float, list[dict[str, Any]], onnx.ModelProto]], alpha: float,
                 budget: int, deadline: float | None) -> None:
-        """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best."""
+        """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best.
+
+        A graph is verified when it is popped to be expanded, not when it is
+        generated (most graphs a search keeps are never expanded); when the
+        phase ends, queued graphs cheaper than the best verified one are
+        verified cheapest first until one passes, so the best is always a
+        verified graph. ``bound`` is the cheapest graph kept so far, verified
+        or not: with no failures the search keeps exactly the graphs it
+        would keep if it verified each on the spot.
+        """
         import onnx_ir as ir
 
         counters = self.counters
@@ -184,11 +195,8 @@ class _Search:
         expanded = 0
         while queue and expanded < budget and not self.out_of_time(deadline):
             cost, _, _, steps, current, verified = heapq.heappop(queue)
-            if not verified:
-                counters["verified"] += 1
-                if not self.verifier.check(steps).passed:
-                    counters["verification_failures"] += 1
-                    continue
+            if not verified and not self.verify(cost, steps, current):
+                continue
             expanded += 1
             counters["expanded"] += 1
             working = ir.from_proto(current)
@@ -218,22 +226,34 @@ class _Search:
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue
-                if not candidate_cost < alpha * self.best_cost:
+                if not candidate_cost < alpha * self.bound:
                     continue
-                verified = False
-                if candidate_cost < self.best_cost:
-                    verification = self.verifier.check(candidate_steps)
-                    counters["verified"] += 1
-                    if not verification.passed:
-                        counters["verification_failures"] += 1
-                        continue
-                    verified = True
-                    self.best_cost, self.best_steps, self.best_model, self.best_error = (
-                        candidate_cost, candidate_steps, candidate, verification.max_error)
+                self.bound = min(self.bound, candidate_cost)
                 heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, candidate,
-                                       verified))
+                                       False))
             if self.on_expand is not None:
-                self.on_expand(counters["expanded"], self.best_cost)
+                self.on_expand(counters["expanded"], self.bound)
+        self.settle(queue)
+
+    def verify(self, cost: float, steps: list[dict[str, Any]], graph: onnx.ModelProto) -> bool:
+        """Run ``steps`` with onnxruntime against the original; a graph that passes may become the best."""
+        self.counters["verified"] += 1
+        verification = self.verifier.check(steps)
+        if not verification.passed:
+            self.counters["verification_failures"] += 1
+            return False
+        if cost < self.best_cost:
+            self.best_cost, self.best_steps, self.best_model, self.best_error = (
+                cost, steps, graph, verification.max_error)
+        return True
+
+    def settle(self, queue: list) -> None:
+        """Verify the queued graphs cheaper than the best verified one, cheapest first, until one passes."""
+        while queue and queue[0][0] < self.best_cost:
+            cost, _, _, steps, graph, verified = heapq.heappop(queue)
+            if verified or self.verify(cost, steps, graph):
+                break
+        self.bound = self.best_cost
 
     def _tick(self) -> int:
         self.pushed += 1
