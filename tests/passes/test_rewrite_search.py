@@ -145,6 +145,23 @@ def test_a_failing_rule_is_discarded_and_counted(monkeypatch):
     assert result.verification_failures >= 1 and result.steps == [] and result.cost == result.initial_cost
 
 
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypatch, corrupt):
+    from fuseplan.passes.rules import conv as conv_rules
+
+    if corrupt:
+        original = conv_rules._weights
+        monkeypatch.setattr(conv_rules, "_weights",
+                            lambda node: None if original(node) is None else original(node) * 1.01)
+    model = prepare_model(_parallel_convs(), "p")[0]
+    # A budget of one expands only the original: the merged graph is queued, never expanded.
+    result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024),
+                                 rules=["merge-parallel-convs"], alpha=1.0, budget=1)
+    assert result.expanded == 1 and result.verified == 1
+    assert result.verification_failures == int(corrupt)
+    assert (result.steps == []) == corrupt and (result.cost < result.initial_cost) != corrupt
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"alpha": 0.99}, "alpha must be at least 1"),
     ({"rules": ["no-such-rule"]}, "unknown rule 'no-such-rule'"),
