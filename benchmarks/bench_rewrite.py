@@ -3,12 +3,14 @@ under both schemes at 64 KB, 256 KB and 1 MB, and for latency, on every zoo mode
 
 Writes ``benchmarks/results/rewrite.json`` (one entry per run, written after each run, so an interrupted
 sweep keeps what it finished). Every search has an expansion budget and a wall-clock limit that stops its relaxed
-phase (never the greedy one); a run that hits the limit says so (``timed_out``). For each configuration the greedy
+phase; a run that hits the limit says so (``timed_out``). ``--greedy-time-limit`` also stops the greedy searches;
+every relaxed run of a configuration starts from that configuration's greedy result, so it is never worse. For each configuration the greedy
 search runs once and each relaxed search takes it as its first phase (``backtracking_search(greedy=...)``: the
 same result as running it again; its time counts in the relaxed run's time and limit). Models run smallest
 first. Run::
 
-    nice -n 15 python benchmarks/bench_rewrite.py [--budget 300] [--time-limit 10] [--models squeezenet ...]
+    nice -n 15 python benchmarks/bench_rewrite.py [--budget 300] [--time-limit 10] [--greedy-time-limit 60]
+        [--models squeezenet ...] [--resume]
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def entry_of(result, name, objective, alpha, **where) -> dict:
 
 def sweep(model, name, objective, args, document, **where) -> None:
     """The greedy search, then each relaxed one from it."""
-    greedy = backtracking_search(model, objective, alpha=1.0, budget=args.budget, seed=args.seed)
+    greedy = backtracking_search(model, objective, alpha=1.0, budget=args.budget, seed=args.seed,
+                                 greedy_time_limit=args.greedy_time_limit)
     document["runs"].append(entry_of(greedy, name, objective, 1.0, **where))
     save(document, args.output)
     for alpha in RELAXED:
@@ -56,6 +59,10 @@ def sweep(model, name, objective, args, document, **where) -> None:
                                       time_limit=args.time_limit, greedy=greedy)
         document["runs"].append(entry_of(relaxed, name, objective, alpha, **where))
         save(document, args.output)
+
+
+def configuration(run: dict) -> tuple:
+    return (run["model"], run["objective"], run.get("scheme"), run.get("buffer_kb"))
 
 
 def size(source: str) -> int:
@@ -71,6 +78,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=10.0)
+    parser.add_argument("--greedy-time-limit", type=float, default=None,
+                        help="seconds after which a greedy search stops (default: none); every alpha of a "
+                             "configuration starts from that same greedy result")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the configurations the output file already holds in full and run the rest")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--no-latency", action="store_true")
@@ -81,17 +93,29 @@ def main() -> None:
     else:  # cheapest first (operators x weights: candidates per expansion x cost of verifying one), so a sweep
         sources = sorted([*zoo.names(), GOOGLENET], key=size)  # cut short has the most models
     document = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-                "budget": args.budget, "time_limit_seconds": args.time_limit, "seed": args.seed,
+                "budget": args.budget, "time_limit_seconds": args.time_limit,
+                "greedy_time_limit_seconds": args.greedy_time_limit, "seed": args.seed,
                 "models": [model_path(s)[1] for s in sources], "runs": []}
+    done: set[tuple] = set()
+    if args.resume and args.output.exists():
+        previous = json.loads(args.output.read_text())
+        counts: dict[tuple, int] = {}
+        for run in previous["runs"]:
+            counts[configuration(run)] = counts.get(configuration(run), 0) + 1
+        done = {key for key, n in counts.items() if n == 1 + len(RELAXED)}
+        document["runs"] = [run for run in previous["runs"] if configuration(run) in done]
+        document["resumed_from"] = {k: previous.get(k) for k in ("time_limit_seconds", "greedy_time_limit_seconds")}
     started = time.time()
     for source in sources:
         path, name = model_path(source)
         model = prepare_model(read_model(path), name)[0]
         for scheme in SCHEMES:
             for kb in BUFFERS_KB:
+                if (name, "dram", scheme, kb) in done:
+                    continue
                 objective = make_objective("dram", scheme=scheme, buffer_bytes=kb * 1024)
                 sweep(model, name, objective, args, document, scheme=scheme, buffer_kb=kb)
-        if not args.no_latency:
+        if not args.no_latency and (name, "latency", None, None) not in done:
             objective = make_objective("latency", cache=RESULTS / "rewrite_latency_cache.json", seed=args.seed)
             sweep(model, name, objective, args, document, macs_before=model_macs(model))
             objective.save()

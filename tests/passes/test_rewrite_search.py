@@ -259,6 +259,15 @@ def test_a_time_limit_stops_the_relaxed_phase_and_never_the_greedy_one():
     assert result.timed_out and result.expanded == greedy.expanded and result.steps == greedy.steps
 
 
+def test_a_greedy_time_limit_cuts_the_greedy_phase_and_relaxed_runs_from_it_are_never_worse():
+    model = prepare_model(_parallel_convs(), "p")[0]
+    objective = make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024)
+    cut = backtracking_search(model, objective, alpha=1.0, budget=3, greedy_time_limit=0.0)
+    assert cut.timed_out and cut.greedy["timed_out"] and cut.expanded == 0 and cut.steps == []
+    relaxed = backtracking_search(model, objective, alpha=1.05, budget=3, greedy=cut)
+    assert not relaxed.timed_out and relaxed.cost <= cut.cost and relaxed.steps  # the relaxed phase found the merge
+
+
 def test_plan_rewrite_alpha_below_one_is_one_clear_error(tmp_path):
     source = tmp_path / "parallel.onnx"
     onnx.save(_parallel_convs(), source)
