@@ -28,7 +28,7 @@ def main() -> None:
             if r is None:
                 cells.append("–")
                 continue
-            mark = "*" if r["timed_out"] else ""
+            mark = "*" if r["timed_out"] else ""  # alpha 1: the greedy time limit; others: the relaxed one
             cells.append(f"{r['change_percent']:+.2f}% ({len(r['steps'])} st, {r['expanded']} exp{mark})")
         used = sorted({rule for r in by_alpha.values() for rule in r["rules_used"]})
         print(f"| {model} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
@@ -57,7 +57,7 @@ def speed(runs: list[dict]) -> None:
         if r["alpha"] == 1 and r["objective"] == "dram":
             greedy[r["model"]].append(r)
     print("\n| model | greedy searches | greedy time (min–max) | expanded (min–max) | candidates per expansion | "
-          "ms per candidate |")
+          "wall ms per candidate |")
     print("|---|---|---|---|---|---|")
     for model, rs in greedy.items():
         seconds = [r["wall_seconds"] for r in rs]
