@@ -3,11 +3,10 @@ under both schemes at 64 KB, 256 KB and 1 MB, and for latency, on every zoo mode
 
 Writes ``benchmarks/results/rewrite.json`` (one entry per run, written after each run, so an interrupted
 sweep keeps what it finished). Every search has an expansion budget and a wall-clock limit that stops its relaxed
-phase; a run that hits the limit says so (``timed_out``). ``--greedy-time-limit`` also stops the greedy searches;
-every relaxed run of a configuration starts from that configuration's greedy result, so it is never worse. For each configuration the greedy
-search runs once and each relaxed search takes it as its first phase (``backtracking_search(greedy=...)``: the
-same result as running it again; its time counts in the relaxed run's time and limit). Models run smallest
-first. Run::
+phase; a run that hits the limit says so (``timed_out``). For each configuration the greedy search runs once and
+each relaxed search takes it as its first phase (``backtracking_search(greedy=...)``: the same result as running
+it again; its time counts in the relaxed run's time and limit), so no relaxed run is worse than it.
+``--greedy-time-limit`` also stops the greedy searches. Models run cheapest first. Run::
 
     nice -n 15 python benchmarks/bench_rewrite.py [--budget 300] [--time-limit 10] [--greedy-time-limit 60]
         [--models squeezenet ...] [--resume]
@@ -39,7 +38,8 @@ def entry_of(result, name, objective, alpha, **where) -> dict:
     entry = {"model": name, "objective": objective.name, **where, "alpha": alpha,
              "initial_cost": result.initial_cost, "cost": result.cost,
              "change_percent": round(100 * (result.cost - result.initial_cost) / result.initial_cost, 3),
-             "greedy_change_percent": round(100 * (result.greedy["cost"] - result.initial_cost) / result.initial_cost, 3),
+             "greedy_change_percent": round(100 * (result.greedy["cost"] - result.initial_cost)
+                                            / result.initial_cost, 3),
              "rules_used": sorted({step["rule"] for step in result.steps}),
              **{k: v for k, v in result.record().items() if k not in ("initial_cost", "cost")}}
     print(f"{name} {objective.name} {where} alpha {alpha}: {entry['change_percent']:+.2f}% "

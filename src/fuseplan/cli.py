@@ -168,7 +168,8 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
     rewrite: Annotated[bool, typer.Option(
         "--rewrite", help="First rewrite the graph (the rewrite command's search, dram objective at this scheme and "
-                          "buffer, alpha --rewrite-alpha), then plan the rewritten graph; the plan records the rewrite.")] = False,
+                          "buffer, alpha --rewrite-alpha), then plan the rewritten graph; the plan records the "
+                          "rewrite.")] = False,
     rewrite_budget: Annotated[int, typer.Option(min=1, help="Graphs the rewrite search may expand.")] = 300,
     rewrite_alpha: Annotated[float, typer.Option(
         help="Alpha of the rewrite search: keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,

@@ -11,5 +11,6 @@ from fuseplan.rewrite.objectives import (
 from fuseplan.rewrite.run import Rewritten, rewrite_model
 from fuseplan.rewrite.search import RewriteResult, backtracking_search
 
-__all__ = ["OBJECTIVES", "DramObjective", "GroupPrices", "LatencyObjective", "MacsObjective", "Objective", "RewriteResult", "Rewritten",
+__all__ = ["OBJECTIVES", "DramObjective", "GroupPrices", "LatencyObjective", "MacsObjective", "Objective",
+           "RewriteResult", "Rewritten",
            "backtracking_search", "make_objective", "measure_latency", "model_macs", "rewrite_model", "total_dram"]

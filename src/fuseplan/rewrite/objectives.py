@@ -79,8 +79,9 @@ class GroupPrices:
             label = (node.name, node.op_type, repr(sorted(node.attributes.items())), node.input_geometry,
                      node.weight_names, node.weight_numel, node.known_op,
                      tuple((tensors[t].name, tensors[t].shape, name_of(tensors[t].producer)) for t in node.inputs),
-                     tuple((tensors[t].name, tensors[t].shape, tuple(sorted(nodes[c].name for c in tensors[t].consumers)),
-                            tensors[t].is_model_output) for t in node.outputs))
+                     tuple((tensors[t].name, tensors[t].shape,
+                            tuple(sorted(nodes[c].name for c in tensors[t].consumers)), tensors[t].is_model_output)
+                           for t in node.outputs))
             ids.append(self.label_ids.setdefault(label, len(self.label_ids)))
         return ids
 
