@@ -223,8 +223,11 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan document instead of a summary.")] = False,
     rewrite: Annotated[bool, typer.Option(
         "--rewrite", help="First rewrite the graph (the rewrite command's search, dram objective at this scheme and "
-                          "buffer, alpha 1.05), then plan the rewritten graph; the plan records the rewrite.")] = False,
+                          "buffer, alpha --rewrite-alpha), then plan the rewritten graph; the plan records the "
+                          "rewrite.")] = False,
     rewrite_budget: Annotated[int, typer.Option(min=1, help="Graphs the rewrite search may expand.")] = 300,
+    rewrite_alpha: Annotated[float, typer.Option(
+        help="Alpha of the rewrite search: keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
 ) -> None:
     """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups all fit the buffer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -243,10 +246,12 @@ def plan(
     check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
     repair = make_splitter(splitter.value, refine=refine)
     rewritten = None
+    if not rewrite_alpha >= 1:
+        raise FuseplanError(f"--rewrite-alpha must be at least 1 (got {rewrite_alpha}); 1 is the greedy search")
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
         rewritten = _rewrite_search(_read_rewritable(source), model_path(model)[1], "dram", scheme.value,
-                                    buffer_bytes, bytes_per_element, 1.05, rewrite_budget, None, seed, shapes,
+                                    buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
                                     as_json)
     graph = _load(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
@@ -428,7 +433,7 @@ def rewrite(
         f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "
         f"{result.verification_failures} failed and discarded\n"
         f"search             {result.expanded} expanded, {result.generated} generated, {result.duplicates} duplicates, "
-        f"{result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}\n"
+        f"{result.unpriced} unpriced, {result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}\n"
         f"rewritten model written to {output}", highlight=False)
 
 

@@ -75,14 +75,55 @@ def test_search_returns_a_verified_sequence_that_replays_to_its_graph(alpha):
     assert result.verification_failures == 0 and result.max_error <= 1e-4
 
 
-def test_relaxed_search_is_never_worse_than_greedy_or_the_original():
-    model = _prepared("squeezenet")
-    objective = make_objective("dram", scheme="brr", buffer_bytes=64 * 1024)
-    greedy = backtracking_search(model, objective, alpha=1.0, budget=2, seed=0,
-                                 rules=["split-conv-by-channels", "enlarge-conv-kernel"])
-    relaxed = backtracking_search(model, objective, alpha=1.1, budget=2, seed=0,
-                                  rules=["split-conv-by-channels", "enlarge-conv-kernel"])
-    assert relaxed.cost <= greedy.cost <= greedy.initial_cost
+@pytest.mark.slow
+@pytest.mark.parametrize("source, scheme, rules", [
+    ("squeezenet", "brr", ["split-conv-by-channels", "enlarge-conv-kernel"]),
+    ("resnet18", "lbdf", ["split-conv-by-channels", "fuse-conv-add"]),
+    ("mobilenet_v3_small", "lbdf", ["split-conv-by-channels", "drop-identity-like"]),
+])
+def test_relaxed_search_is_never_worse_than_greedy_or_the_original(source, scheme, rules):
+    model = _prepared(source)
+    objective = make_objective("dram", scheme=scheme, buffer_bytes=64 * 1024)
+    greedy = backtracking_search(model, objective, alpha=1.0, budget=3, seed=0, rules=rules)
+    assert greedy.cost <= greedy.initial_cost
+    for alpha in (1.01, 1.1):
+        # A time limit of zero cuts the relaxed phase at once and never the greedy one.
+        for time_limit in (None, 0.0):
+            relaxed = backtracking_search(model, objective, alpha=alpha, budget=3, seed=0, rules=rules,
+                                          time_limit=time_limit)
+            assert relaxed.greedy["cost"] == greedy.cost and relaxed.greedy["expanded"] == greedy.expanded
+            assert relaxed.cost <= greedy.cost <= relaxed.initial_cost
+            assert relaxed.timed_out == (time_limit == 0.0 and relaxed.expanded < 3)
+    reused = backtracking_search(model, objective, alpha=1.1, budget=3, seed=0, rules=rules, greedy=greedy)
+    alone = backtracking_search(model, objective, alpha=1.1, budget=3, seed=0, rules=rules)
+    assert reused.steps == alone.steps and reused.cost == alone.cost and reused.expanded == alone.expanded
+    assert reused.greedy["reused"] and reused.wall_seconds >= greedy.wall_seconds
+
+
+def test_a_greedy_result_of_another_model_is_refused():
+    greedy = backtracking_search(prepare_model(_parallel_convs(), "p")[0], make_objective("macs"), alpha=1.0, budget=1)
+    with pytest.raises(FuseplanError, match="not a finished greedy search of this model"):
+        backtracking_search(_prepared("squeezenet"), make_objective("macs"), alpha=1.05, budget=1, greedy=greedy)
+
+
+def test_latency_skips_and_counts_graphs_with_an_operator_it_cannot_run_alone(tmp_path, monkeypatch):
+    from fuseplan.rewrite.objectives import LatencyObjective
+
+    measure = LatencyObjective._measure
+
+    def refuse_split(self, model, node, *args):
+        if node.op_type == "Split":
+            raise FuseplanError("onnxruntime cannot run the model: no kernel")
+        return measure(self, model, node, *args)
+
+    monkeypatch.setattr(LatencyObjective, "_measure", refuse_split)
+    objective = make_objective("latency", cache=tmp_path / "latency.json", repeats=1)
+    model = prepare_model(_parallel_convs(), "p")[0]
+    result = backtracking_search(model, objective, rules=["merge-parallel-convs"], alpha=1.0, budget=2)
+    assert result.unpriced == 1 and result.steps == [] and result.cost == result.initial_cost
+    assert list(objective.unmeasurable.values()) == ["Split"]
+    objective.save()
+    assert "Infinity" not in (tmp_path / "latency.json").read_text()
 
 
 @pytest.mark.slow
@@ -102,6 +143,23 @@ def test_a_failing_rule_is_discarded_and_counted(monkeypatch):
     result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024),
                                  rules=["merge-parallel-convs"], alpha=1.0, budget=3)
     assert result.verification_failures >= 1 and result.steps == [] and result.cost == result.initial_cost
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypatch, corrupt):
+    from fuseplan.passes.rules import conv as conv_rules
+
+    if corrupt:
+        original = conv_rules._weights
+        monkeypatch.setattr(conv_rules, "_weights",
+                            lambda node: None if original(node) is None else original(node) * 1.01)
+    model = prepare_model(_parallel_convs(), "p")[0]
+    # A budget of one expands only the original: the merged graph is queued, never expanded.
+    result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024),
+                                 rules=["merge-parallel-convs"], alpha=1.0, budget=1)
+    assert result.expanded == 1 and result.verified == 1
+    assert result.verification_failures == int(corrupt)
+    assert (result.steps == []) == corrupt and (result.cost < result.initial_cost) != corrupt
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -147,7 +205,8 @@ def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
     source = tmp_path / "parallel.onnx"
     onnx.save(_parallel_convs(), source)
     plan_file = tmp_path / "plan.json"
-    outcome = fuseplan("plan", source, "--buffer", "6KB", "--rewrite", "--rewrite-budget", "3", "-o", plan_file,
+    outcome = fuseplan("plan", source, "--buffer", "6KB", "--rewrite", "--rewrite-budget", "3", "--rewrite-alpha", "1",
+                       "-o", plan_file,
                        "--onnx-out", tmp_path / "annotated.onnx")
     assert outcome.returncode == 0, outcome.stderr
     document = json.loads(plan_file.read_text())
@@ -191,10 +250,31 @@ def test_rewrite_command_never_overwrites_its_input(tmp_path):
     assert source.read_bytes() == before
 
 
-def test_a_time_limit_stops_the_search_with_the_original_as_best():
+def test_a_time_limit_stops_the_relaxed_phase_and_never_the_greedy_one():
     model = prepare_model(_parallel_convs(), "p")[0]
-    result = backtracking_search(model, make_objective("macs"), time_limit=0.0)
-    assert result.timed_out and result.expanded == 0 and result.steps == [] and result.cost == result.initial_cost
+    objective = make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024)
+    greedy = backtracking_search(model, objective, alpha=1.0, budget=3, time_limit=0.0)
+    assert not greedy.timed_out and greedy.steps and greedy.cost < greedy.initial_cost
+    result = backtracking_search(model, objective, alpha=1.05, budget=3, time_limit=0.0)
+    assert result.timed_out and result.expanded == greedy.expanded and result.steps == greedy.steps
+
+
+def test_a_greedy_time_limit_cuts_the_greedy_phase_and_relaxed_runs_from_it_are_never_worse():
+    model = prepare_model(_parallel_convs(), "p")[0]
+    objective = make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024)
+    cut = backtracking_search(model, objective, alpha=1.0, budget=3, greedy_time_limit=0.0)
+    assert cut.timed_out and cut.greedy["timed_out"] and cut.expanded == 0 and cut.steps == []
+    relaxed = backtracking_search(model, objective, alpha=1.05, budget=3, greedy=cut)
+    assert not relaxed.timed_out and relaxed.cost <= cut.cost and relaxed.steps  # the relaxed phase found the merge
+
+
+def test_plan_rewrite_alpha_below_one_is_one_clear_error(tmp_path):
+    source = tmp_path / "parallel.onnx"
+    onnx.save(_parallel_convs(), source)
+    out = tmp_path / "plan.json"
+    assert_one_line_error(fuseplan("plan", source, "--rewrite", "--rewrite-alpha", "0.5", "-o", out),
+                          "--rewrite-alpha must be at least 1")
+    assert not out.exists()
 
 
 def test_models_with_external_weights_are_refused_by_both_rewriting_commands(tmp_path):

@@ -72,6 +72,8 @@ class Pass:
 
 def run_passes(model: onnx.ModelProto, passes: Sequence[Pass]) -> tuple[onnx.ModelProto, list[PassResult]]:
     """Run ``passes`` in order; the final model and one result per pass."""
+    if not passes:
+        return model, []  # nothing to record: hashing the model would be wasted work (it is priced per candidate)
     results: list[PassResult] = []
     current = structural_hash(model)
     for step in passes:

@@ -38,18 +38,87 @@ def rule_names(text: str) -> list[str]:
     return names
 
 
-def apply_substitution(model: onnx.ModelProto, rule: str, site: Sequence[str]) -> onnx.ModelProto:
-    """``model`` with ``rule`` applied at ``site`` (a new model; shapes re-inferred)."""
-    import onnx_ir as ir
+def infer_missing_shapes(model: Any) -> None:
+    """Give every node output of ``model`` (an onnx-ir model, nodes in topological order) that has no type or
+    shape the ones ONNX's per-node inference gives it.
 
+    Rules create values without shapes; inferring only those nodes keeps a
+    substitution local (re-inferring the whole model per candidate cost as
+    much as the substitution itself). Small integer initializers (split
+    sizes, shapes, pads) are passed as data, as whole-model inference would.
+    """
+    import onnx_ir as ir
+    from onnx import defs, shape_inference
+    from onnx_ir import serde
+
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
+    versions = dict(model.opset_imports)
+    for node in model.graph:
+        missing = [v for v in node.outputs if v.name and (v.type is None or v.shape is None)]
+        if not missing:
+            continue
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        try:
+            schema = defs.get_schema(node.op_type, versions.get(domain, 1), domain)
+        except defs.SchemaError:
+            continue  # an operator ONNX does not define: its outputs stay unknown, as with whole-model inference
+        types, data = {}, {}
+        for value in node.inputs:
+            if value is None or value.type is None:
+                continue
+            types[value.name] = serde.serialize_value(value).type
+            tensor = value.const_value
+            if (tensor is not None and value.is_initializer() and tensor.dtype in (ir.DataType.INT64, ir.DataType.INT32)
+                    and tensor.size <= _DATA_LIMIT):
+                data[value.name] = serde.serialize_tensor(tensor)
+        try:
+            inferred = shape_inference.infer_node_outputs(schema, serde.serialize_node(node), types, data,
+                                                          opset_imports=opsets)
+        except Exception:  # onnx raises its own inference errors; the value stays unknown and rules refuse
+            continue
+        for value in missing:
+            found = inferred.get(value.name)
+            if found is None or not found.HasField("tensor_type"):
+                continue
+            value.type = serde.deserialize_type_proto_for_type(found)
+            value.shape = serde.deserialize_type_proto_for_shape(found)
+
+
+_DATA_LIMIT = 1 << 16  # elements of an integer initializer passed to per-node inference as data
+
+
+def apply_in_place(model: Any, rule: str, site: Sequence[str]) -> None:
+    """Apply ``rule`` at ``site`` to the onnx-ir ``model`` in place and infer the new values' shapes."""
     rules = load_rules()
     if rule not in rules:
         raise FuseplanError(f"unknown rule {rule!r}; the rules are {', '.join(rules)}")
+    rules[rule].apply(model, site)
+    infer_missing_shapes(model)
+
+
+def apply_sequence(model: onnx.ModelProto, steps: Sequence[Mapping[str, Any]], *,
+                   reinfer: bool = True) -> onnx.ModelProto:
+    """``model`` with ``steps`` applied in order (a new model; the ONNX graph is converted once each way).
+
+    With ``reinfer`` the shapes are re-inferred over the whole model at the
+    end; without, the model keeps the shapes inferred node by node (enough
+    to run it, and much cheaper for a model that carries its weights).
+    """
+    import onnx_ir as ir
+
     working = ir.from_proto(model)
-    rules[rule].apply(working, site)
+    for step in steps:
+        apply_in_place(working, step["rule"], step["site"])
     result = ir.to_proto(working)
-    del result.graph.value_info[:]  # values the rule replaced or created: inference declares them afresh
+    if not reinfer:
+        return result
+    del result.graph.value_info[:]  # values the rules replaced or created: inference declares them afresh
     return _infer_shapes(result)
+
+
+def apply_substitution(model: onnx.ModelProto, rule: str, site: Sequence[str]) -> onnx.ModelProto:
+    """``model`` with ``rule`` applied at ``site`` (a new model; shapes re-inferred)."""
+    return apply_sequence(model, [{"rule": rule, "site": site}])
 
 
 class Rewrite(Pass):
@@ -75,6 +144,4 @@ class Rewrite(Pass):
         return {"steps": [dict(step) for step in self.steps]}
 
     def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        for step in self.steps:
-            model = apply_substitution(model, step["rule"], step["site"])
-        return model
+        return apply_sequence(model, self.steps) if self.steps else model

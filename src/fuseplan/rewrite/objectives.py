@@ -18,16 +18,17 @@ from typing import Any
 
 import onnx
 
-from fuseplan.cost import make_cost_model
+from fuseplan.cost import CostModel, make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
-from fuseplan.graph import graph_from_model
+from fuseplan.graph import CompGraph, graph_from_model
 from fuseplan.passes.prepare import known_shapes, node_attributes
 from fuseplan.plan import FusionProblem
 from fuseplan.search import candidate_orders, interval_dp
 
 
-def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per_element: int = 1) -> int:
+def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
+               prices: GroupPrices | None = None) -> int:
     """DRAM bytes of the best interval plan over the fuseable operators plus every unfuseable operator run alone.
 
     Counting the unfuseable operators keeps a rewrite from looking better by
@@ -35,15 +36,70 @@ def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per
     DP's optimum over its candidate orders (fast enough to price thousands of
     candidate graphs); the unfuseable operators are priced as plan.json's
     ``total_dram_bytes`` prices them, each run alone and tiled as its scheme
-    would (:meth:`~fuseplan.cost.CostModel.unfuseable_dram`).
+    would (:meth:`~fuseplan.cost.CostModel.unfuseable_dram`). ``prices``
+    shares group prices with other graphs priced under the same scheme and
+    buffer (:class:`GroupPrices`); the result is the same with or without it.
     """
     graph = graph_from_model(model, name="candidate", passes=[])
     problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
+    if prices is not None:
+        prices.attach(problem.cost)
     alone = problem.cost.unfuseable_dram()
     if not problem.fuseable:
         return alone
     best = min(interval_dp(problem, order)[1] for order in candidate_orders(problem).values())
     return int(best) + alone
+
+
+class GroupPrices:
+    """Prices of fusion groups shared by the graphs of one search, keyed by the groups' operators in context.
+
+    A rewrite changes a few operators; every group of the others keeps its
+    price. A group is identified by the labels of its operators, each label
+    holding what a group's price can depend on: the operator's name, type,
+    attributes, row geometry and weights, and for each of its tensors the
+    name, shape, producer and readers (by name) and whether it is a model
+    output. Operators a rewrite touched get new labels, so their groups are
+    priced afresh. Only for one scheme, buffer and element width.
+    """
+
+    def __init__(self) -> None:
+        self.label_ids: dict[tuple, int] = {}
+        self.prices: dict[frozenset[int], Any] = {}
+        self.hits = self.misses = 0
+
+    def labels(self, graph: CompGraph) -> list[int]:
+        nodes, tensors = graph.nodes, graph.tensors
+
+        def name_of(index: int | None) -> str | None:
+            return None if index is None else nodes[index].name
+
+        ids = []
+        for node in nodes:
+            label = (node.name, node.op_type, repr(sorted(node.attributes.items())), node.input_geometry,
+                     node.weight_names, node.weight_numel, node.known_op,
+                     tuple((tensors[t].name, tensors[t].shape, name_of(tensors[t].producer)) for t in node.inputs),
+                     tuple((tensors[t].name, tensors[t].shape,
+                            tuple(sorted(nodes[c].name for c in tensors[t].consumers)), tensors[t].is_model_output)
+                           for t in node.outputs))
+            ids.append(self.label_ids.setdefault(label, len(self.label_ids)))
+        return ids
+
+    def attach(self, cost: CostModel) -> None:
+        """Make ``cost`` look its groups' prices up here before pricing them (and keep what it prices)."""
+        labels, price = self.labels(cost.graph), cost.price
+
+        def shared(group):
+            key = frozenset(labels[v] for v in group)
+            found = self.prices.get(key)
+            if found is None:
+                self.misses += 1
+                found = self.prices[key] = price(group)
+            else:
+                self.hits += 1
+            return found
+
+        cost.price = shared
 
 
 def model_macs(model: onnx.ModelProto) -> int:
@@ -84,9 +140,10 @@ class DramObjective(Objective):
     def __init__(self, scheme: str = "lbdf", buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1,
                  **_: Any) -> None:
         self.scheme, self.buffer_bytes, self.bytes_per_element = scheme, buffer_bytes, bytes_per_element
+        self.prices = GroupPrices()  # the graphs one objective prices are mostly rewrites of each other
 
     def __call__(self, model: onnx.ModelProto) -> float:
-        return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element))
+        return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scheme": self.scheme, "buffer_bytes": self.buffer_bytes,
@@ -114,7 +171,10 @@ class LatencyObjective(Objective):
     once and kept in a cache file, as TASO does.
 
     Per-operator sums ignore what onnxruntime fuses across operators; the
-    rewrite command also measures the whole model before and after.
+    rewrite command also measures the whole model before and after. A graph
+    with an operator onnxruntime cannot run alone is priced as infinite (the
+    search skips and counts it); such configurations are remembered, not
+    written to the cache.
     """
 
     name, unit = "latency", "seconds"
@@ -130,6 +190,7 @@ class LatencyObjective(Objective):
             except (ValueError, TypeError, UnicodeDecodeError):
                 self.times = {}  # a damaged cache is rebuilt
         self.measured = 0
+        self.unmeasurable: dict[str, str] = {}  # configurations onnxruntime cannot run alone -> operator type
 
     def __call__(self, model: onnx.ModelProto) -> float:
         shapes, types = known_shapes(model)
@@ -142,8 +203,14 @@ class LatencyObjective(Objective):
                                     [[shapes.get(x), types.get(x), x in initializers] for x in node.input if x],
                                     [[shapes.get(x), types.get(x)] for x in node.output if x]], default=str)
             key = hashlib.sha256(signature.encode()).hexdigest()[:20]
+            if key in self.unmeasurable:
+                return float("inf")
             if key not in self.times:
-                self.times[key] = self._measure(model, node, shapes, types, initializers)
+                try:
+                    self.times[key] = self._measure(model, node, shapes, types, initializers)
+                except FuseplanError:  # onnxruntime cannot run this operator alone: the graph cannot be priced
+                    self.unmeasurable[key] = node.op_type
+                    return float("inf")
                 self.measured += 1
             total += self.times[key]
         return total

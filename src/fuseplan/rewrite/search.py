@@ -8,9 +8,16 @@ or is expanded, so no returned graph and no graph derived from one has
 failed verification; graphs the search only queued and never used are not
 run. ``alpha = 1`` is the greedy baseline; a larger alpha keeps graphs that
 are worse for now (relaxed substitutions) because a later substitution may
-make them better. A relaxed search first descends greedily, then explores
-from the original and the greedy result. The budget counts expanded graphs. The result is the best verified graph and the
-exact sequence of substitutions that produced it.
+make them better. A relaxed search first runs the greedy search to its end
+(no time limit cuts it), then explores from the original and the greedy
+result, so it is never worse than the greedy search. The budget counts
+expanded graphs. The result is the best verified graph and the exact
+sequence of substitutions that produced it.
+
+Graphs stay onnx-ir models while they are rewritten: an expanded graph is
+converted once, each candidate is a clone with one substitution applied and
+only the new values' shapes inferred, and a candidate reached by a set of
+substitutions already tried in another order is not built again.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import onnx
 
 from fuseplan.errors import FuseplanError
 from fuseplan.passes import structural_hash
-from fuseplan.passes.rewrite import apply_substitution, load_rules
+from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.passes.verify import Verifier
 from fuseplan.rewrite.objectives import Objective
 
@@ -43,33 +50,50 @@ class RewriteResult:
     generated: int
     duplicates: int
     refused: int
+    unpriced: int
     verified: int
     verification_failures: int
     max_error: float
     wall_seconds: float
     interrupted: bool = False
     timed_out: bool = False
+    greedy: dict[str, Any] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {"steps": self.steps, "initial_cost": self.initial_cost, "cost": self.cost,
                 "expanded": self.expanded, "generated": self.generated, "duplicates": self.duplicates,
-                "refused": self.refused, "verified": self.verified,
+                "refused": self.refused, "unpriced": self.unpriced, "verified": self.verified,
                 "verification_failures": self.verification_failures, "max_error": self.max_error,
                 "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted,
-                "timed_out": self.timed_out}
+                "timed_out": self.timed_out, "greedy": self.greedy}
 
 
 def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: Sequence[str] | None = None,
                         alpha: float = 1.05, budget: int = 300, seed: int = 0, time_limit: float | None = None,
-                        on_expand: Callable[[int, float], None] | None = None) -> RewriteResult:
+                        on_expand: Callable[[int, float], None] | None = None,
+                        greedy: RewriteResult | None = None, greedy_time_limit: float | None = None) -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
-    With ``alpha > 1`` the search first descends greedily (``alpha = 1``)
-    and then explores relaxed from the original and the greedy result, with
-    the budget and time that are left: so for the same budget and seed it is
-    never worse than the greedy search, and never worse than the original.
-    ``time_limit`` (seconds) stops the search once crossed, also within an
-    expansion; the result then says ``timed_out``.
+    With ``alpha > 1`` the search first runs the greedy search (``alpha =
+    1``) to its end and then explores relaxed from the original and the
+    greedy result, with the budget and time that are left: for the same
+    budget and seed it is never worse than the greedy search (whose result
+    is recorded in ``greedy``), and never worse than the original.
+    ``time_limit`` (seconds from the start) stops the relaxed phase once
+    crossed, also within an expansion; the result then says ``timed_out``.
+    It never cuts the greedy phase, so a time limit cannot make a relaxed
+    search worse than a greedy one.
+
+    ``greedy``, the result of a greedy search of the same model with the
+    same objective, rules, budget and seed, is taken as the first phase
+    instead of running it again (its time counts towards the time limit
+    and the wall time); the result is the one the search would find alone.
+
+    ``greedy_time_limit`` (seconds, none by default) does cut the greedy
+    phase: a relaxed search is then never worse than the greedy phase it
+    ran or was given, but may be worse than another greedy search cut at
+    another time. Give the same greedy result to every alpha to compare
+    them (as the benchmark does).
     """
     if not alpha >= 1:
         raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
@@ -81,102 +105,164 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     if unknown:
         raise FuseplanError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(registry)}")
     start = time.perf_counter()
-    search = _Search(model, objective, [(name, registry[name]) for name in names], seed,
-                     None if time_limit is None else start + time_limit, on_expand)
+    search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand)
+    if not search.initial < float("inf"):
+        raise FuseplanError(f"the {objective.name} objective cannot price the original model")
+    earlier = 0.0  # seconds of a reused greedy phase
     try:
-        search.explore([(search.initial, [], model)], 1.0, budget)
-        if alpha > 1 and not search.timed_out:
+        if greedy is None:
+            search.explore([(search.initial, [], model)], 1.0, budget,
+                           deadline=None if greedy_time_limit is None else start + greedy_time_limit)
+            record = {"cost": search.best_cost, "steps": len(search.best_steps),
+                      "expanded": search.counters["expanded"], "seconds": round(time.perf_counter() - start, 3),
+                      "timed_out": search.timed_out}
+        else:
+            record = search.adopt(greedy)
+            earlier = greedy.wall_seconds
+        if alpha > 1:
+            search.rng = random.Random(f"{seed}:relaxed")  # the same draws whether the greedy phase ran here or not
+            search.timed_out = False  # from here on: whether the relaxed phase was cut
             entries = [(search.initial, [], model)]
             if search.best_steps:
                 entries.append((search.best_cost, search.best_steps, search.best_model))
-            search.explore(entries, alpha, budget - search.counters["expanded"])
+            search.explore(entries, alpha, budget - search.counters["expanded"],
+                           deadline=None if time_limit is None else start + time_limit - earlier)
     except KeyboardInterrupt:
         search.interrupted = True
     return RewriteResult(model=search.best_model, steps=search.best_steps, initial_cost=search.initial,
                          cost=search.best_cost, max_error=search.best_error,
-                         wall_seconds=time.perf_counter() - start, interrupted=search.interrupted,
-                         timed_out=search.timed_out, **search.counters)
+                         wall_seconds=earlier + time.perf_counter() - start, interrupted=search.interrupted,
+                         timed_out=search.timed_out, greedy=record, **search.counters)
+
+
+def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
+    return frozenset((step["rule"], tuple(step["site"])) for step in steps)
 
 
 class _Search:
     """The state the greedy and the relaxed phase share: the best verified graph, counters, priced graphs."""
 
-    def __init__(self, model, objective, rules, seed, deadline, on_expand) -> None:
-        self.objective, self.rules, self.deadline, self.on_expand = objective, rules, deadline, on_expand
+    def __init__(self, model, objective, rules, seed, on_expand) -> None:
+        self.objective, self.rules, self.on_expand = objective, rules, on_expand
         self.verifier = Verifier(model, seed=seed)
         self.rng = random.Random(seed)
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
         self.initial = self.price(model, structural_hash(model))
         self.best_cost, self.best_steps, self.best_model, self.best_error = self.initial, [], model, 0.0
-        self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, verified=0, verification_failures=0)
+        self.bound = self.initial  # the cheapest graph kept, verified or not
+        self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, unpriced=0, verified=0,
+                             verification_failures=0)
         self.interrupted = self.timed_out = False
         self.pushed = 0
+
+    def adopt(self, greedy: RewriteResult) -> dict[str, Any]:
+        """Take a finished greedy search's result as this search's first phase; its record."""
+        if greedy.interrupted or not greedy.greedy or greedy.initial_cost != self.initial:
+            raise FuseplanError("the greedy result to start from is not a finished greedy search of this model "
+                                "and objective")
+        self.best_cost, self.best_steps, self.best_model, self.best_error = (
+            greedy.cost, list(greedy.steps), greedy.model, greedy.max_error)
+        self.bound = greedy.cost
+        for name in self.counters:
+            self.counters[name] = getattr(greedy, name)
+        return {**greedy.greedy, "reused": True}
 
     def price(self, model: onnx.ModelProto, digest: str) -> float:
         if digest not in self.costs:
             self.costs[digest] = self.objective(model)
         return self.costs[digest]
 
-    def out_of_time(self) -> bool:
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+    def out_of_time(self, deadline: float | None) -> bool:
+        if deadline is not None and time.perf_counter() > deadline:
             self.timed_out = True
-        return self.timed_out
+            return True
+        return False
 
     def explore(self, entries: list[tuple[float, list[dict[str, Any]], onnx.ModelProto]], alpha: float,
-                budget: int) -> None:
-        """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best."""
+                budget: int, deadline: float | None) -> None:
+        """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best.
+
+        A graph is verified when it is popped to be expanded, not when it is
+        generated (most graphs a search keeps are never expanded); when the
+        phase ends, queued graphs cheaper than the best verified one are
+        verified cheapest first until one passes, so the best is always a
+        verified graph. ``bound`` is the cheapest graph kept so far, verified
+        or not: with no failures the search keeps exactly the graphs it
+        would keep if it verified each on the spot.
+        """
         import onnx_ir as ir
 
         counters = self.counters
         queue = []
-        seen = set()
+        seen: set[str] = set()
+        tried: set[frozenset] = set()  # sets of substitutions already applied, in whatever order
         for cost, steps, graph in entries:
             seen.add(structural_hash(graph))
+            tried.add(_step_key(steps))
             queue.append((cost, self.rng.random(), self._tick(), steps, graph, True))
         heapq.heapify(queue)
         expanded = 0
-        while queue and expanded < budget and not self.out_of_time():
+        while queue and expanded < budget and not self.out_of_time(deadline):
             cost, _, _, steps, current, verified = heapq.heappop(queue)
-            if not verified:
-                counters["verified"] += 1
-                if not self.verifier.check(steps).passed:
-                    counters["verification_failures"] += 1
-                    continue
+            if not verified and not self.verify(cost, steps, current):
+                continue
             expanded += 1
             counters["expanded"] += 1
             working = ir.from_proto(current)
             for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
-                if self.out_of_time():
+                if self.out_of_time(deadline):
                     break
+                candidate_steps = [*steps, {"rule": name, "site": list(site)}]
+                key = _step_key(candidate_steps)
+                if key in tried:  # the same substitutions in another order: almost always the same graph
+                    counters["duplicates"] += 1
+                    continue
+                tried.add(key)
+                copy = working.clone()
                 try:
-                    candidate = apply_substitution(current, name, site)
+                    apply_in_place(copy, name, site)
                 except FuseplanError:  # the site vanished or a check failed on the copy
                     counters["refused"] += 1
                     continue
                 counters["generated"] += 1
+                candidate = ir.to_proto(copy)
                 digest = structural_hash(candidate)
                 if digest in seen:
                     counters["duplicates"] += 1
                     continue
                 seen.add(digest)
                 candidate_cost = self.price(candidate, digest)
-                if not candidate_cost < alpha * self.best_cost:
+                if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
+                    counters["unpriced"] += 1
                     continue
-                candidate_steps = [*steps, {"rule": name, "site": list(site)}]
-                verified = False
-                if candidate_cost < self.best_cost:
-                    verification = self.verifier.check(candidate_steps)
-                    counters["verified"] += 1
-                    if not verification.passed:
-                        counters["verification_failures"] += 1
-                        continue
-                    verified = True
-                    self.best_cost, self.best_steps, self.best_model, self.best_error = (
-                        candidate_cost, candidate_steps, candidate, verification.max_error)
+                if not candidate_cost < alpha * self.bound:
+                    continue
+                self.bound = min(self.bound, candidate_cost)
                 heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, candidate,
-                                       verified))
+                                       False))
             if self.on_expand is not None:
-                self.on_expand(counters["expanded"], self.best_cost)
+                self.on_expand(counters["expanded"], self.bound)
+        self.settle(queue)
+
+    def verify(self, cost: float, steps: list[dict[str, Any]], graph: onnx.ModelProto) -> bool:
+        """Run ``steps`` with onnxruntime against the original; a graph that passes may become the best."""
+        self.counters["verified"] += 1
+        verification = self.verifier.check(steps)
+        if not verification.passed:
+            self.counters["verification_failures"] += 1
+            return False
+        if cost < self.best_cost:
+            self.best_cost, self.best_steps, self.best_model, self.best_error = (
+                cost, steps, graph, verification.max_error)
+        return True
+
+    def settle(self, queue: list) -> None:
+        """Verify the queued graphs cheaper than the best verified one, cheapest first, until one passes."""
+        while queue and queue[0][0] < self.best_cost:
+            cost, _, _, steps, graph, verified = heapq.heappop(queue)
+            if verified or self.verify(cost, steps, graph):
+                break
+        self.bound = self.best_cost
 
     def _tick(self) -> int:
         self.pushed += 1
