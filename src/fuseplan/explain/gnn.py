@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_file, read_input
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
@@ -272,7 +273,8 @@ def save_weights(model, scheme: str, path: Path, extra: dict[str, Any] | None = 
     torch = require_torch()
     with atomic_file(path) as handle:
         torch.save({"format": WEIGHTS_FORMAT, "scheme": scheme, "feature_version": FEATURE_VERSION,
-                    "vocabulary": list(OP_VOCABULARY), "state_dict": model.state_dict(), "info": extra or {}}, handle)
+                    "cost_model_version": COST_MODEL_VERSION, "vocabulary": list(OP_VOCABULARY),
+                    "state_dict": model.state_dict(), "info": extra or {}}, handle)
 
 
 def shipped_weights(scheme: str) -> Path:
