@@ -106,6 +106,10 @@ class BRRCostModel(CostModel):
         self._producer = tuple(t.producer for t in graph.tensors)
         self._input_producers = tuple(tuple(p for t in n.inputs if (p := self._producer[t]) is not None)
                                       for n in graph.nodes)
+        # For the two-entry pass: an operator's only producer (-1 if not exactly one), and the bits
+        # a blockable operator flips.
+        self._single_producer = tuple(p[0] if len(p) == 1 else -1 for p in self._input_producers)
+        self._mode_flip = tuple(3 if b else 0 for b in self.blockable)
         # Share of a tensor one channel block is: min(1, k / C).
         self._block_share = tuple(
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
@@ -160,26 +164,22 @@ class BRRCostModel(CostModel):
         entry is full; bit 1: full when the entry is partial), so one pass
         over the group and one over ``narrow`` price both.
         """
-        producers = self._input_producers
         blockable = self.blockable
+        if not any(map(blockable.__getitem__, group)):
+            return None
+        producers, single, flip = self._input_producers, self._single_producer, self._mode_flip
         bits: dict[int, int] = {}
-        any_blockable = False
         for v in sorted(group):
-            prods = producers[v]
-            if len(prods) == 1:  # the common case, kept free of inner loops
-                m = bits.get(prods[0])
+            p = single[v]
+            if p >= 0:  # the common case, kept free of inner loops
+                m = bits.get(p)
                 if m is not None:
-                    if blockable[v]:
-                        any_blockable = True
-                        bits[v] = m ^ 3  # the opposite of its producer, under both entries
-                    else:
-                        bits[v] = m
+                    bits[v] = m ^ flip[v]  # a blockable operator takes the opposite of its producer's modes
                     continue
-                inner = ()
+                inner: list[int] = []
             else:
-                inner = [bits[p] for p in prods if p in bits]
+                inner = [bits[p] for p in producers[v] if p in bits]
             if blockable[v]:
-                any_blockable = True
                 bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
             elif inner:
                 m = 0
@@ -188,8 +188,6 @@ class BRRCostModel(CostModel):
                 bits[v] = m
             else:
                 bits[v] = 3
-        if not any_blockable:
-            return None
         producer = self._producer
         consumers = self.tables.tensor_consumers
         block_share = self._block_share
