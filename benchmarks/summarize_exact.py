@@ -35,7 +35,8 @@ def zoo_tables(rows: list[dict]) -> str:
                 else:
                     gap = row["interval_dp_gap"]
                     mark = "" if row["auto_is_optimum"] else " †"
-                    cells.append(f"{row['optimum_bytes'] / MB:.2f} / {100 * gap:.1f}%{mark}")
+                    dp = "DP past its limit" if row["interval_dp_bytes"] is None else f"{100 * gap:.1f}%"
+                    cells.append(f"{row['optimum_bytes'] / MB:.2f} / {dp}{mark}")
             out.append(f"| {model} | " + " | ".join(cells) + " |")
         out.append("")
     proven = sum(r["exact_optimal"] for r in rows)

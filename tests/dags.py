@@ -11,11 +11,13 @@ POINT = RowGeometry()
 
 
 @st.composite
-def random_dags(draw, min_nodes: int = 2, max_nodes: int = 14) -> CompGraph:
+def random_dags(draw, min_nodes: int = 2, max_nodes: int = 14, activations: bool = False) -> CompGraph:
     """A connected DAG: node i reads 1-3 earlier outputs (node 0 reads the model input).
 
     Nodes with one input are 3x3 'Conv's with random weight sizes, the others
-    are 'Add's; every tensor is 1xCx16x16 with a random channel count.
+    are 'Add's; every tensor is 1xCx16x16 with a random channel count. With
+    ``activations``, a node with one input may instead be a 'Relu' (no
+    weights, its input's channels), which the cost models rewrite in place.
     """
     n = draw(st.integers(min_nodes, max_nodes))
     channels = [draw(st.sampled_from([4, 8, 16, 32])) for _ in range(n + 1)]
@@ -32,9 +34,15 @@ def random_dags(draw, min_nodes: int = 2, max_nodes: int = 14) -> CompGraph:
             consumers[t].append(i)
     nodes = []
     for i, ins in enumerate(inputs):
-        is_conv = len(ins) == 1
+        is_relu = activations and len(ins) == 1 and i > 0 and draw(st.booleans())
+        is_conv = len(ins) == 1 and not is_relu
+        if is_relu:
+            channels[i + 1] = channels[ins[0]]
+            op = "Relu"
+        else:
+            op = "Conv" if is_conv else "Add"
         weights = draw(st.integers(100, 6000)) if is_conv else 0
-        nodes.append(OpNode(index=i, name=f"n{i}", op_type="Conv" if is_conv else "Add", attributes={},
+        nodes.append(OpNode(index=i, name=f"n{i}", op_type=op, attributes={},
                             inputs=ins, outputs=(i + 1,), input_geometry=(WINDOW if is_conv else POINT,) * len(ins),
                             weight_numel=weights))
     tensors = [

@@ -8,6 +8,7 @@ import onnx
 import pytest
 
 from fuseplan import zoo
+from fuseplan.cost import COST_MODEL_VERSION
 from tests.cli.test_cli import assert_one_line_error, fuseplan
 
 
@@ -30,6 +31,7 @@ def test_summary_and_plan_file(planned):
     assert document["format"] == "fuseplan-plan" and document["version"] == 2
     assert document["model"] == "mobilenet_v2" and document["scheme"] == "lbdf"
     assert document["buffer_bytes"] == 131072 and document["bytes_per_element"] == 1
+    assert document["cost_model_version"] == COST_MODEL_VERSION == 2
     assert document["search"]["algorithm"] == "ls" and document["search"]["seed"] == 3
     assert document["search"]["budget"] == 400 and document["search"]["plans_evaluated"] == 400
     assert document["dram_bytes"] == sum(g["dram_bytes"] for g in document["groups"])
@@ -131,12 +133,12 @@ def test_refine_lowers_brr_dram_and_needs_an_explainer():
 
 
 def test_exact_and_auto_report_optimality_and_totals():
-    result = fuseplan("plan", "resnet50", "--buffer", "1MB", "--search", "exact")
+    result = fuseplan("plan", "resnet50", "--buffer", "512KB", "--search", "exact")
     assert result.returncode == 0, result.stderr
     assert "proven optimal over all plans" in result.stdout
     assert "this plan lies outside the DP's space" in result.stdout  # the interval DP misses this optimum
     assert "total DRAM" in result.stdout
-    document = json.loads(fuseplan("plan", "resnet50", "--buffer", "1MB", "--json").stdout)
+    document = json.loads(fuseplan("plan", "resnet50", "--buffer", "512KB", "--json").stdout)
     assert document["search"]["algorithm"] == "auto" and document["search"]["optimal"] is True
     assert document["search"]["lower_bound_bytes"] == document["dram_bytes"]
     assert document["reference"]["ratio"] < 1.0

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuseplan.cost import SCHEMES, make_cost_model
-from fuseplan.cost.streaming import footprint
+from fuseplan.cost.streaming import footprint, in_place_operators
 from fuseplan.graph import CompGraph
 from tests.conftest import BUFFERS_KB, ZOO
 
@@ -40,11 +40,13 @@ def merges_downstream(graph: CompGraph, group: set[int], node: int) -> bool:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(ZOO), scheme=st.sampled_from(sorted(SCHEMES)),
-       buffer_kb=st.sampled_from(BUFFERS_KB), seed=st.integers(0, 2**32 - 1))
-def test_growing_a_convex_group_never_lowers_f_beta(zoo_graphs, name, scheme, buffer_kb, seed):
+@given(name=st.sampled_from(ZOO), buffer_kb=st.sampled_from(BUFFERS_KB), seed=st.integers(0, 2**32 - 1))
+def test_growing_a_convex_group_never_lowers_f_beta(zoo_graphs, name, buffer_kb, seed):
+    # LBDF only: BRR's F_beta is that of the schedule it picks for least DRAM,
+    # and a bigger group may pick one that needs less buffer.
     graph = zoo_graphs[name]
-    cost = make_cost_model(scheme, graph, buffer_kb * KB)
+    cost = make_cost_model("lbdf", graph, buffer_kb * KB)
+    in_place = in_place_operators(graph)
     rng = random.Random(seed)
     checked = 0
     for _ in range(40):
@@ -60,10 +62,13 @@ def test_growing_a_convex_group_never_lowers_f_beta(zoo_graphs, name, scheme, bu
         before, after = cost.buffer(group), cost.buffer(bigger)
         if after >= before:
             continue
-        # The documented exception: a producer whose output meets a lagging branch.
+        # The documented exceptions: a producer whose output meets a lagging
+        # branch, or one whose output an operator of the group rewrites in place.
         is_consumer = any(node in graph.successors[v] for v in group)
         assert not is_consumer, f"adding consumer {graph.nodes[node].name} lowered F_beta"
-        assert merges_downstream(graph, group, node), f"unexplained drop adding {graph.nodes[node].name}"
+        feeds_in_place = any(in_place[v] for v in graph.successors[node] if v in group)
+        assert feeds_in_place or merges_downstream(graph, group, node), \
+            f"unexplained drop adding {graph.nodes[node].name}"
     assert checked > 0
 
 

@@ -39,11 +39,36 @@ def test_lbdf(graph):
     assert not LBDFCostModel(graph, 12 * KB).fits({0, 1})
 
 
+def test_brr_alternation(graph):
+    brr = BRRCostModel(graph, 12 * KB)
+    group = frozenset({0, 1})
+    # entry full: conv1 keeps all channels, conv2 one block; entry partial: the reverse
+    assert brr.modes(group, True) == {0: True, 1: False}
+    assert brr.modes(group, False) == {0: False, 1: True}
+    x, y1, y2 = (t.index for t in graph.tensors)
+    assert brr.held_channels(group, brr.modes(group, True), (x, y1, y2)) == {y2: 0.5}
+    assert brr.held_channels(group, brr.modes(group, False), (x, y1, y2)) == {y1: 0.5}
+
+
 def test_brr(graph):
-    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (7056, 56576)
+    assert BRRCostModel(graph, 12 * KB)._weight_block == (1168, 2312)
+    assert BRRCostModel(graph, 12 * KB).schedules(frozenset({0, 1})) == {
+        "row tiles, entry full": (4488, 33408), "row tiles, entry partial": (3976, 33408)}
+    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (3976, 33408)
     assert BRRCostModel(graph, 12 * KB).fits({0, 1})
-    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (7056, 195584)
-    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (7056, 21824)
+    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (3976, 56576)
+    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (3976, 21824)
+
+
+def test_brr_channel_passes(graph):
+    # conv2 alone at 8KB: row tiles re-read its weights 3 times; two passes
+    # over blocks of 21 output channels re-read its input once more instead
+    brr = BRRCostModel(graph, 8 * KB)
+    assert brr.schedules(frozenset({1})) == {
+        "row tiles, entry full": (3592, 44128), "row tiles, entry partial": (4104, 44128),
+        "channel passes": (1536 + 21 * 305, 9248 + 2 * 8192 + 8192),
+        "output blocks": (10 * 512 + 512 + 2312, 9248 * 2 + 2 * 8192 + 8192)}
+    assert brr.evaluate({1}) == (7941, 33824)
 
 
 def test_bytes_per_element_scales_everything(graph):
@@ -70,3 +95,31 @@ def test_nonsense_buffer(graph, buffer):
 def test_unknown_scheme(graph):
     with pytest.raises(FuseplanError, match="unknown fusion scheme 'xyz'"):
         make_cost_model("xyz", graph, 1024)
+
+
+def test_brr_fast_path_agrees_with_the_definition(zoo_graphs):
+    """The fused both-entries pass of schedules() against modes() and held_channels()."""
+    import random
+    from math import ceil
+
+    from tests.cost.test_properties import grow_group
+
+    for name in ("resnet50", "mobilenet_v2", "squeezenet", "efficientnet_b0"):
+        graph = zoo_graphs[name]
+        brr = BRRCostModel(graph, 256 * KB)
+        rng = random.Random(7)
+        for _ in range(200):
+            group = frozenset(grow_group(graph, rng, rng.randint(1, 30)))
+            rows, streamed = {}, set()
+            footprint(brr.tables, group, rows, brr.in_place, streamed)
+            narrow = [t for t in rows if brr._block_share[t] < 1.0]
+            savings = brr._held_savings(group, narrow, rows, streamed) if narrow else None
+            if savings is None:  # nothing alternates, or nothing wider than a block
+                assert not narrow or not any(brr.blockable[v] for v in group)
+                continue
+            for entry, (saved, per_row) in ((True, savings[:2]), (False, savings[2:])):
+                held = brr.held_channels(group, brr.modes(group, entry), narrow)
+                whole = {t: rows[t] * graph.tensors[t].row_numel for t in held}
+                assert saved == sum(whole[t] - ceil(whole[t] * s) for t, s in held.items())
+                assert per_row == pytest.approx(sum(graph.tensors[t].numel * (1.0 - s)
+                                                    for t, s in held.items() if t in streamed))

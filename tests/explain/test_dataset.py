@@ -69,6 +69,10 @@ def test_bad_dataset_directories(tmp_path, small_dataset):
     (stale / "meta.json").write_text(json.dumps({**meta, "feature_version": 0}))
     with pytest.raises(FuseplanError, match="feature version 0"):
         load_dataset(stale, "lbdf")
+    # labels priced by the cost models before version 2 (no version recorded)
+    (stale / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "cost_model_version"}))
+    with pytest.raises(FuseplanError, match="cost-model version 1; .* rebuild the dataset"):
+        load_dataset(stale, "lbdf")
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "meta.json").write_text(json.dumps(meta))

@@ -103,8 +103,10 @@ def test_why_bad_input():
 
 
 def test_why_refine_cuts_a_part_that_rereads_its_weights():
-    # conv-relu-conv of vgg16 under BRR: Algorithm 1's two fitting parts still tile their conv weights.
-    names = "/features/features.12/Conv,/features/features.13/Relu,/features/features.14/Conv"
+    # vgg16's second and third stages under BRR: Algorithm 1's two fitting parts still tile their weights.
+    names = ",".join(f"/features/features.{i}/{op}" for i, op in ((1, "Relu"), (2, "Conv"), (3, "Relu"), (4, "MaxPool"),
+                                                                 (5, "Conv"), (6, "Relu"), (7, "Conv"), (8, "Relu"),
+                                                                 (9, "MaxPool"), (10, "Conv")))
     args = ("why", "vgg16", "--scheme", "brr", "--buffer", "128KB", "--explainer", "oracle", "--nodes", names, "--json")
     plain, refined = (json.loads(fuseplan(*args, *extra).stdout) for extra in ((), ("--refine",)))
     dram = [sum(p["dram_bytes"] for p in report["split"]) for report in (plain, refined)]

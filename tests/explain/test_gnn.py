@@ -56,10 +56,19 @@ def test_weights_round_trip_and_errors(trained, tmp_path):
     junk.write_bytes(b"\x00\x01 junk")
     with pytest.raises(FuseplanError, match="not a fuseplan weights file"):
         gnn.load_classifier("lbdf", junk)
+    stale = tmp_path / "stale.pt"
+    blob = torch.load(weights, weights_only=True)
+    torch.save({**blob, "cost_model_version": 1}, stale)
+    with pytest.raises(FuseplanError, match="labels of cost-model version 1; .* retrain"):
+        gnn.load_classifier("lbdf", stale)
 
 
 @pytest.mark.parametrize("scheme,model", [("lbdf", "efficientnet_b0"), ("brr", "resnet50")])
 def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
+    from fuseplan.cost import COST_MODEL_VERSION
+
+    blob = torch.load(gnn.shipped_weights(scheme), weights_only=True)
+    assert blob["cost_model_version"] == COST_MODEL_VERSION  # trained on the labels fuseplan now prices
     classifier, info = gnn.load_classifier(scheme)
     assert info["epochs"] == 50
     data = sample_dataset({model: zoo_graphs[model]}, scheme, {model: 120}, seed=12345)

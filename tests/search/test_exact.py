@@ -93,20 +93,21 @@ def test_both_formulations_agree_on_the_zoo(zoo_graphs):
             assert problem.check(by_partition.plan) == []
 
 
-def test_resnet50_lbdf_1mb_optimum_lies_outside_the_interval_plans(zoo_graphs):
+def test_resnet50_lbdf_512kb_optimum_lies_outside_the_interval_plans(zoo_graphs):
     graph = zoo_graphs["resnet50"]
-    problem = FusionProblem(make_cost_model("lbdf", graph, 1024 * KB))
+    problem = FusionProblem(make_cost_model("lbdf", graph, 512 * KB))
     outcome = solve_exact(problem)
     assert outcome.optimal and outcome.lower_bound == outcome.dram
     assert problem.check(outcome.plan) == []
     interval = IntervalDP().solve(problem)[1]
     assert outcome.dram < interval
     names = {v: graph.nodes[v].name for v in range(len(graph))}
-    (group,) = [g for g in outcome.plan.groups
-                if any(names[v] == "/layer3/layer3.0/downsample/downsample.0/Conv" for v in g)]
+    (group,) = [g for g in outcome.plan.groups if any(names[v] == "/layer3/layer3.0/conv1/Conv" for v in g)]
     members = {names[v] for v in group}
-    assert "/layer3/layer3.0/conv1/Conv" in members
+    # the block's first convolution joins the previous block, while the shortcut convolution reading
+    # the same tensor runs elsewhere: no run of one topological order holds this group
     assert any(name.startswith("/layer2/layer2.3/") for name in members)
+    assert "/layer3/layer3.0/downsample/downsample.0/Conv" not in members
 
 
 def test_state_limit_falls_back_to_set_partitioning(zoo_graphs):
@@ -138,7 +139,9 @@ def test_the_cut_bound_is_proven_and_tighter_than_fusing_everything(zoo_graphs, 
             bound, everything = cut_lower_bound(problem), problem.cost.dram_lower_bound()
             assert everything <= bound <= solve_exact(problem).dram, (name, kb)
             tighter += bound > everything
-    assert tighter >= 8
+    # BRR's floor is lower than LBDF's (a larger group may hold one channel block of a tensor, or
+    # none of one it overwrites in place), so fewer runs reach the buffer.
+    assert tighter >= (8 if scheme == "lbdf" else 3)
 
 
 def test_auto_and_exact_report_optimality_and_repeat(zoo_graphs):
@@ -153,7 +156,7 @@ def test_auto_and_exact_report_optimality_and_repeat(zoo_graphs):
 def test_auto_on_a_network_too_large_to_prove_still_gives_a_bounded_valid_plan():
     from fuseplan.search import Auto
 
-    problem = FusionProblem(make_cost_model("lbdf", branchy_network(150, seed=1, channels=(8, 16)), 32 * KB))
+    problem = FusionProblem(make_cost_model("lbdf", branchy_network(150, seed=1, channels=(16, 32)), 32 * KB))
     result = minimize(problem, Auto(max_sets=2000), make_splitter("random"), budget=100, seed=0)
     assert problem.check(result.plan) == []
     assert not result.details["optimal"]

@@ -10,6 +10,12 @@ from fuseplan.graph.ir import CompGraph
 
 SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostModel}
 
+# Raised whenever a scheme prices some group differently; recorded in plan
+# files, datasets and classifier weights, whose numbers and labels depend on it.
+# 2: in-place element-wise operators; BRR's full/partial channel alternation
+#    and channel passes.
+COST_MODEL_VERSION = 2
+
 
 def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> CostModel:
     """The cost model of ``scheme`` (``"lbdf"`` or ``"brr"``) for ``graph`` at ``buffer_bytes``."""
@@ -20,5 +26,5 @@ def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_
     return cls(graph, buffer_bytes, bytes_per_element)
 
 
-__all__ = ["BRRCostModel", "CostModel", "GraphTables", "Group", "GroupCost", "LBDFCostModel", "SCHEMES",
+__all__ = ["BRRCostModel", "COST_MODEL_VERSION", "CostModel", "GraphTables", "Group", "GroupCost", "LBDFCostModel", "SCHEMES",
            "make_cost_model"]

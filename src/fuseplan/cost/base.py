@@ -144,28 +144,52 @@ class CostModel(ABC):
         """Per-operator elements of :meth:`buffer_floor` besides the feature rows (none by default)."""
         return (0,) * len(self.graph.nodes)
 
+    @cached_property
+    def floor_row_elements(self) -> tuple[float, ...]:
+        """Per tensor: the elements one of its rows counts in :meth:`feature_floor`.
+
+        A whole row by default. A scheme lowers it for a tensor that some
+        larger group may hold less of: nothing for one an element-wise
+        consumer may overwrite in place, one block of channels for one that
+        may be held a block at a time.
+        """
+        return tuple(float(n) for n in self.tables.tensor_row_numel)
+
+    def lone_floor(self, group: Iterable[int]) -> float | None:
+        """Elements of a lower bound on ``F_beta`` of every group holding ``group`` that may still run
+        as a lone operator (a scheme with such schedules says how little they hold); ``None`` when no
+        group holding ``group`` can."""
+        return None
+
     def buffer_floor(self, group: Iterable[int]) -> int:
-        """A lower bound on ``F_beta(group)`` that never decreases as the group grows.
+        """A lower bound on ``F_beta(H)`` for every group ``H`` that contains ``group``.
 
         ``F_beta`` itself can fall when a producer joins a group (see
         docs/cost-models.md), so exhaustive enumeration may only prune on a
-        bound like this one: ``b`` times one row of every tensor the group
-        touches (:meth:`feature_floor`) plus the sum (or the maximum, per
-        :attr:`floor_combine`) of the operators' :meth:`floor_terms`.
+        bound like this one, which never decreases as the group grows: ``b``
+        times the feature rows every tensor the group touches keeps at the
+        least (:meth:`feature_floor`) plus the sum (or the maximum, per
+        :attr:`floor_combine`) of the operators' :meth:`floor_terms`, or the
+        scheme's :meth:`lone_floor` where that is lower.
         """
         members = tuple(group)
         terms = self.floor_terms()
         values = [terms[v] for v in members]
         own = max(values, default=0) if self.floor_combine == "max" else sum(values)
-        return self.bytes_per_element * (own + self.feature_floor(members))
+        elements = own + self.feature_floor(members)
+        lone = self.lone_floor(members)
+        if lone is not None and lone < elements:
+            elements = lone
+        return int(self.bytes_per_element * elements)
 
-    def feature_floor(self, group: Iterable[int]) -> int:
-        """Feature elements ``group`` keeps on chip at the least, by a rule that only grows with the group.
+    def feature_floor(self, group: Iterable[int]) -> float:
+        """Feature elements every group holding ``group`` keeps on chip at the least.
 
         The streaming analysis keeps at least one row of every tensor the
-        group reads or writes, and at least ``K`` rows (capped at the height)
-        of a tensor that a member reads through a window of ``K`` rows,
-        wherever that tensor comes from.
+        group reads or writes and does not rewrite in place, and at least
+        ``K`` rows (capped at the height) of a tensor that a member reads
+        through a window of ``K`` rows, wherever that tensor comes from; each
+        row counts :attr:`floor_row_elements`.
         """
         tables = self.tables
         rows: dict[int, int] = {}
@@ -176,8 +200,8 @@ class CostModel(ABC):
                     rows[t] = need
             for t in tables.node_outputs[v]:
                 rows.setdefault(t, 1)
-        row_numel = tables.tensor_row_numel
-        return sum(row_numel[t] * max(1, r) for t, r in rows.items())
+        per_row = self.floor_row_elements
+        return sum(per_row[t] * max(1, r) for t, r in rows.items())
 
     def alone_dram(self, v: int) -> int:
         """DRAM bytes of operator ``v`` run by itself, tiled as the scheme would if it does not fit.

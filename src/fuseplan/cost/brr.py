@@ -1,42 +1,94 @@
 """BRR: buffer requirement reduction (Cai et al., "Optimus", LCTES 2021).
 
-Weights need not stay on chip: they are cut into blocks of output channels
-and streamed, and the group runs in row tiles, re-reading its weights once
-per tile when they do not fit beside the features. With ``b`` bytes per
-element, ``F`` the resident feature rows at one output row per step, ``L``
-the extra feature elements per extra output row in a tile, ``H`` the rows
-of the tallest tensor the group writes back, ``W`` the group's weights and
-``w_blk`` the largest block of ``k`` output channels of any of its operators::
+Weights need not stay on chip, and a convolution need not hold all its
+output channels. Along a path of convolutions the group alternates:
+
+* a *partial* convolution produces one block of ``k`` output channels at a
+  time (it needs all channels of its input window);
+* the *full* convolution after it accumulates partial sums over those
+  input-channel blocks, so it keeps all its output channels, and its input
+  holds only one block.
+
+Operators without weights (pooling, element-wise ops, concatenation,
+depthwise convolutions) pass their input's mode on (full if any input is
+full). The group's entry convolutions start full or partial; both choices
+are priced and the one that moves less DRAM is kept. With ``b`` bytes per
+element, ``F`` the resident feature elements of the rows the streaming
+analysis keeps (each tensor counted with the channels its mode holds),
+``L`` the extra elements per extra row in a tile, ``H`` the rows of the
+tallest tensor the group streams or writes back, ``W`` the group's weights and
+``w_blk`` the largest block of weights any operator holds at a time (``k``
+output by ``k`` input channels; the rest streams through)::
 
     F_beta = b * (F + w_blk)
     tiles  = 1                                   if b * (W + F) < beta
-           = ceil(H / h), h = floor((beta - F_beta) / (b * L)) + 1   otherwise
+           = ceil(H / h), h = floor((beta - 1 - F_beta) / (b * L)) + 1   otherwise
     F_D    = b * (W * tiles + inputs + outputs)
 
+A group of one operator with weights (and the in-place operators on its
+output) may instead run in passes over blocks of its output channels,
+re-reading its input once per pass rather than its weights once per row
+tile, or in blocks of output rows and channels with the weights streamed;
+the schedule that moves the least DRAM is kept.
 Squeeze-and-Excite blocks are priced with the same streaming rules as in
-LBDF (their input is held whole until the excitation is known); the
-reference paper does not evaluate BRR on SE networks, and neither do our
-reference tables. Details in ``docs/cost-models.md``.
+LBDF (their input is held whole until the excitation is known). Equations,
+differences from the Optimus code and worked examples are in
+``docs/cost-models.md``.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import footprint
+from fuseplan.cost.streaming import footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 
 DEFAULT_CHANNEL_BLOCK = 16
 
+FULL, PARTIAL = True, False
 
-def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANNEL_BLOCK) -> int:
-    """The part of an operator's ``weights`` that one block of ``channel_block`` output channels needs."""
-    return ceil(weights * min(1.0, channel_block / max(channels, 1)))
+
+def weight_block(weights: int, channels: int, channel_block: int = DEFAULT_CHANNEL_BLOCK,
+                 input_channels: int | None = None) -> int:
+    """The part of an operator's ``weights`` that one block of ``channel_block`` output channels needs.
+
+    With ``input_channels`` (per group of a grouped convolution), also only
+    one block of input channels: the weights a row tile holds at a time while
+    it streams the rest, accumulating partial sums.
+    """
+    share = min(1.0, channel_block / max(channels, 1))
+    if input_channels is not None:
+        share *= min(1.0, channel_block / max(input_channels, 1))
+    return ceil(weights * share)
+
+
+def input_channels(graph: CompGraph) -> tuple[int, ...]:
+    """Input channels per operator (per group of a grouped convolution; 1 without a channel axis)."""
+    found = []
+    for node in graph.nodes:
+        shape = graph.tensors[node.inputs[0]].shape if node.inputs else ()
+        channels = shape[1] if len(shape) > 1 else 1
+        found.append(max(1, channels // max(1, int(node.attributes.get("group", 1)))))
+    return tuple(found)
+
+
+def blockable_operators(graph: CompGraph) -> tuple[bool, ...]:
+    """Operators whose output channels can be computed a block at a time from all input channels.
+
+    Dense convolutions and fully connected layers; not depthwise or grouped
+    convolutions (each output channel reads only its own input channels).
+    """
+    return tuple(
+        node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.weight_numel > 0
+        and int(node.attributes.get("group", 1)) == 1
+        for node in graph.nodes
+    )
 
 
 class BRRCostModel(CostModel):
-    """Buffer requirement reduction: weights streamed in channel blocks, features tiled by rows."""
+    """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
 
@@ -44,33 +96,393 @@ class BRRCostModel(CostModel):
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
         super().__init__(graph, buffer_bytes, bytes_per_element)
         self.channel_block = int(channel_block)
-        # Parameters of one block of output channels, per operator.
-        self._weight_block = tuple(
-            weight_block(w, c, channel_block) for w, c in zip(self.tables.node_weights, self.tables.node_channels)
+        tables = self.tables
+        # Weights one operator holds at a time: a block of k output by k input channels.
+        self._in_channels = input_channels(graph)
+        self._weight_block = tuple(weight_block(w, c, channel_block, i)
+                                   for w, c, i in zip(tables.node_weights, tables.node_channels, self._in_channels))
+        self.in_place = in_place_operators(graph)
+        self.blockable = blockable_operators(graph)
+        self._producer = tuple(t.producer for t in graph.tensors)
+        self._input_producers = tuple(tuple(p for t in n.inputs if (p := self._producer[t]) is not None)
+                                      for n in graph.nodes)
+        # For the two-entry pass: an operator's only producer (-1 if not exactly one), and the bits
+        # a blockable operator flips.
+        self._single_producer = tuple(p[0] if len(p) == 1 else -1 for p in self._input_producers)
+        self._mode_flip = tuple(3 if b else 0 for b in self.blockable)
+        # Share of a tensor one channel block is: min(1, k / C).
+        self._block_share = tuple(
+            min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
+            for t in graph.tensors
         )
 
+    # -- the full/partial alternation ------------------------------------------------------
+    def modes(self, group: Group, entry: bool) -> dict[int, bool]:
+        """Full (``True``) or partial (``False``) per operator of ``group``, entry convolutions ``entry``."""
+        producers = self._input_producers
+        blockable = self.blockable
+        mode: dict[int, bool] = {}
+        for v in sorted(group):
+            # producers come first in topological order, so those in the group already have a mode
+            inner = [mode[p] for p in producers[v] if p in mode]
+            if blockable[v]:
+                # after a partial producer, accumulate its blocks: full; after a full one: partial
+                mode[v] = (not inner[0]) if inner else entry
+            else:
+                mode[v] = any(inner) if inner else FULL
+        return mode
+
+    def held_channels(self, group: Group, mode: dict[int, bool], tensors) -> dict[int, float]:
+        """Share of its channels each of ``tensors`` holds on chip, where less than all.
+
+        A tensor holds one block of channels when it arrives a block at a
+        time (read from DRAM, or made by a partial operator) and every reader
+        in the group takes one block at a time: a full convolution (it
+        accumulates over input blocks) or a partial operator without weights.
+        """
+        producer = self._producer
+        blockable = self.blockable
+        consumers = self.tables.tensor_consumers
+        block_share = self._block_share
+        share: dict[int, float] = {}
+        for t in tensors:
+            if block_share[t] >= 1.0 or mode.get(producer[t], False):
+                continue
+            if all(mode[c] == blockable[c] for c in consumers[t] if c in mode):
+                share[t] = block_share[t]
+        return share
+
+    def _held_savings(self, group: Group, narrow: list[int], rows: dict[int, int],
+                      streamed: set[int]) -> tuple[int, float, int, float] | None:
+        """What holding channel blocks saves under both entry modes (the hot path of :meth:`schedules`).
+
+        For the full entry, then the partial one: the resident feature
+        elements saved, and the elements per tile row saved, by the tensors of
+        ``narrow`` that :meth:`held_channels` holds a block at a time.
+        ``None`` when the group has no operator to alternate. Each operator's
+        modes under the two entry choices are two bits (bit 0: full when the
+        entry is full; bit 1: full when the entry is partial), so one pass
+        over the group and one over ``narrow`` price both.
+        """
+        blockable = self.blockable
+        if not any(map(blockable.__getitem__, group)):
+            return None
+        producers, single, flip = self._input_producers, self._single_producer, self._mode_flip
+        bits: dict[int, int] = {}
+        for v in sorted(group):
+            p = single[v]
+            if p >= 0:  # the common case, kept free of inner loops
+                m = bits.get(p)
+                if m is not None:
+                    bits[v] = m ^ flip[v]  # a blockable operator takes the opposite of its producer's modes
+                    continue
+                inner: list[int] = []
+            else:
+                inner = [bits[p] for p in producers[v] if p in bits]
+            if blockable[v]:
+                bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
+            elif inner:
+                m = 0
+                for b in inner:
+                    m |= b
+                bits[v] = m
+            else:
+                bits[v] = 3
+        producer = self._producer
+        consumers = self.tables.tensor_consumers
+        block_share = self._block_share
+        row_numel, numel = self.tables.tensor_row_numel, self.tables.tensor_numel
+        features_full = features_partial = 0
+        line_full = line_partial = 0.0
+        for t in narrow:
+            ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
+            if not ok:
+                continue
+            for c in consumers[t]:
+                m = bits.get(c)
+                if m is None:  # a reader outside the group
+                    continue
+                ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
+                if not ok:
+                    break
+            if not ok:
+                continue
+            share = block_share[t]
+            whole = rows[t] * row_numel[t]
+            saved = whole - ceil(whole * share)
+            per_row = numel[t] * (1.0 - share) if t in streamed else 0.0
+            if ok & 1:
+                features_full += saved
+                line_full += per_row
+            if ok & 2:
+                features_partial += saved
+                line_partial += per_row
+        return features_full, line_full, features_partial, line_partial
+
     def price(self, group: Group) -> GroupCost:
-        fp = footprint(self.tables, group)
+        beta = self.buffer_bytes
+        best: GroupCost | None = None
+        for _name, cost in self._schedules(group):
+            best = cost if best is None else _better(cost, best, beta)
+        assert best is not None
+        return best
+
+    def schedules(self, group: Group) -> dict[str, GroupCost]:
+        """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
+        return dict(self._schedules(group))
+
+    def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
         b = self.bytes_per_element
-        blocks = self._weight_block
-        block = max(blocks[v] for v in group)
-        buffer = b * (fp.features + block)
+        beta = self.buffer_bytes
+        rows: dict[int, int] = {}
+        streamed: set[int] = set()
+        fp = footprint(self.tables, group, rows, self.in_place, streamed)
+        block_share = self._block_share
+        block = max(map(self._weight_block.__getitem__, group))
+        weights, reference = fp.weights, fp.reference_rows
         io = fp.inputs + fp.outputs
-        if b * (fp.weights + fp.features) < self.buffer_bytes:
-            tiles = 1
-        elif buffer < self.buffer_bytes and fp.line > 0:
-            rows_per_tile = int((self.buffer_bytes - 1 - buffer) // (b * fp.line)) + 1
-            tiles = ceil(fp.reference_rows / min(rows_per_tile, fp.reference_rows))
-        else:  # does not fit at all: priced as if every output row were its own tile
-            tiles = fp.reference_rows
-        return GroupCost(buffer=buffer, dram=b * (fp.weights * tiles + io))
+        # Only tensors with more channels than a block can hold less than all of them;
+        # without a convolution in the group there is nothing to alternate.
+        narrow = [t for t in rows if block_share[t] < 1.0]
+        savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
+        if savings is None:
+            entries: tuple[tuple[str, int, float], ...] = (("row tiles", 0, 0.0),)
+        else:
+            entries = (("row tiles, entry full", savings[0], savings[1]),
+                       ("row tiles, entry partial", savings[2], savings[3]))
+        found: list[tuple[str, GroupCost]] = []
+        for name, saved, saved_per_row in entries:
+            if found and (saved, saved_per_row) == entries[0][1:]:  # both entries hold the same: same price
+                found.append((name, found[0][1]))
+                continue
+            features = fp.features - saved
+            line = (fp.line * reference - saved_per_row) / reference
+            buffer = b * (features + block)
+            if b * (weights + features) < beta:
+                tiles = 1
+            elif buffer < beta and line > 0:
+                rows_per_tile = int((beta - 1 - buffer) // (b * line)) + 1
+                tiles = ceil(reference / min(rows_per_tile, reference))
+            else:  # does not fit: priced as one tile per output row (invalid anyway)
+                tiles = reference
+            found.append((name, GroupCost(buffer=buffer, dram=b * (weights * tiles + io))))
+        head = self._single_head(group)
+        if head is not None:
+            passes = self._channel_passes(group, head)
+            if passes is not None:
+                found.append(("channel passes", passes))
+            blocks = self._output_blocks(group, head)
+            if blocks is not None:
+                found.append(("output blocks", blocks))
+        return found
 
-    def dram_ignoring_buffer(self, group: Group) -> int:
-        # With room for everything, weights are read once: no tiling reloads.
-        fp = footprint(self.tables, frozenset(group))
-        return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
+    def _single_head(self, group: Group) -> int | None:
+        """The operator with weights of a group made of it and in-place operators on its output, if so."""
+        node_inputs, blockable, in_place = self.tables.node_inputs, self.blockable, self.in_place
+        head = None
+        for v in group:  # most groups fail on their first few members
+            if len(node_inputs[v]) != 1:
+                return None
+            if blockable[v]:
+                if head is not None:
+                    return None
+                head = v
+            elif not in_place[v]:
+                return None
+        if head is None or self._producer[node_inputs[head][0][0]] in group:
+            return None
+        return head
 
-    floor_combine = "max"  # one weight block of the largest operator is on chip
+    def _channel_passes(self, group: Group, head: int) -> GroupCost | None:
+        """Run ``group`` in passes over blocks of output channels, re-reading its input once per pass.
+
+        Each pass holds the weights of ``k`` output channels and streams the
+        input by rows, computing those channels from all input channels.
+        """
+        tables = self.tables
+        b = self.bytes_per_element
+        rows: dict[int, int] = {}
+        fp = footprint(tables, group, rows, self.in_place)
+        source = tables.node_inputs[head][0][0]
+        channels = max(tables.node_channels[head], 1)
+        held_input = rows[source] * tables.tensor_row_numel[source]
+        # per output channel: its weights and its rows of every tensor the group makes
+        per_channel = (tables.node_weights[head]
+                       + sum(r * tables.tensor_row_numel[t] for t, r in rows.items() if t != source)) / channels
+        room = (self.buffer_bytes - 1) / b - held_input
+        k = min(channels, int(room // per_channel)) if room > 0 else 0
+        if k < 1:
+            return None
+        passes = ceil(channels / k)
+        buffer = b * (held_input + ceil(k * per_channel))
+        return GroupCost(buffer=buffer, dram=b * (fp.weights + passes * fp.inputs + fp.outputs))
+
+    def _output_blocks(self, group: Group, head: int) -> GroupCost | None:
+        """Run ``group`` over blocks of ``h`` output rows by ``k`` output channels, weights streamed.
+
+        A block keeps the partial sums of its ``h x k`` outputs and the input
+        rows of one block of input channels at a time; the weights stream
+        through a block at a time, so every row block re-reads them and every
+        channel block re-reads the input (with the rows its window overlaps).
+        The ``k`` that moves the least DRAM is kept.
+        """
+        tables = self.tables
+        b = self.bytes_per_element
+        source, kernel, stride, _reach = tables.node_inputs[head][0]
+        if kernel == float("inf") or stride <= 0:
+            return None
+        out = tables.node_outputs[head][0]
+        channels = max(tables.node_channels[head], 1)
+        in_channels = self._in_channels[head]
+        out_row = tables.tensor_row_numel[out] / channels  # one output row of one channel
+        in_row = tables.tensor_row_numel[source] / in_channels
+        c = min(self.channel_block, in_channels)
+        height, in_height = tables.tensor_rows[out], tables.tensor_rows[source]
+        fp = footprint(tables, group, None, self.in_place)
+        weights, io_out = fp.weights, fp.outputs
+        overlap = max(kernel - stride, 0.0)
+        room = (self.buffer_bytes - 1) / b - self._weight_block[head]
+        best: GroupCost | None = None
+        for passes in range(1, channels + 1):
+            k = ceil(channels / passes)
+            if passes > 1 and ceil(channels / (passes - 1)) == k:
+                continue
+            if best is not None and b * (weights + passes * fp.inputs + io_out) >= best.dram:
+                break  # more passes only re-read the input more
+            per_row = out_row * k + stride * in_row * c
+            h = min(height, int((room - overlap * in_row * c) // per_row)) if per_row > 0 else height
+            if h < 1:
+                continue
+            blocks = ceil(height / h)
+            rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
+            dram = b * (weights * blocks + passes * rows_read * tables.tensor_row_numel[source] + io_out)
+            buffer = b * ceil(h * per_row + overlap * in_row * c + self._weight_block[head])
+            cost = GroupCost(buffer=buffer, dram=dram)
+            if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
+                best = cost
+        return best
+
+    # -- the buffer floor: what any group holding a given one keeps on chip at the least ---------
+    floor_combine = "max"  # the row-tile schedules hold the largest weight block of the group
 
     def floor_terms(self) -> tuple[int, ...]:
         return self._weight_block
+
+    @cached_property
+    def floor_row_elements(self) -> tuple[float, ...]:
+        # In some larger group a tensor may be overwritten in place (no rows) or held one block of
+        # channels at a time, whichever entry mode the alternation picks.
+        overwritable = overwritable_tensors(self.graph, self.in_place)
+        return tuple(0.0 if gone else n * share
+                     for gone, n, share in zip(overwritable, self.tables.tensor_row_numel, self._block_share))
+
+    def feature_floor(self, group) -> float:
+        """:meth:`CostModel.feature_floor`, with channel blocks only where the alternation allows them.
+
+        A tensor is held one block at a time only when its producer runs
+        partial. The group's own edges already tie modes together in every
+        larger group: an operator without weights on one input has its
+        producer's mode, and a blockable operator on one input the opposite
+        of its producer's. These ties form trees over the blockable
+        operators; in each, the operators at even depth run partial or those
+        at odd depth do, so the floor keeps the larger of the two savings
+        per tree, and every saving of a tensor whose producer is tied to none.
+        """
+        tables = self.tables
+        members = group if isinstance(group, (set, frozenset)) else set(group)
+        rows: dict[int, int] = {}
+        for v in members:
+            for t, kernel, _s, _r in tables.node_inputs[v]:
+                need = min(int(kernel), tables.tensor_rows[t])
+                if need > rows.get(t, 0):
+                    rows[t] = need
+            for t in tables.node_outputs[v]:
+                rows.setdefault(t, 1)
+        least, whole = self.floor_row_elements, self._floor_whole_row
+        producer, node_inputs, blockable = self._producer, tables.node_inputs, self.blockable
+        anchor: dict[int, int | None] = {}  # operator -> the blockable operator its mode follows
+        parent: dict[int, int] = {}  # blockable operator -> the blockable operator of the opposite mode it follows
+        for v in sorted(members):
+            inputs = node_inputs[v]
+            source = producer[inputs[0][0]] if len(inputs) == 1 else None
+            tied = source is not None and source in members
+            if blockable[v]:
+                anchor[v] = v
+                if tied and anchor[source] is not None:
+                    parent[v] = anchor[source]
+            else:
+                anchor[v] = anchor[source] if tied else None
+        floor = 0.0
+        saving: dict[int, float] = {}
+        for t, r in rows.items():
+            r = max(1, r)
+            floor += r * whole[t]
+            gain = r * (whole[t] - least[t])
+            if gain <= 0:
+                continue
+            p = producer[t]
+            a = anchor.get(p) if p is not None else None
+            if a is None:
+                floor -= gain
+            else:
+                saving[a] = saving.get(a, 0.0) + gain
+        if saving:
+            # two-colour each tree of ties; keep the better colour per tree
+            parity: dict[int, tuple[int, bool]] = {}
+            for a in sorted(anchor[v] for v in members if blockable[v]):
+                up = parent.get(a)
+                parity[a] = (a, False) if up is None else (parity[up][0], not parity[up][1])
+            per_tree: dict[int, list[float]] = {}
+            for a, gain in saving.items():
+                root, odd = parity[a]
+                per_tree.setdefault(root, [0.0, 0.0])[odd] += gain
+            floor -= sum(max(pair) for pair in per_tree.values())
+        return floor
+
+    @cached_property
+    def _floor_whole_row(self) -> tuple[float, ...]:
+        overwritable = overwritable_tensors(self.graph, self.in_place)
+        return tuple(0.0 if gone else float(n) for gone, n in zip(overwritable, self.tables.tensor_row_numel))
+
+    def lone_floor(self, members) -> float | None:
+        """The least a lone operator's channel passes or output blocks hold, where a larger group may
+        still be one: every operator in place on one input but at most one blockable operator, whose
+        input comes from outside. Both schedules hold at least ``min(K, H_in)`` input rows of one block
+        of input channels."""
+        blockable, in_place = self.blockable, self.in_place
+        node_inputs = self.tables.node_inputs
+        head = None
+        for v in members:
+            if len(node_inputs[v]) != 1:
+                return None
+            if blockable[v]:
+                if head is not None:
+                    return None
+                head = v
+            elif not in_place[v]:
+                return None
+        if head is None:
+            return 0.0  # the blockable operator may join later: no bound yet
+        source, kernel, _s, _r = node_inputs[head][0]
+        if self._producer[source] in members:
+            return None
+        tables = self.tables
+        in_channels = self._in_channels[head]
+        one_channel_row = tables.tensor_row_numel[source] / in_channels
+        rows = min(kernel, tables.tensor_rows[source])
+        return rows * one_channel_row * min(self.channel_block, in_channels)
+
+    def dram_ignoring_buffer(self, group: Group) -> int:
+        # With room for everything, weights are read once: no tiling reloads.
+        fp = footprint(self.tables, frozenset(group), in_place=self.in_place)
+        return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
+
+
+def _better(a: GroupCost, b: GroupCost, beta: int) -> GroupCost:
+    """The schedule to keep: a valid one over an invalid one, then less DRAM, then less buffer."""
+    a_fits, b_fits = a.buffer < beta, b.buffer < beta
+    if a_fits != b_fits:
+        return a if a_fits else b
+    if not a_fits:
+        return a if a.buffer < b.buffer else b
+    return a if (a.dram, a.buffer) < (b.dram, b.buffer) else b

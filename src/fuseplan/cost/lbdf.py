@@ -2,7 +2,8 @@
 
 Every weight of the group stays on chip for the whole execution, and each
 feature map keeps only the rows its consumers' windows need (see
-:mod:`fuseplan.cost.streaming`). With ``b`` bytes per element::
+:mod:`fuseplan.cost.streaming`; an activation fused with its producer
+rewrites it in place and holds nothing of its own). With ``b`` bytes per element::
 
     F_beta = b * (sum of weights + resident feature rows)
     F_D    = b * (sum of weights + distinct tensors read from outside
@@ -13,10 +14,12 @@ The equations, assumptions and a worked example are in ``docs/cost-models.md``.
 
 from __future__ import annotations
 
+from functools import cached_property
 from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import footprint
+from fuseplan.cost.streaming import footprint, in_place_operators, overwritable_tensors
+from fuseplan.graph.ir import CompGraph
 
 
 class LBDFCostModel(CostModel):
@@ -24,8 +27,12 @@ class LBDFCostModel(CostModel):
 
     name = "lbdf"
 
+    def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
+        super().__init__(graph, buffer_bytes, bytes_per_element)
+        self.in_place = in_place_operators(graph)
+
     def price(self, group: Group) -> GroupCost:
-        fp = footprint(self.tables, group)
+        fp = footprint(self.tables, group, in_place=self.in_place)
         b = self.bytes_per_element
         return GroupCost(
             buffer=b * (fp.weights + fp.features),
@@ -34,6 +41,12 @@ class LBDFCostModel(CostModel):
 
     def floor_terms(self) -> tuple[int, ...]:
         return self.tables.node_weights  # all weights stay on chip
+
+    @cached_property
+    def floor_row_elements(self) -> tuple[float, ...]:
+        # A tensor an activation may overwrite holds no rows in some larger group.
+        overwritable = overwritable_tensors(self.graph, self.in_place)
+        return tuple(0.0 if gone else float(n) for gone, n in zip(overwritable, self.tables.tensor_row_numel))
 
     def alone_dram(self, v: int) -> int:
         """An operator that does not fit runs alone in blocks of output channels.

@@ -13,7 +13,11 @@ each tensor:
   its consumers' windows, which includes the extra rows a skip connection
   holds while the long branch catches up;
 * a tensor no operator of the group reads keeps one row (the row being
-  written back to DRAM).
+  written back to DRAM);
+* an *in-place* operator (an activation, a per-channel affine op, an
+  element-wise sum or product) rewrites an input of its own shape that is
+  produced in the group and read by nothing else where it lies: that input
+  holds no rows of its own, so the operator adds no rows.
 
 Barriers (global pooling, Gemm, Flatten, ...) consume rows as they come
 but emit only at the end. Their output starts a new *phase*; any tensor of
@@ -28,24 +32,63 @@ from math import ceil, inf
 from typing import NamedTuple
 
 from fuseplan.cost.base import GraphTables, Group
+from fuseplan.graph.ir import CompGraph
 
+# Element-wise ops an accelerator applies to a value as it is produced
+# (activations, per-channel affine ops with their constants folded away) or
+# accumulates into one operand (sums, products): each output element
+# depends only on the same element of its inputs, so it can overwrite one.
+IN_PLACE_OPS = frozenset(
+    """
+    Relu LeakyRelu PRelu Clip HardSwish HardSigmoid Sigmoid Tanh Elu Selu Celu Gelu Swish Mish Softplus
+    Softsign ThresholdedRelu BatchNormalization Identity Dropout Add Sub Mul Div Neg Abs Max Min Sum Mean
+    """.split()
+)
+
+
+def in_place_operators(graph: CompGraph) -> tuple[bool, ...]:
+    """Per operator: whether its output can overwrite an activation input of the same shape."""
+    return tuple(
+        node.op_type in IN_PLACE_OPS and len(node.outputs) == 1
+        and any(graph.tensors[t].shape == graph.tensors[node.outputs[0]].shape for t in node.inputs)
+        for node in graph.nodes
+    )
+
+
+
+def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[bool, ...]:
+    """Per tensor: whether some group may rewrite it in place (hold none of its rows).
+
+    Rule 5 of the module docstring needs a tensor made inside the group, not
+    a model output, whose only consumer is an in-place operator; whether the
+    other conditions hold depends on the group, so this says only "maybe".
+    """
+    return tuple(
+        t.producer is not None and not t.is_model_output and len(set(t.consumers)) == 1
+        and in_place[t.consumers[0]]
+        for t in graph.tensors
+    )
 
 class Footprint(NamedTuple):
     """Element counts of one group's streaming execution."""
 
     weights: int  # parameters of all operators
     features: int  # activation elements resident on chip at steady state
-    line: float  # extra resident elements per extra row of the reference output per step
-    reference_rows: int  # rows of the tallest tensor the group writes back
+    line: float  # extra resident elements per extra row of the reference tensor per step
+    reference_rows: int  # rows of the tallest tensor the group streams (holds in part) or writes back
     inputs: int  # elements read from DRAM, each distinct tensor once
     outputs: int  # elements written to DRAM, each distinct tensor once
 
 
-def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None = None) -> Footprint:
+def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None = None,
+              in_place: tuple[bool, ...] | None = None, streamed_out: set[int] | None = None) -> Footprint:
     """Stream ``group`` through the rules in the module docstring.
 
     If ``rows_out`` is given, it receives the resident rows of every tensor
-    the group touches (for reports and tests; the hot path passes nothing).
+    the group touches (0 for a tensor rewritten in place; for reports and
+    tests), and ``streamed_out`` the tensors that hold rows in proportion to
+    a tile's height. ``in_place`` flags the operators of
+    :func:`in_place_operators` (none when not given).
     """
     node_inputs = tables.node_inputs
     node_outputs = tables.node_outputs
@@ -56,6 +99,9 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     low: dict[int, float] = {}
     full: set[int] = set()
     external: set[int] = set()
+    aliased: set[int] = set()
+    consumers = tables.tensor_consumers
+    is_output = tables.tensor_is_output
     weights = 0
 
     for v in sorted(group):
@@ -71,7 +117,10 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
             else:
                 cphase = phase[t]
             r = (p - reach) / s
-            if r == inf:  # the input is whole on chip: a fresh stream
+            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
+                    and len(consumers[t]) == 1:
+                aliased.add(t)  # the output takes the input's place, whole or streamed
+            elif r == inf:  # the input is whole on chip: a fresh stream
                 r = 0.0
             start = (p if barrier else s * r + reach) - k + 1
             if start < low.get(t, inf):
@@ -91,11 +140,22 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
                     q = (pos[t] - reach) / s
                     if q < r:
                         r = q
-            if r == inf:
-                r = 0.0
-            for t, k, s, reach in inputs:
+            for t, _k, _s, _r in inputs:
                 if phase[t] < cphase:
                     full.add(t)
+            overwritten = False
+            if in_place is not None and in_place[v]:
+                out_numel = tables.tensor_numel[node_outputs[v][0]]
+                for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
+                    if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
+                            and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
+                        aliased.add(t)
+                        overwritten = True
+                        break
+            if r == inf and not overwritten:  # every input whole on chip: a fresh stream
+                r = 0.0
+            for t, k, s, reach in inputs:
+                if t in full:
                     continue
                 start = (pos[t] if barrier else s * r + reach) - k + 1
                 if start < low.get(t, inf):
@@ -112,14 +172,16 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     rows_of = tables.tensor_rows
     row_numel = tables.tensor_row_numel
     numel = tables.tensor_numel
-    consumers = tables.tensor_consumers
-    is_output = tables.tensor_is_output
     features = 0
     line = 0
     reference = 1
     inputs_numel = outputs_numel = 0
     for t, p in pos.items():
         height = rows_of[t]
+        if t in aliased:  # rewritten in place by its only consumer
+            if rows_out is not None:
+                rows_out[t] = 0
+            continue
         if p == inf or t in full:
             rows = height
         elif t in low:
@@ -128,9 +190,17 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
                 rows = height
             else:
                 line += numel[t]
+                if height > reference:
+                    reference = height
+                if streamed_out is not None:
+                    streamed_out.add(t)
         else:  # written back, not read inside: one staging row
             rows = 1
             line += numel[t]
+            if height > reference:
+                reference = height
+            if streamed_out is not None:
+                streamed_out.add(t)
         features += rows * row_numel[t]
         if rows_out is not None:
             rows_out[t] = rows
@@ -138,8 +208,6 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
             inputs_numel += numel[t]
         elif is_output[t] or not consumers[t] <= group:
             outputs_numel += numel[t]
-            if height > reference:
-                reference = height
     return Footprint(
         weights=weights,
         features=features,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.cost import make_cost_model
+from fuseplan.cost import COST_MODEL_VERSION, make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_directory, atomic_file, check_input, read_input, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
@@ -187,9 +187,9 @@ def build_dataset(models: Sequence[str], schemes: Sequence[str], out: Path, seed
     counts = {**SAMPLE_COUNTS, **(counts or {})}
     meta: dict[str, Any] = {
         "format": FORMAT, "feature_version": FEATURE_VERSION, "vocabulary": list(OP_VOCABULARY),
-        "seed": seed, "bytes_per_element": bytes_per_element, "buffers_kb": list(BUFFERS_KB),
-        "models": list(graphs), "groups_requested": {name: counts.get(name, 1000) for name in graphs},
-        "schemes": {},
+        "cost_model_version": COST_MODEL_VERSION, "seed": seed, "bytes_per_element": bytes_per_element,
+        "buffers_kb": list(BUFFERS_KB), "models": list(graphs),
+        "groups_requested": {name: counts.get(name, 1000) for name in graphs}, "schemes": {},
     }
     with atomic_directory(out) as staging:
         for scheme in schemes:
@@ -218,6 +218,9 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
     if meta.get("feature_version") != FEATURE_VERSION or meta.get("vocabulary") != list(OP_VOCABULARY):
         raise FuseplanError(f"{directory}: built for feature version {meta.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}: rebuild the dataset")
+    if meta.get("cost_model_version", 1) != COST_MODEL_VERSION:
+        raise FuseplanError(f"{directory}: labels priced by cost-model version {meta.get('cost_model_version', 1)}; "
+                            f"this fuseplan uses version {COST_MODEL_VERSION}: rebuild the dataset")
     if not isinstance(meta.get("schemes"), dict) or not all(isinstance(v, dict) for v in meta["schemes"].values()):
         raise FuseplanError(f"{meta_path}: corrupt dataset metadata (\"schemes\" is not an object of objects)")
     if scheme not in meta["schemes"]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_file, read_input
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
@@ -272,7 +273,8 @@ def save_weights(model, scheme: str, path: Path, extra: dict[str, Any] | None = 
     torch = require_torch()
     with atomic_file(path) as handle:
         torch.save({"format": WEIGHTS_FORMAT, "scheme": scheme, "feature_version": FEATURE_VERSION,
-                    "vocabulary": list(OP_VOCABULARY), "state_dict": model.state_dict(), "info": extra or {}}, handle)
+                    "cost_model_version": COST_MODEL_VERSION, "vocabulary": list(OP_VOCABULARY),
+                    "state_dict": model.state_dict(), "info": extra or {}}, handle)
 
 
 def shipped_weights(scheme: str) -> Path:
@@ -303,13 +305,18 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights"
 def load_classifier(scheme: str, path: Path | None = None):
     """The classifier for ``scheme``: the shipped weights, or those in ``path``.
 
-    A missing file, weights for another scheme or feature layout are clear errors.
+    A missing file, weights for another scheme, feature layout or cost-model
+    version are clear errors.
     """
     path = shipped_weights(scheme) if path is None else Path(path)
     blob = load_tagged(path, WEIGHTS_FORMAT, scheme)
     if blob.get("feature_version") != FEATURE_VERSION or blob.get("vocabulary") != list(OP_VOCABULARY):
         raise FuseplanError(f"{path}: weights use feature version {blob.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}")
+    # Labels are the cost models' verdicts: weights learned under other models predict other verdicts.
+    if blob.get("cost_model_version", 1) != COST_MODEL_VERSION:
+        raise FuseplanError(f"{path}: weights learned labels of cost-model version {blob.get('cost_model_version', 1)}; "
+                            f"this fuseplan uses version {COST_MODEL_VERSION}: retrain (fuseplan classifier train)")
     model = build_model()
     state = blob.get("state_dict")
     if not isinstance(state, Mapping):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.graph.onnx_import import prepare_model
@@ -59,6 +60,7 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         "scheme": cost.name,
         "buffer_bytes": cost.buffer_bytes,
         "bytes_per_element": cost.bytes_per_element,
+        "cost_model_version": COST_MODEL_VERSION,
         "dram_bytes": total.dram,
         "excluded_dram_bytes": cost.unfuseable_dram(),
         "total_dram_bytes": total.dram + cost.unfuseable_dram(),

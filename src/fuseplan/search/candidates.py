@@ -114,12 +114,14 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
             neighbour_mask[v] |= 1 << u
         neighbour_mask[v] &= fuseable_mask
     # The buffer floor (CostModel.buffer_floor), kept incrementally: operator terms summed or maxed, and
-    # feature rows. A tensor's floor rows are the widest window a member reads it through (at least 1).
+    # feature rows. A tensor's floor rows are the widest window a member reads it through (at least 1),
+    # each counting the scheme's floor_row_elements. Where that reaches the buffer, the scheme's
+    # lone_floor (a set that may still grow into a lone operator's group) has the last word.
     b = cost.bytes_per_element
     terms = cost.floor_terms()
     by_max = cost.floor_combine == "max"
     tables = cost.tables
-    row_numel = tables.tensor_row_numel
+    row_numel = cost.floor_row_elements
     window = [tuple((t, max(1, min(int(k), tables.tensor_rows[t]))) for t, k, _s, _r in tables.node_inputs[v])
               for v in range(len(graph))]
     readers = [tuple((c, r) for c, ins in ((c, window[c]) for c in tables.tensor_consumers[t])
@@ -134,7 +136,7 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                 rows = r
         return rows
 
-    def extra_rows(u: int, mask: int) -> int:
+    def extra_rows(u: int, mask: int) -> float:
         """Feature elements the floor gains when ``u`` joins the set ``mask``."""
         grown = mask | (1 << u)
         extra = 0
@@ -178,7 +180,9 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                 grown_own = max(own, terms[u]) if by_max else own + terms[u]
                 grown_rows = rows + extra_rows(u, mask)
                 if b * (grown_own + grown_rows) >= beta:
-                    continue
+                    lone = cost.lone_floor((*members, u))
+                    if lone is None or b * lone >= beta:
+                        continue
                 queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
                               grown_own, grown_rows))
         return found, visits, cut
