@@ -258,3 +258,13 @@ def test_executor_options_are_checked_before_any_cell_runs(tmp_path, cli):
     assert_one_line_error(cli("sweep", config, "--out", config), "exists and is not a directory")
     assert_one_line_error(cli("sweep", config, "--executor", "dask"), "dask")
     assert not (tmp_path / "out").exists()
+
+
+def test_cell_key_changes_with_the_cost_model_version(monkeypatch):
+    from fuseplan.sweep import config as sweep_config
+
+    cell = Cell(model="squeezenet", scheme="lbdf", buffer_bytes=131072, search="ls", splitter="random",
+                budget=10, seed=0)
+    before = cell.key
+    monkeypatch.setattr(sweep_config, "COST_MODEL_VERSION", sweep_config.COST_MODEL_VERSION + 1)
+    assert cell.key != before

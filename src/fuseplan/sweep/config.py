@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan import zoo
-from fuseplan.cost import SCHEMES
+from fuseplan.cost import COST_MODEL_VERSION, SCHEMES
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input
 from fuseplan.search import ALGORITHMS
@@ -63,8 +63,13 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """A stable name for the cell: a hash of its parameters (the same on every machine and run)."""
-        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        """A stable name for the cell: a hash of its parameters (the same on every machine and run).
+
+        The cost-model version is hashed in too: a sweep resumed under another version of the
+        cost models recomputes its cells instead of mixing figures priced two ways.
+        """
+        parameters = {**self.as_dict(), "cost_model_version": COST_MODEL_VERSION}
+        text = json.dumps(parameters, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     @classmethod
