@@ -83,7 +83,7 @@ def test_energy_is_least_exactly_where_dram_is(graph, buffer_bytes):
 def test_latency_objective_finds_a_faster_plan_than_least_dram_on_squeezenet():
     graph = load_graph("squeezenet")
     hardware = load_hardware("example")
-    cost = make_cost_model("lbdf", graph, 64 * KB)
+    cost = make_cost_model("lbdf", graph, 32 * KB)
     plans = {}
     for name in ("dram", "latency"):
         problem = FusionProblem(cost, make_objective(name, cost, hardware))
