@@ -6,40 +6,23 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxoptimizer", reason="the passes extra is not installed")
 pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
 pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
 
-from fuseplan.passes import InferShapes  # noqa: E402
 from fuseplan.passes.external import ExternalPass, external_passes  # noqa: E402
-from fuseplan.passes.select import normalise, prune  # noqa: E402
+from fuseplan.passes.select import normalise  # noqa: E402
 from fuseplan.rewrite.pass_search import (  # noqa: E402
     Graph, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs, pareto_front,
 )
 from tests.cli.inprocess import assert_one_line_error, cli  # noqa: E402,F401
+from tests.passes.test_select import conv_bn  # noqa: E402
 
 TRANSPOSE = "onnxoptimizer/eliminate_nop_transpose"
 FUSE_BN = "onnxoptimizer/fuse_bn_into_conv"
-
-
-def conv_bn() -> onnx.ModelProto:
-    """Conv -> BatchNormalization -> Relu -> Transpose with the identity permutation."""
-    rng = np.random.default_rng(0)
-    weights = {"w": rng.standard_normal((8, 4, 3, 3)), "s": rng.random(8) + 0.5, "b": rng.standard_normal(8),
-               "m": rng.standard_normal(8), "v": rng.random(8) + 0.5}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
-             helper.make_node("Relu", ["n"], ["r"]),
-             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 1, 2, 3])]
-    graph = helper.make_graph(nodes, "conv_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in weights.items()])
-    return InferShapes().transform(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 class ReluToSigmoid(ExternalPass):

@@ -191,6 +191,15 @@ class CostModel(ABC):
         through a window of ``K`` rows, wherever that tensor comes from; each
         row counts :attr:`floor_row_elements`.
         """
+        per_row = self.floor_row_elements
+        return sum(per_row[t] * max(1, r) for t, r in self.floor_rows(group).items())
+
+    def floor_rows(self, group: Iterable[int]) -> dict[int, int]:
+        """Rows of each tensor ``group`` touches that any group holding it keeps at the least.
+
+        ``K`` rows (capped at the height) of a tensor a member reads through a
+        window of ``K`` rows, one row of every other tensor it reads or writes.
+        """
         tables = self.tables
         rows: dict[int, int] = {}
         for v in group:
@@ -200,8 +209,7 @@ class CostModel(ABC):
                     rows[t] = need
             for t in tables.node_outputs[v]:
                 rows.setdefault(t, 1)
-        per_row = self.floor_row_elements
-        return sum(per_row[t] * max(1, r) for t, r in rows.items())
+        return rows
 
     def alone_dram(self, v: int) -> int:
         """DRAM bytes of operator ``v`` run by itself, tiled as the scheme would if it does not fit.

@@ -276,20 +276,26 @@ class BRRCostModel(CostModel):
                 found.append(("output blocks", blocks))
         return found
 
-    def _single_head(self, group: Group) -> int | None:
-        """The operator with weights of a group made of it and in-place operators on its output, if so."""
+    def _lone_shape(self, members) -> tuple[bool, int | None]:
+        """Whether ``members`` are at most one blockable operator and in-place operators, each on one
+        input, and that blockable operator (None when there is none)."""
         node_inputs, blockable, in_place = self.tables.node_inputs, self.blockable, self.in_place
         head = None
-        for v in group:  # most groups fail on their first few members
+        for v in members:  # most groups fail on their first few members
             if len(node_inputs[v]) != 1:
-                return None
+                return False, None
             if blockable[v]:
                 if head is not None:
-                    return None
+                    return False, None
                 head = v
             elif not in_place[v]:
-                return None
-        if head is None or self._producer[node_inputs[head][0][0]] in group:
+                return False, None
+        return True, head
+
+    def _single_head(self, group: Group) -> int | None:
+        """The operator with weights of a group made of it and in-place operators on its output, if so."""
+        lone, head = self._lone_shape(group)
+        if not lone or head is None or self._producer[self.tables.node_inputs[head][0][0]] in group:
             return None
         return head
 
@@ -390,14 +396,7 @@ class BRRCostModel(CostModel):
         """
         tables = self.tables
         members = group if isinstance(group, (set, frozenset)) else set(group)
-        rows: dict[int, int] = {}
-        for v in members:
-            for t, kernel, _s, _r in tables.node_inputs[v]:
-                need = min(int(kernel), tables.tensor_rows[t])
-                if need > rows.get(t, 0):
-                    rows[t] = need
-            for t in tables.node_outputs[v]:
-                rows.setdefault(t, 1)
+        rows = self.floor_rows(members)
         least, whole = self.floor_row_elements, self._floor_whole_row
         producer, node_inputs, blockable = self._producer, tables.node_inputs, self.blockable
         anchor: dict[int, int | None] = {}  # operator -> the blockable operator its mode follows
@@ -449,21 +448,12 @@ class BRRCostModel(CostModel):
         still be one: every operator in place on one input but at most one blockable operator, whose
         input comes from outside. Both schedules hold at least ``min(K, H_in)`` input rows of one block
         of input channels."""
-        blockable, in_place = self.blockable, self.in_place
-        node_inputs = self.tables.node_inputs
-        head = None
-        for v in members:
-            if len(node_inputs[v]) != 1:
-                return None
-            if blockable[v]:
-                if head is not None:
-                    return None
-                head = v
-            elif not in_place[v]:
-                return None
+        lone, head = self._lone_shape(members)
+        if not lone:
+            return None
         if head is None:
             return 0.0  # the blockable operator may join later: no bound yet
-        source, kernel, _s, _r = node_inputs[head][0]
+        source, kernel, _s, _r = self.tables.node_inputs[head][0]
         if self._producer[source] in members:
             return None
         tables = self.tables
