@@ -13,6 +13,7 @@ from fuseplan.cost import LBDFCostModel, make_cost_model
 from fuseplan.plan import FusionProblem, Plan
 from fuseplan.plan.moves import cut_order
 from fuseplan.search import IntervalDP, candidate_orders, interval_dp, is_interval_plan
+from fuseplan.search.interval_dp import IntervalDPTooLarge
 from tests.dags import random_dags
 
 
@@ -46,12 +47,21 @@ def test_interval_membership_of_cut_plans(graph, seed):
 
 @pytest.mark.slow
 def test_dp_is_fast_and_valid_on_the_zoo(zoo_graphs):
+    stopped = []
     for name, graph in zoo_graphs.items():
         for scheme in ("lbdf", "brr"):
             for kb in (128, 2048):
                 problem = FusionProblem(make_cost_model(scheme, graph, kb * 1024))
-                plan, dram, order_name, by_order = IntervalDP().solve(problem)
+                try:
+                    plan, dram, order_name, by_order = IntervalDP().solve(problem)
+                except IntervalDPTooLarge:
+                    stopped.append((name, scheme, kb))
+                    continue
                 assert problem.check(plan) == [], (name, scheme, kb)
                 assert dram == problem.evaluate(plan).dram == min(by_order.values())
                 assert is_interval_plan(problem, plan, candidate_orders(problem)[order_name])
                 assert problem.cost.dram_lower_bound() <= dram <= problem.cost.unfused_dram()
+    # Only BRR's long groups under a large buffer on the deepest networks pass the work limit
+    # (docs/search.md); everywhere else the reference runs.
+    assert all(scheme == "brr" and kb == 2048 for _, scheme, kb in stopped), stopped
+    assert len(stopped) <= 2, stopped
