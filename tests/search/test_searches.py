@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fuseplan.cost import make_cost_model
+from fuseplan.errors import FuseplanError
 from fuseplan.plan import FusionProblem
 from fuseplan.search import (ALGORITHMS, IntervalDP, candidate_orders, interval_dp, is_interval_plan, make_search,
                              minimize)
@@ -26,7 +27,13 @@ def test_every_algorithm_returns_a_valid_plan(zoo_graphs, name, scheme):
     for kb in BUFFERS_KB:
         problem = FusionProblem(make_cost_model(scheme, graph, kb * 1024))
         for algorithm in ALGORITHMS:
-            result = minimize(problem, make_search(algorithm), make_splitter("random"), budget=40, seed=kb)
+            try:
+                result = minimize(problem, make_search(algorithm), make_splitter("random"), budget=40, seed=kb)
+            except FuseplanError as exc:
+                # The interval DP refuses, in one line, a network whose groups span too far under BRR's
+                # large buffers (resnet152 at 2MB); every other search must return a plan.
+                assert algorithm == "dp" and scheme == "brr" and "interval DP" in str(exc), (algorithm, kb, exc)
+                continue
             assert problem.check(result.plan) == [], (algorithm, kb)
             assert result.cost == problem.evaluate(result.plan) and result.cost.valid
             assert result.evaluated <= 40
