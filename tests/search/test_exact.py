@@ -81,6 +81,7 @@ def test_candidates_are_the_connected_convex_fitting_sets(graph, scheme, buffer_
         assert dram == problem.cost.dram(frozenset(v for v in range(len(graph)) if mask >> v & 1))
 
 
+@pytest.mark.slow
 def test_both_formulations_agree_on_the_zoo(zoo_graphs):
     for name in ("squeezenet", "resnet50", "mobilenet_v3_small"):
         for scheme in ("lbdf", "brr"):
@@ -130,7 +131,7 @@ def test_stopped_searches_report_a_proven_bound(zoo_graphs):
     assert restricted.lower_bound == cut_lower_bound(problem) <= optimum
 
 
-@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+@pytest.mark.parametrize("scheme", ["lbdf", pytest.param("brr", marks=pytest.mark.slow)])
 def test_the_cut_bound_is_proven_and_tighter_than_fusing_everything(zoo_graphs, scheme):
     tighter = 0
     for name in ("squeezenet", "resnet50", "mobilenet_v2", "vgg16"):
@@ -164,7 +165,8 @@ def test_auto_on_a_network_too_large_to_prove_still_gives_a_bounded_valid_plan()
     assert cut_lower_bound(problem) == result.details["lower_bound_bytes"] < result.cost.dram
 
 
-@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+# BRR's run takes about 25 s: the full suite only.
+@pytest.mark.parametrize("scheme", ["lbdf", pytest.param("brr", marks=pytest.mark.slow)])
 def test_generated_networks_are_solved_exactly_at_small_buffers(scheme):
     problem = FusionProblem(make_cost_model(scheme, branchy_network(200, seed=2, channels=(32, 64)), 64 * KB))
     outcome = solve_exact(problem)
