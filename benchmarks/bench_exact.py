@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from fuseplan.search.exact import solve_exact  # noqa: E402
 from fuseplan.search.interval_dp import IntervalDPTooLarge  # noqa: E402
 from fuseplan.split import make_splitter  # noqa: E402
 from tests.dags import branchy_network  # noqa: E402
+from peers import machine  # noqa: E402 - benchmarks/peers.py, beside this script
 
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURE = ROOT / "docs" / "images" / "exact_scaling.png"
@@ -133,7 +133,7 @@ def main() -> None:
     args = parser.parse_args()
 
     document = json.loads(args.output.read_text()) if args.output.exists() else {}
-    document["machine"] = {"python": platform.python_version(), "processor": platform.processor() or platform.machine()}
+    document["machine"] = machine()
     if args.part in ("all", "zoo"):
         rows = []
         for name in args.models:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from peers import write_results  # noqa: E402 - benchmarks/peers.py, beside this script
+from peers import machine, write_results  # noqa: E402 - benchmarks/peers.py, beside this script
 from fuseplan import load_graph, make_cost_model, zoo  # noqa: E402
 from fuseplan.hardware import load_hardware  # noqa: E402
 from fuseplan.plan import FusionProblem  # noqa: E402
@@ -71,8 +70,7 @@ def main() -> None:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     document = {"hardware": hardware.record(), "budget": args.budget, "rows": rows,
-                "machine": {"python": platform.python_version(),
-                            "processor": platform.processor() or platform.machine()}}
+                "machine": machine()}
     write_results(document, args.output)
 
 

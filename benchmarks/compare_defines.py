@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ from onnx import TensorProto, helper
 from fuseplan.cost import LBDFCostModel
 from fuseplan.graph import graph_from_model
 
-from peers import PeerMissing, peer_paths, write_results  # benchmarks/peers.py, beside this script
+from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "defines.json"
 
@@ -242,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:38s} DeFiNES moves its least DRAM ({least:.0f}) from between {low} and {high} bytes "
               f"on chip; LBDF F_beta {need}", flush=True)
     payload = {
-        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
+        "machine": machine(),
         "defines_commit": args.commit or commit.stdout.strip() or None,
         "mode": "fully cached (horizontal and vertical), tiles 1 output row x full width",
         "bytes_per_element": 1,

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -61,7 +60,7 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
-from peers import PeerMissing, peer_paths, write_results  # benchmarks/peers.py, beside this script
+from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
 NETWORKS = {"squeezenet": "squeezenet", "resnet18": "resnet18", "vggnet": "vgg16", "resnet50": "resnet50"}
@@ -317,7 +316,7 @@ def compare_all(args: argparse.Namespace) -> int:
                   f"zoo {NETWORKS[net]} {zoo_plan['dram_bytes'] / MIB:8.2f} MiB  "
                   f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB", flush=True)
     payload = {
-        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
+        "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,
         "dataflow": DATAFLOW,
         "channel_block": CHANNEL_BLOCK,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 from pathlib import Path
 
 from fuseplan.files import write_text
@@ -34,6 +35,11 @@ def peer_paths(name: str, checkout: str | None, python: str | None, env_prefix: 
     if not interpreter.exists():
         raise PeerMissing(f"no Python environment for {name} at {interpreter}")
     return root, interpreter
+
+
+def machine() -> dict[str, str]:
+    """The Python version and processor a benchmark ran on, as every results file records them."""
+    return {"python": platform.python_version(), "processor": platform.processor() or platform.machine()}
 
 
 def write_results(payload: dict, path: Path) -> None:
