@@ -40,8 +40,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+# No emoji codes: paths such as `module.py:factory:` and node names are printed as given.
+stdout = Console(soft_wrap=True, emoji=False)
+stderr = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 class Scheme(str, Enum):

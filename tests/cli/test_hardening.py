@@ -307,3 +307,9 @@ def test_weights_whose_state_dict_is_not_a_mapping(cli, tmp_path):
                           "has no state dict")
     assert_one_line_error(cli("classifier", "evaluate", "--models", "squeezenet", "--weights", "/dev/zero"),
                           "is a device")
+
+
+def test_paths_in_errors_are_printed_as_given(cli, tmp_path):
+    # `:fire:` would otherwise be read by the terminal printer as an emoji code
+    missing = tmp_path / "net:fire:.onnx"
+    assert_one_line_error(cli("plan", str(missing)), f"{missing}: no such file")
