@@ -28,6 +28,15 @@ Optimus's smallest output-channel block under the dataflow used (32); the
 same network is also planned with fuseplan's default block (16).
 fuseplan's DRAM is the plan's total, with operators that fit no group run
 alone (as ``fuseplan plan`` reports it).
+The same search also plans each network under Optimus's own accounting
+(``benchmarks/optimus_aligned.py``: what its code counts, with its
+continuous row blocking), then with fuseplan's terms added one at a time
+(every convolution of a tiled group re-reading its weights per tile; whole
+tiles; a weight block on chip; fuseplan's schedules for a convolution
+alone; a pooling or addition alone moving its tensors); this separates fuseplan's search from
+fuseplan's model, and the model's differences from each other. A what-if
+variant of fuseplan's BRR that holds one filter tap of a weight block
+(``TapBlockBRR``) is planned too.
 Each Optimus network is rebuilt as an ONNX graph with the same layers
 (convolutions with the same channels, kernel, stride and output size,
 padding chosen to give that size; pooling; element-wise ``Add``; channel
@@ -60,6 +69,7 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
+from optimus_aligned import OptimusAlignedBRR, register  # benchmarks/optimus_aligned.py: Optimus's accounting, beside this script
 from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
@@ -219,9 +229,46 @@ def brr(graph, buffer_bytes: int, channel_block: int = CHANNEL_BLOCK) -> BRRCost
     return BRRCostModel(graph, buffer_bytes, BYTES_PER_ELEMENT, channel_block=channel_block)
 
 
-def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CHANNEL_BLOCK) -> dict:
+class TapBlockBRR(BRRCostModel):
+    """What-if, not fuseplan's model: BRR holding one filter tap of a weight block (k x k weights) rather than
+    the whole block (k x k x R x S). A tile can apply a block tap by tap to the rows it holds, so the
+    weights still move once per tile; only the resident block shrinks."""
+
+    def __init__(self, graph, buffer_bytes: int, bytes_per_element: int = 1, channel_block: int = CHANNEL_BLOCK):
+        super().__init__(graph, buffer_bytes, bytes_per_element, channel_block=channel_block)
+        taps = [max(1, _product(node.attributes.get("kernel_shape", [1]))) for node in graph.nodes]
+        self._weight_block = tuple(-(-block // tap) for block, tap in zip(self._weight_block, taps))
+
+
+def _product(values) -> int:
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
+# Optimus's accounting, then fuseplan's terms added one at a time (benchmarks/optimus_aligned.py); the
+# last step's remaining gap to fuseplan's BRR is its feature footprint (rows with padding, a full entry's
+# input block, pooling outputs and skip inputs held, in-place operators) and its row-tile reference.
+ACCOUNTING_STEPS = {
+    "optimus": {},
+    "every_tile": {"weights_once": False},
+    "whole_tiles": {"weights_once": False, "whole_tiles": True},
+    "weight_block": {"weights_once": False, "whole_tiles": True, "weight_block": True},
+    "lone_schedules": {"weights_once": False, "whole_tiles": True, "weight_block": True, "lone_schedules": True},
+    "lone_ops_move": {"weights_once": False, "whole_tiles": True, "weight_block": True, "lone_schedules": True,
+                      "lone_ops_move": True},
+}
+
+
+def optimus_accounting(graph, buffer_bytes: int, step: str = "optimus") -> OptimusAlignedBRR:
+    return OptimusAlignedBRR(graph, buffer_bytes, BYTES_PER_ELEMENT, CHANNEL_BLOCK, **ACCOUNTING_STEPS[step])
+
+
+def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CHANNEL_BLOCK, model=None) -> dict:
+    """fuseplan's plan of ``graph`` under product BRR (or ``model(graph, buffer_bytes)``), default search."""
     start = time.perf_counter()
-    cost = brr(graph, buffer_bytes, channel_block)
+    cost = brr(graph, buffer_bytes, channel_block) if model is None else model(graph, buffer_bytes)
     result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=budget, seed=0)
     seconds = time.perf_counter() - start
     groups = [{"layers": [graph.nodes[v].name for v in sorted(g)], "dram_bytes": cost.dram(g)}
@@ -233,8 +280,9 @@ def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CH
             "groups": groups + alone, "excluded": [graph.nodes[v].name for v in cost.unfuseable]}
 
 
-def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel) -> list[dict]:
-    """Each Optimus group: its DRAM there, fuseplan's price of the same group, and whether fuseplan chose it."""
+def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel, aligned: dict[str, OptimusAlignedBRR]) -> list[dict]:
+    """Each Optimus group: its DRAM there, fuseplan's price of the same group (product model, and Optimus's
+    accounting), and whether fuseplan chose it."""
     index = {node.name: node.index for node in cost.graph.nodes}
     mine = {frozenset(g["layers"]) for g in ours["groups"]}
     rows = []
@@ -242,7 +290,9 @@ def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel) -> list[dict]:
         group = frozenset(index[name] for name in g["layers"])
         priced = cost.evaluate(group)
         rows.append({"layers": g["layers"], "optimus_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"].values()),
+                     "optimus_weight_bytes": BYTES_PER_ELEMENT * g["dram_elements"]["weights"],
                      "fuseplan_price_bytes": priced.dram, "fits_in_fuseplan": priced.buffer < cost.buffer_bytes,
+                     "accounting_steps_price_bytes": {step: model.dram(group) for step, model in aligned.items()},
                      "in_fuseplan_plan": frozenset(g["layers"]) in mine})
     return rows
 
@@ -269,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare_all(args: argparse.Namespace) -> int:
+    register()  # Optimus's accounting by name, for this process only
     root = python = None
     if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
         root, python = find_peer(args)
@@ -290,6 +341,13 @@ def compare_all(args: argparse.Namespace) -> int:
             zoo_plan = plan_fuseplan(zoo_model, buffer_bytes, args.budget)
             # fuseplan's default block: a weight block of fewer output channels fits more often.
             default_block = plan_fuseplan(same, buffer_bytes, args.budget, DEFAULT_CHANNEL_BLOCK)
+            # The same search under Optimus's own accounting, then with fuseplan's terms added one by one.
+            steps = {step: plan_fuseplan(same, buffer_bytes, args.budget,
+                                         model=lambda g, beta, step=step: optimus_accounting(g, beta, step))
+                     for step in ACCOUNTING_STEPS}
+            aligned = steps["optimus"]
+            tap_block = plan_fuseplan(same, buffer_bytes, args.budget,
+                                      model=lambda g, beta: TapBlockBRR(g, beta, BYTES_PER_ELEMENT))
             their_bytes = BYTES_PER_ELEMENT * sum(sum(g["dram_elements"].values()) for g in theirs["groups"])
             entry = {
                 "network": net, "optimus_arch_kb": kb, "buffer_elements": int(theirs["capacity_elements"]),
@@ -306,15 +364,27 @@ def compare_all(args: argparse.Namespace) -> int:
                 "fuseplan_default_block": {"channel_block": DEFAULT_CHANNEL_BLOCK}
                 | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
                 | {"groups": len(default_block["groups"])},
-                "group_by_group": compare(theirs, ours, brr(same, buffer_bytes)),
+                "fuseplan_optimus_accounting": {k: aligned[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                | {"groups": len(aligned["groups"])},
+                "fuseplan_tap_weight_block": {k: tap_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                | {"groups": len(tap_block["groups"])},
+                "fuseplan_accounting_steps": {step: {k: plan[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                                              | {"groups": len(plan["groups"])} for step, plan in steps.items()},
+                "group_by_group": compare(theirs, ours, brr(same, buffer_bytes),
+                                          {step: optimus_accounting(same, buffer_bytes, step)
+                                           for step in ACCOUNTING_STEPS}),
                 "fuseplan_groups": ours["groups"],
+                "fuseplan_optimus_accounting_groups": aligned["groups"],
             }
             entries.append(entry)
             print(f"{net:10s} {kb:3d}KB  Optimus {their_bytes / MIB:8.2f} MiB ({theirs['plan_seconds']:6.1f} s, "
                   f"{len(theirs['groups'])} groups)  fuseplan {ours['dram_bytes'] / MIB:8.2f} MiB "
                   f"({ours['plan_seconds']:5.2f} s, {len(ours['groups'])} groups)  "
                   f"zoo {NETWORKS[net]} {zoo_plan['dram_bytes'] / MIB:8.2f} MiB  "
-                  f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB", flush=True)
+                  f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB  "
+                  f"Optimus's accounting {aligned['dram_bytes'] / MIB:8.2f} MiB ({aligned['plan_seconds']:5.2f} s; "
+                  + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
+                  + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}", flush=True)
     payload = {
         "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,

@@ -81,3 +81,61 @@ def test_defines_stack_priced_as_a_line_buffer():
     cost = LBDFCostModel(graph, 10**6).evaluate(group)
     assert cost.buffer == weights + rows
     assert cost.dram == weights + 16 * 58 * 58 + outputs
+
+
+def _vgg_block() -> dict:
+    # VGG16's second block as Optimus defines it (fusion/nn_models), and the convolution after it.
+    def conv(name, channels, size, prev):
+        return {"name": name, "kind": "ConvLayer", "channels": channels, "height": size, "width": size,
+                "kernel": [3, 3], "stride": [1, 1], "prevs": [prev]}
+    return {"network": "vgg_block", "layers": [
+        {"name": "input", "kind": "Input", "channels": 64, "height": 112, "width": 112},
+        conv("conv3", 128, 112, "input"), conv("conv4", 128, 112, "conv3"),
+        {"name": "pool2", "kind": "PoolingLayer", "channels": 128, "height": 56, "width": 56, "kernel": [2, 2],
+         "stride": [2, 2], "prevs": ["conv4"]},
+        conv("conv5", 256, 56, "pool2"),
+    ]}
+
+
+def test_optimus_accounting_reproduces_its_figure_for_a_vgg_group():
+    # Optimus plans conv3, conv4, pool2 of VGG16 as one group at its 256KB memory (131,072 16-bit elements)
+    # and reports 802,816 input, 401,408 output and 2,826,240 weight elements for it.
+    optimus = _script("compare_optimus")
+    graph = graph_from_model(optimus.onnx_from_optimus(_vgg_block()), name="vgg_block")
+    group = frozenset(n.index for n in graph.nodes if n.name in ("conv3", "conv4", "pool2"))
+    beta = 2 * 131072
+    w3, w4 = 128 * 64 * 9, 128 * 128 * 9
+    io = 64 * 112 * 112 + 128 * 56 * 56
+    # Full entry: conv3 keeps all 128 channels of (1 - 1) * 2 + 2 = 2 rows of conv4 plus its window: 4 rows;
+    # conv4 (partial) one block of 32 channels of 2 rows; 35,840 more per pooled row.
+    features = 128 * 4 * 112 + 32 * 2 * 112
+    line = 128 * 2 * 112 + 32 * 2 * 112
+    assert (features, line) == (64512, 35840)
+    # Rows per tile: ceil((131,072 - 64,512) / 35,840 + 1) = 3 pooled rows, so conv4 computes 6 rows and conv3
+    # 8 per tile; conv4 reads its weights 112 / 6 times, conv3 (a full entry) once, as Optimus counts.
+    priced = optimus.optimus_accounting(graph, beta).evaluate(group)
+    assert priced.buffer == 2 * features
+    assert priced.dram == 2 * (w3 + round(w4 * 112 / 6) + io) == 2 * (2826240 + 802816 + 401408)
+    # fuseplan's terms one at a time: conv3 re-reads too (112 / 8 times); whole tiles (2 pooled rows, 28
+    # tiles, every weight once per tile); a 9,216-element weight block on chip (still 2 rows).
+    assert optimus.optimus_accounting(graph, beta, "every_tile").dram(group) == 2 * (w3 * 14 + round(w4 * 112 / 6) + io)
+    assert optimus.optimus_accounting(graph, beta, "whole_tiles").dram(group) == 2 * ((w3 + w4) * 28 + io)
+    blocked = optimus.optimus_accounting(graph, beta, "weight_block").evaluate(group)
+    assert blocked == (2 * (features + 9216), 2 * ((w3 + w4) * 28 + io))
+
+
+def test_optimus_accounting_rejects_what_optimus_rejects():
+    optimus = _script("compare_optimus")
+    graph = graph_from_model(optimus.onnx_from_optimus(_vgg_block()), name="vgg_block")
+    cost = optimus.optimus_accounting(graph, 2 * 131072)
+    names = {n.name: n.index for n in graph.nodes}
+    assert cost.evaluate(frozenset([names["pool2"]])) == (0, 0)  # a pooling alone merges into its producer
+    assert not cost.fits(frozenset([names["pool2"], names["conv5"]]))  # a group may not start with one
+    # A convolution alone always has some blocking that fits, and reads every weight at least once.
+    lone = cost.evaluate(frozenset([names["conv5"]]))
+    assert lone.buffer < 2 * 131072
+    assert lone.dram >= 2 * (256 * 128 * 9 + 128 * 56 * 56 + 256 * 56 * 56)
+    # The buffer floor never exceeds the buffer of a group holding the set.
+    for members in (["conv3"], ["conv3", "conv4"], ["conv4", "pool2"]):
+        part = frozenset(names[m] for m in members)
+        assert cost.buffer_floor(part) <= cost.buffer(frozenset(names[m] for m in ("conv3", "conv4", "pool2")))
