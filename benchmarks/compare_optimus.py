@@ -269,7 +269,8 @@ def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CH
     """fuseplan's plan of ``graph`` under product BRR (or ``model(graph, buffer_bytes)``), default search."""
     start = time.perf_counter()
     cost = brr(graph, buffer_bytes, channel_block) if model is None else model(graph, buffer_bytes)
-    result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=budget, seed=0)
+    search = make_search("auto")
+    result = minimize(FusionProblem(cost), search, make_splitter("random"), budget=budget, seed=0)
     seconds = time.perf_counter() - start
     groups = [{"layers": [graph.nodes[v].name for v in sorted(g)], "dram_bytes": cost.dram(g)}
               for g in result.plan]
@@ -277,6 +278,7 @@ def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CH
     alone = [{"layers": [graph.nodes[v].name], "dram_bytes": cost.alone_dram(v), "unfuseable": True}
              for v in cost.unfuseable]
     return {"dram_bytes": result.cost.dram + cost.unfuseable_dram(), "plan_seconds": round(seconds, 3),
+            "proven_optimal": bool(search.details().get("optimal")),
             "groups": groups + alone, "excluded": [graph.nodes[v].name for v in cost.unfuseable]}
 
 
@@ -356,19 +358,19 @@ def compare_all(args: argparse.Namespace) -> int:
                             "groups": len(theirs["groups"]),
                             "weight_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"]["weights"]
                                                                     for g in theirs["groups"])},
-                "fuseplan": {k: ours[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                "fuseplan": {k: ours[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(ours["groups"])},
                 "fuseplan_zoo": {"model": NETWORKS[net], "up_to": ZOO_CUTS.get(NETWORKS[net], "the end")}
                 | {k: zoo_plan[k] for k in ("dram_bytes", "plan_seconds")}
                 | {"groups": len(zoo_plan["groups"]), "excluded": len(zoo_plan["excluded"])},
                 "fuseplan_default_block": {"channel_block": DEFAULT_CHANNEL_BLOCK}
-                | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(default_block["groups"])},
-                "fuseplan_optimus_accounting": {k: aligned[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                "fuseplan_optimus_accounting": {k: aligned[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(aligned["groups"])},
-                "fuseplan_tap_weight_block": {k: tap_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                "fuseplan_tap_weight_block": {k: tap_block[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(tap_block["groups"])},
-                "fuseplan_accounting_steps": {step: {k: plan[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                "fuseplan_accounting_steps": {step: {k: plan[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                                               | {"groups": len(plan["groups"])} for step, plan in steps.items()},
                 "group_by_group": compare(theirs, ours, brr(same, buffer_bytes),
                                           {step: optimus_accounting(same, buffer_bytes, step)
