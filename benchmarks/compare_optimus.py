@@ -36,7 +36,8 @@ tiles; a weight block on chip; fuseplan's schedules for a convolution
 alone; a pooling or addition alone moving its tensors); this separates fuseplan's search from
 fuseplan's model, and the model's differences from each other. A what-if
 variant of fuseplan's BRR that holds one filter tap of a weight block
-(``TapBlockBRR``) is planned too.
+(``TapBlockBRR``) and one whose tiled groups may keep some weights on chip
+(``ResidentWeightsBRR``) are planned too.
 Each Optimus network is rebuilt as an ONNX graph with the same layers
 (convolutions with the same channels, kernel, stride and output size,
 padding chosen to give that size; pooling; element-wise ``Add``; channel
@@ -56,6 +57,7 @@ import os
 import subprocess
 import sys
 import time
+from math import ceil
 from pathlib import Path
 
 import onnx
@@ -63,13 +65,15 @@ from onnx import TensorProto, helper
 
 from fuseplan import load_graph, zoo
 from fuseplan.cost import BRRCostModel
+from fuseplan.cost.base import GroupCost
 from fuseplan.cost.brr import DEFAULT_CHANNEL_BLOCK
+from fuseplan.cost.streaming import footprint
 from fuseplan.graph import graph_from_model
 from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
-from optimus_aligned import OptimusAlignedBRR, register  # benchmarks/optimus_aligned.py: Optimus's accounting, beside this script
+from optimus_aligned import OptimusAlignedBRR, register  # benchmarks/optimus_aligned.py, beside this script
 from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
@@ -240,6 +244,45 @@ class TapBlockBRR(BRRCostModel):
         self._weight_block = tuple(-(-block // tap) for block, tap in zip(self._weight_block, taps))
 
 
+class ResidentWeightsBRR(BRRCostModel):
+    """What-if, not fuseplan's model: BRR whose row tiles may keep some convolutions' weights on chip.
+
+    Besides fuseplan's schedules, a tiled group may hold the whole weights of
+    its operators with the fewest weights (one more at a time, smallest
+    first, at least one left streaming): those are read once, the rest once
+    per tile, and the tiles get the room that is left.
+    """
+
+    def _schedules(self, group):
+        found = super()._schedules(group)
+        b, beta, tables = self.bytes_per_element, self.buffer_bytes, self.tables
+        rows: dict[int, int] = {}
+        streamed: set[int] = set()
+        fp = footprint(tables, group, rows, self.in_place, streamed)
+        narrow = [t for t in rows if self._block_share[t] < 1.0]
+        savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
+        entries = [(0, 0.0)] if savings is None else [savings[:2], savings[2:]]
+        by_size = sorted((tables.node_weights[v], v) for v in group if tables.node_weights[v] > 0)
+        reference, io = fp.reference_rows, fp.inputs + fp.outputs
+        for saved, saved_per_row in entries:
+            features = fp.features - saved
+            line = (fp.line * reference - saved_per_row) / reference
+            if b * (fp.weights + features) < beta or line <= 0:
+                continue  # all weights fit already, or nothing streams
+            resident = 0
+            for count, (weights, _v) in enumerate(by_size[:-1], start=1):
+                resident += weights
+                block = max(self._weight_block[u] for _w, u in by_size[count:])
+                buffer = b * (features + resident + block)
+                if buffer >= beta:
+                    break
+                rows_per_tile = int((beta - 1 - buffer) // (b * line)) + 1
+                tiles = ceil(reference / min(rows_per_tile, reference))
+                found.append((f"row tiles, {count} resident", GroupCost(
+                    buffer=buffer, dram=b * (resident + (fp.weights - resident) * tiles + io))))
+        return found
+
+
 def _product(values) -> int:
     result = 1
     for value in values:
@@ -280,6 +323,12 @@ def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CH
     return {"dram_bytes": result.cost.dram + cost.unfuseable_dram(), "plan_seconds": round(seconds, 3),
             "proven_optimal": bool(search.details().get("optimal")),
             "groups": groups + alone, "excluded": [graph.nodes[v].name for v in cost.unfuseable]}
+
+
+def summary(plan: dict) -> dict:
+    """A plan's totals without its groups."""
+    totals = {k: plan[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
+    return totals | {"groups": len(plan["groups"])}
 
 
 def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel, aligned: dict[str, OptimusAlignedBRR]) -> list[dict]:
@@ -350,6 +399,9 @@ def compare_all(args: argparse.Namespace) -> int:
             aligned = steps["optimus"]
             tap_block = plan_fuseplan(same, buffer_bytes, args.budget,
                                       model=lambda g, beta: TapBlockBRR(g, beta, BYTES_PER_ELEMENT))
+            resident = plan_fuseplan(same, buffer_bytes, args.budget,
+                                     model=lambda g, beta: ResidentWeightsBRR(g, beta, BYTES_PER_ELEMENT,
+                                                                              channel_block=CHANNEL_BLOCK))
             their_bytes = BYTES_PER_ELEMENT * sum(sum(g["dram_elements"].values()) for g in theirs["groups"])
             entry = {
                 "network": net, "optimus_arch_kb": kb, "buffer_elements": int(theirs["capacity_elements"]),
@@ -366,12 +418,10 @@ def compare_all(args: argparse.Namespace) -> int:
                 "fuseplan_default_block": {"channel_block": DEFAULT_CHANNEL_BLOCK}
                 | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(default_block["groups"])},
-                "fuseplan_optimus_accounting": {k: aligned[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
-                | {"groups": len(aligned["groups"])},
-                "fuseplan_tap_weight_block": {k: tap_block[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
-                | {"groups": len(tap_block["groups"])},
-                "fuseplan_accounting_steps": {step: {k: plan[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
-                                              | {"groups": len(plan["groups"])} for step, plan in steps.items()},
+                "fuseplan_optimus_accounting": summary(aligned),
+                "fuseplan_resident_weights": summary(resident),
+                "fuseplan_tap_weight_block": summary(tap_block),
+                "fuseplan_accounting_steps": {step: summary(plan) for step, plan in steps.items()},
                 "group_by_group": compare(theirs, ours, brr(same, buffer_bytes),
                                           {step: optimus_accounting(same, buffer_bytes, step)
                                            for step in ACCOUNTING_STEPS}),
@@ -386,7 +436,8 @@ def compare_all(args: argparse.Namespace) -> int:
                   f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB  "
                   f"Optimus's accounting {aligned['dram_bytes'] / MIB:8.2f} MiB ({aligned['plan_seconds']:5.2f} s; "
                   + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
-                  + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}", flush=True)
+                  + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}",
+                  flush=True)
     payload = {
         "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,
