@@ -139,3 +139,29 @@ def test_optimus_accounting_rejects_what_optimus_rejects():
     for members in (["conv3"], ["conv3", "conv4"], ["conv4", "pool2"]):
         part = frozenset(names[m] for m in members)
         assert cost.buffer_floor(part) <= cost.buffer(frozenset(names[m] for m in ("conv3", "conv4", "pool2")))
+
+
+def test_what_if_variants_never_cost_more_than_brr():
+    # Holding one filter tap of a weight block, or keeping some weights resident, only adds room or schedules.
+    optimus = _script("compare_optimus")
+    graph = graph_from_model(optimus.onnx_from_optimus(_vgg_block()), name="vgg_block")
+    names = {n.name: n.index for n in graph.nodes}
+    groups = [frozenset(names[m] for m in members) for members in
+              (["conv3", "conv4"], ["conv3", "conv4", "pool2"], ["conv4", "pool2", "conv5"], ["conv5"])]
+    for kb in (128, 256):
+        brr = optimus.brr(graph, kb * 1024)
+        tap = optimus.TapBlockBRR(graph, kb * 1024, 2)
+        resident = optimus.ResidentWeightsBRR(graph, kb * 1024, 2, channel_block=optimus.CHANNEL_BLOCK)
+        for group in groups:
+            base = brr.evaluate(group)
+            assert tap.buffer(group) <= base.buffer and tap.dram(group) <= base.dram
+            assert resident.dram(group) <= base.dram
+    # conv3, conv4, pool2 holds a 9,216-element weight block; a tap block (1,024) makes it fit at 128KB and,
+    # at 256KB, gives 4 rows of the 112-row tensors per tile instead of 3: 28 tiles instead of 38.
+    group = frozenset(names[m] for m in ("conv3", "conv4", "pool2"))
+    assert not optimus.brr(graph, 128 * 1024).fits(group)
+    assert optimus.TapBlockBRR(graph, 128 * 1024, 2).fits(group)
+    io = 64 * 112 * 112 + 128 * 56 * 56
+    weights = 128 * 64 * 9 + 128 * 128 * 9
+    assert optimus.brr(graph, 256 * 1024).dram(group) == 2 * (weights * 38 + io)
+    assert optimus.TapBlockBRR(graph, 256 * 1024, 2).dram(group) == 2 * (weights * 28 + io)
