@@ -23,7 +23,9 @@ register files below it and DRAM above; elements are 8-bit (``b = 1``) and
 convolutions unpadded, as in DeFiNES's own workloads. DeFiNES places each
 operand in the lowest memory that fits and moves to DRAM what does not, so
 its DRAM traffic is what the line buffer costs when it does or does not fit
-``beta``; fuseplan prices the same group with LBDF (``F_beta``, ``F_D``).
+``beta``; fuseplan prices the same group with LBDF (``F_beta``, ``F_D``)
+and plans the stack at each ``beta`` (its optimal LBDF partition: what
+fuseplan does where the whole stack does not fit).
 Results go to ``benchmarks/results/defines.json``.
 """
 
