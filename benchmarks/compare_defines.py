@@ -23,7 +23,9 @@ register files below it and DRAM above; elements are 8-bit (``b = 1``) and
 convolutions unpadded, as in DeFiNES's own workloads. DeFiNES places each
 operand in the lowest memory that fits and moves to DRAM what does not, so
 its DRAM traffic is what the line buffer costs when it does or does not fit
-``beta``; fuseplan prices the same group with LBDF (``F_beta``, ``F_D``).
+``beta``; fuseplan prices the same group with LBDF (``F_beta``, ``F_D``)
+and plans the stack at each ``beta`` (its optimal LBDF partition: what
+fuseplan does where the whole stack does not fit).
 Results go to ``benchmarks/results/defines.json``.
 """
 
@@ -41,6 +43,9 @@ from onnx import TensorProto, helper
 
 from fuseplan.cost import LBDFCostModel
 from fuseplan.graph import graph_from_model
+from fuseplan.plan import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.split import make_splitter
 
 from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
@@ -176,6 +181,18 @@ def stack_model(stack: dict):
     return graph_from_model(model, name="stack")
 
 
+def lbdf_plan(graph, buffer_bytes: int) -> dict:
+    """fuseplan's optimal LBDF plan of the stack at ``buffer_bytes``: the stack split where it does not fit.
+
+    Layers that fit no group run alone (``alone_dram``), as ``fuseplan plan`` totals them.
+    """
+    cost = LBDFCostModel(graph, buffer_bytes)
+    result = minimize(FusionProblem(cost), make_search("exact"), make_splitter("random"), budget=1000, seed=0)
+    groups = [sorted(graph.nodes[v].name for v in g) for g in result.plan]
+    return {"dram_bytes": result.cost.dram + cost.unfuseable_dram(), "groups": groups,
+            "run_alone": [graph.nodes[v].name for v in cost.unfuseable]}
+
+
 def run_defines(root: Path, python: Path, stack: dict, buffer_bytes: int) -> dict:
     spec = json.dumps({"input": stack["input"], "layers": stack["layers"], "buffer_bytes": buffer_bytes})
     done = subprocess.run([str(python), "-c", DRIVER, spec], cwd=root, check=True, capture_output=True, text=True,
@@ -217,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 "stack": name, "layers": stack["layers"], "input": stack["input"], "buffer_bytes": beta,
                 "lbdf": {"buffer_bytes": buffer, "dram_bytes": dram, "valid": buffer < beta,
                          "weights_bytes": sum(n.weight_numel for n in graph.nodes), "seconds": ours_seconds},
+                "lbdf_plan": lbdf_plan(graph, beta),
                 "defines": {"dram_bytes": their_dram, "seconds": round(theirs["seconds"], 2),
                             "layers": theirs["layers"]},
                 "dram_ratio": round(dram / their_dram, 4) if their_dram else None,
@@ -224,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             entries.append(entry)
             sweep.append((beta, their_dram))
             print(f"{name:38s} beta {beta:8d}  LBDF F_beta {buffer:8d} ({'valid' if buffer < beta else 'invalid'}) "
-                  f"F_D {dram:9d}   DeFiNES DRAM {their_dram:11.0f} ({theirs['seconds']:.0f} s)", flush=True)
+                  f"F_D {dram:9d}  plan {entry['lbdf_plan']['dram_bytes']:9d}   DeFiNES DRAM {their_dram:11.0f} "
+                  f"({theirs['seconds']:.0f} s)", flush=True)
         least = min(d for _, d in sweep)
         low = max((b for b, d in sweep if d > least), default=0)
         high = min(b for b, d in sweep if d == least and b > low)

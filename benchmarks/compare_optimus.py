@@ -28,6 +28,17 @@ Optimus's smallest output-channel block under the dataflow used (32); the
 same network is also planned with fuseplan's default block (16).
 fuseplan's DRAM is the plan's total, with operators that fit no group run
 alone (as ``fuseplan plan`` reports it).
+The same search also plans each network under Optimus's own accounting
+(``benchmarks/optimus_aligned.py``: what its code counts, with its
+continuous row blocking), then with fuseplan's terms added one at a time
+(every convolution of a tiled group re-reading its weights per tile; whole
+tiles; a weight block on chip; fuseplan's schedules for a convolution
+alone; a pooling or addition alone moving its tensors); this separates fuseplan's search from
+fuseplan's model, and the model's differences from each other. A what-if
+variant of fuseplan's BRR that holds one filter tap of a weight block
+(``TapBlockBRR``), one whose tiled groups may keep some weights on chip
+(``ResidentWeightsBRR``) and one whose lone convolutions may stream their
+input one channel at a time (``OneInputChannelBRR``) are planned too.
 Each Optimus network is rebuilt as an ONNX graph with the same layers
 (convolutions with the same channels, kernel, stride and output size,
 padding chosen to give that size; pooling; element-wise ``Add``; channel
@@ -47,6 +58,7 @@ import os
 import subprocess
 import sys
 import time
+from math import ceil
 from pathlib import Path
 
 import onnx
@@ -54,12 +66,15 @@ from onnx import TensorProto, helper
 
 from fuseplan import load_graph, zoo
 from fuseplan.cost import BRRCostModel
+from fuseplan.cost.base import GroupCost
 from fuseplan.cost.brr import DEFAULT_CHANNEL_BLOCK
+from fuseplan.cost.streaming import footprint
 from fuseplan.graph import graph_from_model
 from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
+from optimus_aligned import OptimusAlignedBRR, register  # benchmarks/optimus_aligned.py, beside this script
 from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
@@ -219,10 +234,138 @@ def brr(graph, buffer_bytes: int, channel_block: int = CHANNEL_BLOCK) -> BRRCost
     return BRRCostModel(graph, buffer_bytes, BYTES_PER_ELEMENT, channel_block=channel_block)
 
 
-def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CHANNEL_BLOCK) -> dict:
+class TapBlockBRR(BRRCostModel):
+    """What-if, not fuseplan's model: BRR holding one filter tap of a weight block (k x k weights) rather than
+    the whole block (k x k x R x S). A tile can apply a block tap by tap to the rows it holds, so the
+    weights still move once per tile; only the resident block shrinks."""
+
+    def __init__(self, graph, buffer_bytes: int, bytes_per_element: int = 1, channel_block: int = CHANNEL_BLOCK):
+        super().__init__(graph, buffer_bytes, bytes_per_element, channel_block=channel_block)
+        taps = [max(1, _product(node.attributes.get("kernel_shape", [1]))) for node in graph.nodes]
+        self._weight_block = tuple(-(-block // tap) for block, tap in zip(self._weight_block, taps))
+
+
+class ResidentWeightsBRR(BRRCostModel):
+    """What-if, not fuseplan's model: BRR whose row tiles may keep some convolutions' weights on chip.
+
+    Besides fuseplan's schedules, a tiled group may hold the whole weights of
+    its operators with the fewest weights (one more at a time, smallest
+    first, at least one left streaming): those are read once, the rest once
+    per tile, and the tiles get the room that is left.
+    """
+
+    def _schedules(self, group):
+        found = super()._schedules(group)
+        b, beta, tables = self.bytes_per_element, self.buffer_bytes, self.tables
+        rows: dict[int, int] = {}
+        streamed: set[int] = set()
+        fp = footprint(tables, group, rows, self.in_place, streamed)
+        narrow = [t for t in rows if self._block_share[t] < 1.0]
+        savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
+        entries = [(0, 0.0)] if savings is None else [savings[:2], savings[2:]]
+        by_size = sorted((tables.node_weights[v], v) for v in group if tables.node_weights[v] > 0)
+        reference, io = fp.reference_rows, fp.inputs + fp.outputs
+        for saved, saved_per_row in entries:
+            features = fp.features - saved
+            line = (fp.line * reference - saved_per_row) / reference
+            if b * (fp.weights + features) < beta or line <= 0:
+                continue  # all weights fit already, or nothing streams
+            resident = 0
+            for count, (weights, _v) in enumerate(by_size[:-1], start=1):
+                resident += weights
+                block = max(self._weight_block[u] for _w, u in by_size[count:])
+                buffer = b * (features + resident + block)
+                if buffer >= beta:
+                    break
+                rows_per_tile = int((beta - 1 - buffer) // (b * line)) + 1
+                tiles = ceil(reference / min(rows_per_tile, reference))
+                found.append((f"row tiles, {count} resident", GroupCost(
+                    buffer=buffer, dram=b * (resident + (fp.weights - resident) * tiles + io))))
+        return found
+
+
+class OneInputChannelBRR(BRRCostModel):
+    """What-if, not fuseplan's model: a convolution alone may run its output blocks one input channel at a time.
+
+    fuseplan's output blocks stream the input ``k`` channels (the channel
+    block) at a time, holding their window rows and a ``k x k`` weight block.
+    Optimus's dataflow blocks input channels down to one; then the input
+    window and the weight block (``k`` output channels by one input channel)
+    shrink, more output rows fit per block and the weights are re-read
+    fewer times. Inputs and partial sums move as before.
+    """
+
+    def _output_blocks(self, group, head):
+        best = super()._output_blocks(group, head)
+        tables, b = self.tables, self.bytes_per_element
+        source, kernel, stride, _reach = tables.node_inputs[head][0]
+        if kernel == float("inf") or stride <= 0:
+            return best
+        out = tables.node_outputs[head][0]
+        channels, in_channels = max(tables.node_channels[head], 1), self._in_channels[head]
+        out_row = tables.tensor_row_numel[out] / channels
+        in_row = tables.tensor_row_numel[source] / in_channels
+        height, in_height = tables.tensor_rows[out], tables.tensor_rows[source]
+        fp = footprint(tables, group, None, self.in_place)
+        overlap = max(kernel - stride, 0.0)
+        block = ceil(tables.node_weights[head] * min(1.0, self.channel_block / channels) / in_channels)
+        room = (self.buffer_bytes - 1) / b - block
+        for passes in range(1, channels + 1):
+            k = ceil(channels / passes)
+            if passes > 1 and ceil(channels / (passes - 1)) == k:
+                continue
+            per_row = out_row * k + stride * in_row
+            h = min(height, int((room - overlap * in_row) // per_row))
+            if h < 1:
+                continue
+            blocks = ceil(height / h)
+            rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
+            cost = GroupCost(buffer=b * ceil(h * per_row + overlap * in_row + block),
+                             dram=b * (fp.weights * blocks + passes * rows_read * tables.tensor_row_numel[source]
+                                       + fp.outputs))
+            if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
+                best = cost
+        return best
+
+    def lone_floor(self, members):
+        floor = super().lone_floor(members)
+        if not floor:
+            return floor
+        _lone, head = self._lone_shape(members)
+        return floor / min(self.channel_block, self._in_channels[head])  # one input channel's window rows
+
+
+def _product(values) -> int:
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
+# Optimus's accounting, then fuseplan's terms added one at a time (benchmarks/optimus_aligned.py); the
+# last step's remaining gap to fuseplan's BRR is its feature footprint (rows with padding, a full entry's
+# input block, pooling outputs and skip inputs held, in-place operators) and its row-tile reference.
+ACCOUNTING_STEPS = {
+    "optimus": {},
+    "every_tile": {"weights_once": False},
+    "whole_tiles": {"weights_once": False, "whole_tiles": True},
+    "weight_block": {"weights_once": False, "whole_tiles": True, "weight_block": True},
+    "lone_schedules": {"weights_once": False, "whole_tiles": True, "weight_block": True, "lone_schedules": True},
+    "lone_ops_move": {"weights_once": False, "whole_tiles": True, "weight_block": True, "lone_schedules": True,
+                      "lone_ops_move": True},
+}
+
+
+def optimus_accounting(graph, buffer_bytes: int, step: str = "optimus") -> OptimusAlignedBRR:
+    return OptimusAlignedBRR(graph, buffer_bytes, BYTES_PER_ELEMENT, CHANNEL_BLOCK, **ACCOUNTING_STEPS[step])
+
+
+def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CHANNEL_BLOCK, model=None) -> dict:
+    """fuseplan's plan of ``graph`` under product BRR (or ``model(graph, buffer_bytes)``), default search."""
     start = time.perf_counter()
-    cost = brr(graph, buffer_bytes, channel_block)
-    result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=budget, seed=0)
+    cost = brr(graph, buffer_bytes, channel_block) if model is None else model(graph, buffer_bytes)
+    search = make_search("auto")
+    result = minimize(FusionProblem(cost), search, make_splitter("random"), budget=budget, seed=0)
     seconds = time.perf_counter() - start
     groups = [{"layers": [graph.nodes[v].name for v in sorted(g)], "dram_bytes": cost.dram(g)}
               for g in result.plan]
@@ -230,11 +373,19 @@ def plan_fuseplan(graph, buffer_bytes: int, budget: int, channel_block: int = CH
     alone = [{"layers": [graph.nodes[v].name], "dram_bytes": cost.alone_dram(v), "unfuseable": True}
              for v in cost.unfuseable]
     return {"dram_bytes": result.cost.dram + cost.unfuseable_dram(), "plan_seconds": round(seconds, 3),
+            "proven_optimal": bool(search.details().get("optimal")),
             "groups": groups + alone, "excluded": [graph.nodes[v].name for v in cost.unfuseable]}
 
 
-def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel) -> list[dict]:
-    """Each Optimus group: its DRAM there, fuseplan's price of the same group, and whether fuseplan chose it."""
+def summary(plan: dict) -> dict:
+    """A plan's totals without its groups."""
+    totals = {k: plan[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
+    return totals | {"groups": len(plan["groups"])}
+
+
+def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel, aligned: dict[str, OptimusAlignedBRR]) -> list[dict]:
+    """Each Optimus group: its DRAM there, fuseplan's price of the same group (product model, and Optimus's
+    accounting), and whether fuseplan chose it."""
     index = {node.name: node.index for node in cost.graph.nodes}
     mine = {frozenset(g["layers"]) for g in ours["groups"]}
     rows = []
@@ -242,7 +393,9 @@ def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel) -> list[dict]:
         group = frozenset(index[name] for name in g["layers"])
         priced = cost.evaluate(group)
         rows.append({"layers": g["layers"], "optimus_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"].values()),
+                     "optimus_weight_bytes": BYTES_PER_ELEMENT * g["dram_elements"]["weights"],
                      "fuseplan_price_bytes": priced.dram, "fits_in_fuseplan": priced.buffer < cost.buffer_bytes,
+                     "accounting_steps_price_bytes": {step: model.dram(group) for step, model in aligned.items()},
                      "in_fuseplan_plan": frozenset(g["layers"]) in mine})
     return rows
 
@@ -269,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare_all(args: argparse.Namespace) -> int:
+    register()  # Optimus's accounting by name, for this process only
     root = python = None
     if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
         root, python = find_peer(args)
@@ -290,6 +444,19 @@ def compare_all(args: argparse.Namespace) -> int:
             zoo_plan = plan_fuseplan(zoo_model, buffer_bytes, args.budget)
             # fuseplan's default block: a weight block of fewer output channels fits more often.
             default_block = plan_fuseplan(same, buffer_bytes, args.budget, DEFAULT_CHANNEL_BLOCK)
+            # The same search under Optimus's own accounting, then with fuseplan's terms added one by one.
+            steps = {step: plan_fuseplan(same, buffer_bytes, args.budget,
+                                         model=lambda g, beta, step=step: optimus_accounting(g, beta, step))
+                     for step in ACCOUNTING_STEPS}
+            aligned = steps["optimus"]
+            tap_block = plan_fuseplan(same, buffer_bytes, args.budget,
+                                      model=lambda g, beta: TapBlockBRR(g, beta, BYTES_PER_ELEMENT))
+            one_channel = plan_fuseplan(same, buffer_bytes, args.budget,
+                                        model=lambda g, beta: OneInputChannelBRR(g, beta, BYTES_PER_ELEMENT,
+                                                                                 channel_block=CHANNEL_BLOCK))
+            resident = plan_fuseplan(same, buffer_bytes, args.budget,
+                                     model=lambda g, beta: ResidentWeightsBRR(g, beta, BYTES_PER_ELEMENT,
+                                                                              channel_block=CHANNEL_BLOCK))
             their_bytes = BYTES_PER_ELEMENT * sum(sum(g["dram_elements"].values()) for g in theirs["groups"])
             entry = {
                 "network": net, "optimus_arch_kb": kb, "buffer_elements": int(theirs["capacity_elements"]),
@@ -298,23 +465,35 @@ def compare_all(args: argparse.Namespace) -> int:
                             "groups": len(theirs["groups"]),
                             "weight_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"]["weights"]
                                                                     for g in theirs["groups"])},
-                "fuseplan": {k: ours[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                "fuseplan": {k: ours[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(ours["groups"])},
                 "fuseplan_zoo": {"model": NETWORKS[net], "up_to": ZOO_CUTS.get(NETWORKS[net], "the end")}
                 | {k: zoo_plan[k] for k in ("dram_bytes", "plan_seconds")}
                 | {"groups": len(zoo_plan["groups"]), "excluded": len(zoo_plan["excluded"])},
                 "fuseplan_default_block": {"channel_block": DEFAULT_CHANNEL_BLOCK}
-                | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "excluded")}
+                | {k: default_block[k] for k in ("dram_bytes", "plan_seconds", "proven_optimal", "excluded")}
                 | {"groups": len(default_block["groups"])},
-                "group_by_group": compare(theirs, ours, brr(same, buffer_bytes)),
+                "fuseplan_optimus_accounting": summary(aligned),
+                "fuseplan_resident_weights": summary(resident),
+                "fuseplan_one_input_channel": summary(one_channel),
+                "fuseplan_tap_weight_block": summary(tap_block),
+                "fuseplan_accounting_steps": {step: summary(plan) for step, plan in steps.items()},
+                "group_by_group": compare(theirs, ours, brr(same, buffer_bytes),
+                                          {step: optimus_accounting(same, buffer_bytes, step)
+                                           for step in ACCOUNTING_STEPS}),
                 "fuseplan_groups": ours["groups"],
+                "fuseplan_optimus_accounting_groups": aligned["groups"],
             }
             entries.append(entry)
             print(f"{net:10s} {kb:3d}KB  Optimus {their_bytes / MIB:8.2f} MiB ({theirs['plan_seconds']:6.1f} s, "
                   f"{len(theirs['groups'])} groups)  fuseplan {ours['dram_bytes'] / MIB:8.2f} MiB "
                   f"({ours['plan_seconds']:5.2f} s, {len(ours['groups'])} groups)  "
                   f"zoo {NETWORKS[net]} {zoo_plan['dram_bytes'] / MIB:8.2f} MiB  "
-                  f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB", flush=True)
+                  f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB  "
+                  f"Optimus's accounting {aligned['dram_bytes'] / MIB:8.2f} MiB ({aligned['plan_seconds']:5.2f} s; "
+                  + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
+                  + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}"
+                  f"  one input channel {one_channel['dram_bytes'] / MIB:8.2f}", flush=True)
     payload = {
         "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,
