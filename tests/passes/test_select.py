@@ -46,14 +46,31 @@ def conv_bn(inputs_too: bool = False, channels: int = 4) -> onnx.ModelProto:
 def test_registry_lists_every_source_and_builds_passes_by_name():
     names = all_passes()
     sources = {cls.source for cls in external_passes().values()}
-    assert {"onnxoptimizer", "onnx-ir", "onnxruntime", "fuseplan"} <= sources
+    assert {"onnxoptimizer", "onnx-ir", "onnxscript", "onnxruntime", "fuseplan"} <= sources
     assert {"fix-input-shapes", "onnxoptimizer/fuse_bn_into_conv", "ort/all", "ort/all-without:ConvBNFusion",
-            "fuseplan/fold-batchnorm"} <= set(names)
+            "fuseplan/fold-batchnorm", "onnxscript/FuseBatchNormIntoConv", "onnxscript/mul_by_1"} <= set(names)
     assert isinstance(make_pass("onnxoptimizer/fuse_bn_into_conv"), ExternalPass)
     with pytest.raises(FuseplanError, match="unknown pass 'onnxoptimizer/no_such_pass'"):
         make_pass("onnxoptimizer/no_such_pass")
     with pytest.raises(FuseplanError, match="unknown pass"):
         apply_pass("nowhere/nothing", conv_bn())
+
+
+def test_an_onnxscript_rule_applies_where_its_pattern_and_condition_hold_and_refuses_elsewhere():
+    from fuseplan.passes.verify import random_inputs, run
+
+    model = normalise(conv_bn())
+    fused = apply_pass("onnxscript/FuseBatchNormIntoConv", model)
+    assert not fused.failed and fused.hash != graph_hash(model)
+    assert [node.op_type for node in fused.model.graph.node] == ["Conv", "Relu", "Transpose"]
+    feeds = random_inputs(model, 0)
+    np.testing.assert_allclose(run(fused.model, feeds)["y"], run(model, feeds)["y"], rtol=1e-4, atol=1e-5)
+    # a Transpose that moves axes matches the pattern of TransposeIdentity but not its condition
+    swap = _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], {"x": [1, 4, 8, 8]}, ["y"], {})
+    kept = apply_pass("onnxscript/TransposeIdentity", swap)
+    assert not kept.failed and kept.hash == graph_hash(swap)
+    removed = apply_pass("onnxscript/TransposeIdentity", model)
+    assert "Transpose" not in [node.op_type for node in removed.model.graph.node]
 
 
 def test_graph_hash_ignores_declared_intermediate_types_and_leaves_the_model_alone():

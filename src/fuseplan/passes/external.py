@@ -1,10 +1,14 @@
 """Graph passes from well-kept libraries, each wrapped as a named pass of this stage.
 
-Five sources, each optional (a source whose library is missing contributes
+Six sources, each optional (a source whose library is missing contributes
 no passes):
 
 * ``onnxoptimizer/<name>``: one pass of onnxoptimizer (``get_available_passes()``);
 * ``onnx-ir/<name>``: one of onnx-ir's common passes;
+* ``onnxscript/<rule>``: one rule of onnxscript's default rewrite rule set,
+  with its commuted forms (``x*1`` and ``1*x``), applied wherever it
+  matches, then the nodes, functions and opsets left unused removed, as
+  ``onnxscript.rewriter.rewrite`` does;
 * ``ort/basic``, ``ort/extended``, ``ort/all``: onnxruntime's graph
   optimisation levels, the model onnxruntime would run, saved
   (``SessionOptions.optimized_model_filepath``);
@@ -178,6 +182,17 @@ class OnnxIrPass(ExternalPass):
         return ir.to_proto(result.model)
 
 
+class OnnxscriptRulePass(ExternalPass):
+    source = "onnxscript"
+    rewrite_rules: ClassVar[tuple[Any, ...]] = ()
+
+    def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        import onnx_ir as ir
+        from onnxscript.rewriter import rewrite
+
+        return ir.to_proto(rewrite(self._ir_model(model), pattern_rewrite_rules=list(self.rewrite_rules)))
+
+
 class OrtPass(ExternalPass):
     """onnxruntime's optimised graph at a level, with some transformers switched off.
 
@@ -279,6 +294,28 @@ def _onnx_ir_passes() -> list[type[ExternalPass]]:
     return found
 
 
+def _onnxscript_passes() -> list[type[ExternalPass]]:
+    """One pass per rule of onnxscript's default set, named as onnxscript names it or by the variable holding it.
+
+    A rule's commuted forms are separate objects in the set, unnamed, that
+    share the original's replacement: they join the original's pass.
+    """
+    try:
+        from onnxscript.rewriter import _DEFAULT_REWRITE_RULES, RewriteRule
+        from onnxscript.rewriter.rules import common
+    except ImportError:
+        return []
+    holders = {id(value._replacement_pattern): name.removesuffix("_rule")
+               for name, value in sorted(vars(common).items()) if isinstance(value, RewriteRule)}
+    groups: dict[str, list[Any]] = {}
+    for position, rule in enumerate(_DEFAULT_REWRITE_RULES):
+        name = rule.name or holders.get(id(rule._replacement_pattern)) or f"rule-{position}"
+        groups.setdefault(name, []).append(rule)
+    return [_make(OnnxscriptRulePass, f"onnxscript/{name}",
+                  f"onnxscript rewrite rule {name}" + (f", in {len(rules)} operand orders" if len(rules) > 1 else ""),
+                  rewrite_rules=tuple(rules)) for name, rules in groups.items()]
+
+
 def _ort_passes() -> list[type[ExternalPass]]:
     try:
         import onnxruntime  # noqa: F401
@@ -310,12 +347,13 @@ def _rule_passes() -> list[type[ExternalPass]]:
 def external_passes() -> dict[str, type[ExternalPass]]:
     """Every wrapped pass whose library is installed, by name, in the order a full pipeline runs them.
 
-    onnx-ir's and onnxoptimizer's clean-ups come first, then fuseplan's
-    rules (some grow the graph, so they run late), then onnxruntime's,
-    which end a pipeline.
+    onnx-ir's and onnxoptimizer's clean-ups come first, then onnxscript's
+    rewrite rules, then fuseplan's rules (some grow the graph, so they run
+    late), then onnxruntime's, which end a pipeline.
     """
     found: dict[str, type[ExternalPass]] = {}
-    for cls in [*_onnx_ir_passes(), *_onnxoptimizer_passes(), *_rule_passes(), *_ort_passes()]:
+    for cls in [*_onnx_ir_passes(), *_onnxoptimizer_passes(), *_onnxscript_passes(), *_rule_passes(),
+                *_ort_passes()]:
         found[cls.name] = cls
     return found
 
