@@ -7,8 +7,9 @@ no passes):
 * ``onnx-ir/<name>``: one of onnx-ir's common passes;
 * ``onnxscript/<rule>``: one rule of onnxscript's default rewrite rule set,
   with its commuted forms (``x*1`` and ``1*x``), applied wherever it
-  matches, then the nodes, functions and opsets left unused removed, as
-  ``onnxscript.rewriter.rewrite`` does;
+  matches (``onnxscript.rewriter.RewritePass``; the clean-up that
+  ``onnxscript.rewriter.rewrite`` adds is onnx-ir's ``RemoveUnused*``
+  passes, here passes of their own);
 * ``ort/basic``, ``ort/extended``, ``ort/all``: onnxruntime's graph
   optimisation levels, the model onnxruntime would run, saved
   (``SessionOptions.optimized_model_filepath``);
@@ -183,14 +184,54 @@ class OnnxIrPass(ExternalPass):
 
 
 class OnnxscriptRulePass(ExternalPass):
+    """One onnxscript rewrite rule (with its commuted forms) wherever it matches.
+
+    A match maps the node that produces a pattern's output to a node of the
+    same operator type, so a rule whose output operator occurs nowhere in
+    the graph cannot match: the model is returned as it is, without the two
+    conversions to onnx-ir and back, which cost far more than matching.
+    """
+
     source = "onnxscript"
     rewrite_rules: ClassVar[tuple[Any, ...]] = ()
 
     def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
         import onnx_ir as ir
-        from onnxscript.rewriter import rewrite
+        from onnxscript.rewriter import RewritePass
 
-        return ir.to_proto(rewrite(self._ir_model(model), pattern_rewrite_rules=list(self.rewrite_rules)))
+        present = _operator_types(model)
+        if not any(_may_match(rule, present) for rule in self.rewrite_rules):
+            return model
+        working = self._ir_model(model)
+        RewritePass(list(self.rewrite_rules))(working)
+        return ir.to_proto(working)
+
+
+def _operator_types(model: onnx.ModelProto) -> set[str]:
+    """The operator types of every node of ``model``: its graph, subgraphs and functions."""
+    found: set[str] = set()
+    graphs = [model.graph, *[onnx.helper.make_graph(f.node, f.name, [], []) for f in model.functions]]
+    while graphs:
+        for node in graphs.pop().node:
+            found.add(node.op_type)
+            for attr in node.attribute:
+                graphs.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
+    return found
+
+
+def _may_match(rule: Any, present: set[str]) -> bool:
+    """False only when the operator of a node producing the rule's pattern output is a fixed type not ``present``."""
+    from onnxscript.rewriter._pattern_ir import NodePattern, StringConstantPattern
+
+    try:
+        roots = list(rule._target_pattern.output_nodes)
+    except AttributeError:  # another onnxscript version: no shortcut
+        return True
+    for root in roots:
+        if isinstance(root, NodePattern) and isinstance(root.op, StringConstantPattern) \
+                and root.op.value() not in present:
+            return False
+    return True
 
 
 class OrtPass(ExternalPass):

@@ -54,7 +54,7 @@ def candidate_pipelines(passes: Sequence[str], budget: int, seed: int = 0) -> li
 
     onnxruntime's passes (terminal) only end a pipeline, one at most. A
     sample holds the empty pipeline (the model as normalised), each pass
-    alone when there are fewer passes than half the budget, then seeded
+    alone when there are at most half as many passes as the budget, then seeded
     random orders of random subsets up to ``budget``.
     """
     body = [p for p in passes if not is_terminal(p)]
@@ -65,7 +65,7 @@ def candidate_pipelines(passes: Sequence[str], budget: int, seed: int = 0) -> li
         return sorted(found, key=lambda p: (len(p), p))
     rng = random.Random(seed)
     chosen: set[Pipeline] = {()}
-    if len(passes) < budget // 2:  # each pass alone when that leaves half the budget to random orders
+    if len(passes) <= budget // 2:  # each pass alone when that leaves half the budget to random orders
         chosen |= {(p,) for p in passes}
     attempts = 0
     while len(chosen) < budget and attempts < 100 * budget:
