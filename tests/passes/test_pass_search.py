@@ -46,6 +46,32 @@ class Throws(ExternalPass):
         raise RuntimeError("cannot")
 
 
+def test_onnxruntime_fused_convolutions_are_priced_as_the_conv_and_activation_they_compute(tmp_path):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fuseplan.passes.select import apply_pass
+    from fuseplan.rewrite.pass_search import _dram, unfuse_conv_activations
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2)]
+    weights = [numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+               numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b")]
+    model = normalise(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    fused = apply_pass("ort/all-without:NchwcTransformer", model).model
+    assert [node.op_type for node in fused.graph.node] == ["FusedConv"]
+    onnx.save(model, tmp_path / "original.onnx")
+    onnx.save(fused, tmp_path / "fused.onnx")
+    assert _dram(tmp_path / "fused.onnx", "lbdf", 64 * 1024, 1) == _dram(tmp_path / "original.onnx", "lbdf", 64 * 1024, 1)
+    unfused = unfuse_conv_activations(fused)
+    assert [node.op_type for node in unfused.graph.node] == ["Conv", "LeakyRelu"]
+    assert onnx.helper.get_attribute_value(unfused.graph.node[1].attribute[0]) == pytest.approx(0.2)
+
+
 def test_every_order_of_every_subset_when_few_with_onnxruntime_only_at_the_end():
     passes = [TRANSPOSE, FUSE_BN, "ort/all"]
     assert count_pipelines(2, 1) == 10

@@ -387,7 +387,7 @@ def default_cache_dir() -> Path:
 
 def _versions() -> dict[str, str]:
     found = {}
-    for package in ("onnx", "onnxoptimizer", "onnx-ir", "onnxruntime"):
+    for package in ("onnx", "onnxoptimizer", "onnx-ir", "onnxscript", "onnxruntime"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
