@@ -188,3 +188,34 @@ def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):
     listed = cli("passes", "--list", "--json")
     assert listed.returncode == 0 and {"name": FUSE_BN, "source": "onnxoptimizer"}.items() <= next(
         e for e in json.loads(listed.stdout) if e["name"] == FUSE_BN).items()
+
+
+TORCH_NET = '''
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval(), torch.randn(1, 3, 16, 16)
+'''
+
+
+@pytest.mark.slow  # torch's exporter takes seconds
+def test_fuseplan_passes_takes_a_pytorch_factory_as_plan_does(cli, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    (tmp_path / "net.py").write_text(TORCH_NET)
+    result = cli("passes", f"{tmp_path / 'net.py'}:build", "--budget", "3", "--random", "0", "--batch", "1",
+                 "--no-cache", "--json", "--passes", f"ort/all,{FUSE_BN},onnxoptimizer/fuse_qkv")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["model"] == "build" and report["best"]["verified"]
+    assert "ort/all" in report["pruning"]["relevant"] and report["pruning"]["irrelevant"] == ["onnxoptimizer/fuse_qkv"]

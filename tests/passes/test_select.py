@@ -120,6 +120,7 @@ def test_normalising_writes_default_attributes_out_and_takes_weights_off_the_inp
     verdicts = prune(model, ["onnx-ir/AddDefaultAttributes", "onnx-ir/RemoveInitializersFromInputs"]).verdicts
     assert not any(verdict.relevant for verdict in verdicts.values())
     assert "onnx-ir/AddInitializersToInputs" not in external_passes()
+    assert "onnxoptimizer/rename_input_output" not in external_passes()  # renames the inputs callers feed
 
 
 def test_pruning_on_the_light_model_decides_as_on_the_model_holding_its_weights():
