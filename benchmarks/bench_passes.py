@@ -158,7 +158,9 @@ def main() -> None:
         return
     args.output = args.output or RESULTS / "passes.json"
     compared = set(args.compare if args.compare is not None else COMPARED)
-    document = {**machine(), "budget": args.budget, "random": args.random,
+    from fuseplan.cost import COST_MODEL_VERSION
+
+    document = {**machine(), "cost_model_version": COST_MODEL_VERSION, "budget": args.budget, "random": args.random,
                 "rounds": args.rounds, "seed": args.seed, "threads": 1, "pruning": [], "comparison": []}
     started = time.time()
     for source in args.models or PRUNED:

@@ -117,7 +117,9 @@ def main() -> None:
     document = json.loads(args.results.read_text())
     body = [f"Measured by `benchmarks/bench_passes.py` (budget {document['budget']}, {document['random']} random "
             f"orders, {document['rounds']} interleaved rounds, 1 thread, seed {document['seed']}, "
-            f"{document['cpus']} CPUs, {document['total_seconds']:.0f} s in all).", "",
+            f"{document['cpus']} CPUs, {document['total_seconds']:.0f} s in all"
+            + (f"; DRAM under cost-model version {document['cost_model_version']}"
+               if "cost_model_version" in document else "") + ").", "",
             "### Pruning", "", *pruning_tables(document), "", "### Searches compared", "",
             *comparison_tables(document)]
     text = _replace(args.docs.read_text(), START, END, body)
