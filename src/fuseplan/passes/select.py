@@ -18,6 +18,12 @@ onnxruntime's transformers are switches of its highest level: transformer
 ``X`` is relevant when ``ort/all-without:X`` and ``ort/all`` give different
 graphs (leaving ``X`` out of the full level changes the result).
 
+Every pass runs on a light copy of the model whose large weights sit in an
+external-data file (:func:`~fuseplan.passes.external.light_model`), so that
+no library call copies them; the verdicts are those the model holding its
+weights gets (``prune(..., light=False)``), which ``benchmarks/bench_passes.py
+--check-light`` checks on every zoo model.
+
 Pruning decisions are cached on disk by the model's architecture signature
 (:func:`architecture_signature`), so a second model of the same class skips
 the pruning runs.
