@@ -92,7 +92,7 @@ def comparison_tables(document: dict) -> list[str]:
 def light_check_table(document: dict) -> list[str]:
     lines = [f"Measured by `benchmarks/bench_passes.py --check-light` (seed {document['seed']}, "
              f"{document['total_seconds']:.0f} s in all).", "",
-             "| model | weights (MB) | passes | relevant | pruning, light copy | pruning, weights held | "
+             "| model | model size (MB) | passes | relevant | pruning, light copy | pruning, weights held | "
              "verdicts | load average |", "|---|---:|---:|---:|---:|---:|---|---:|"]
     for run in document["models"]:
         agree = "all agree" if run["verdicts_agree"] else "differ: " + ", ".join(f"`{n}`" for n in run["differing"])
