@@ -57,7 +57,8 @@ PASSES_HINT = "external passes need the passes extra: run pip install -e '.[pass
 
 # onnxoptimizer passes that change what the model computes, split it into several models or rename its inputs and
 # outputs (its interface: a caller feeds inputs by name): not optimisations.
-_ONNXOPTIMIZER_EXCLUDED = frozenset({"split_init", "split_predict", "rewrite_input_dtype", "nop", "rename_input_output"})
+_ONNXOPTIMIZER_EXCLUDED = frozenset({"split_init", "split_predict", "rewrite_input_dtype", "nop",
+                                     "rename_input_output"})
 # onnx-ir passes that only check a model, or that change its interface rather than its computation:
 # AddInitializersToInputs lists every weight as a graph input, so that a caller may replace it; that blocks the
 # passes that fold weights and makes onnxruntime ask for weights a new pass created, and is no optimisation.
