@@ -9,9 +9,15 @@ what it finished):
   over the whole registry with the same budget, onnxruntime's full level (the baseline) and random orders; all
   their distinct graphs measured together (interleaved latency, DRAM, verification).
 
+With ``--check-light`` it instead prunes each model twice, on the light copy
+(weights in an external-data file, as ``fuseplan passes`` does) and on the
+model holding its weights, and records whether every verdict agrees and what
+each took (``benchmarks/results/passes_light_check.json``).
+
 Run (about 15 minutes on two busy cores)::
 
     nice -n 15 python benchmarks/bench_passes.py [--budget 16] [--rounds 9]
+    nice -n 15 python benchmarks/bench_passes.py --check-light [--models ...]
 """
 
 from __future__ import annotations
@@ -100,6 +106,41 @@ def compare_one(name: str, model: onnx.ModelProto, pruning, args) -> dict:
     return entry
 
 
+ZOO_BY_SIZE = ("squeezenet", "mobilenet_v3_small", "bert_encoder", str(DATA / "shufflenet_v2_x0_5_opset11_bn.onnx"),
+               "mobilenet_v2", str(DATA / "googlenet_opset13.onnx"), "mobilenet_v3_large", "efficientnet_b0",
+               "deeplabv3_mobilenet_v3_large", "efficientnet_b3", "resnet18", "resnet50", "resnet101", "resnet152",
+               "vgg16")
+
+
+def check_light(sources: list[str], output: Path, seed: int) -> None:
+    """Prune each model on its light copy and holding its weights; every verdict must agree."""
+    document = {**machine(), "seed": seed, "models": []}
+    started = time.time()
+    for source in sources:
+        path, name = model_path(source)
+        model = normalise(read_model(path), seed=seed)
+        light = prune(model)
+        heavy = prune(model, light=False)
+        verdict = lambda v: (v.alone_changed, v.dropped_changed, v.error)  # noqa: E731
+        differing = [n for n in heavy.verdicts if verdict(heavy.verdicts[n]) != verdict(light.verdicts[n])]
+        document["models"].append({
+            "model": name, "model_bytes": model.ByteSize(), "passes": len(light.verdicts),
+            "relevant": light.relevant, "light_seconds": round(light.seconds, 2),
+            "heavy_seconds": round(heavy.seconds, 2), "verdicts_agree": not differing,
+            "differing": {n: {"light": light.verdicts[n].to_json(), "heavy": heavy.verdicts[n].to_json()}
+                          for n in differing},
+            "load_average": os.getloadavg()[0]})
+        print(f"{name}: light {light.seconds:.1f} s, weights held {heavy.seconds:.1f} s, "
+              f"{'agree' if not differing else 'DIFFER: ' + ', '.join(differing)}", flush=True)
+        document["total_seconds"] = round(time.time() - started, 1)
+        write_text(output, json.dumps(document, indent=1) + "\n")
+
+
+def machine() -> dict:
+    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=16)
@@ -108,11 +149,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=None, help="models to prune (default: the set above)")
     parser.add_argument("--compare", nargs="*", default=None, help="models to compare searches on")
-    parser.add_argument("--output", type=Path, default=RESULTS / "passes.json")
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--check-light", action="store_true",
+                        help="check that pruning on the light copy decides as on the model holding its weights")
     args = parser.parse_args()
+    if args.check_light:
+        check_light(args.models or list(ZOO_BY_SIZE), args.output or RESULTS / "passes_light_check.json", args.seed)
+        return
+    args.output = args.output or RESULTS / "passes.json"
     compared = set(args.compare if args.compare is not None else COMPARED)
-    document = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                "python": platform.python_version(), "budget": args.budget, "random": args.random,
+    from fuseplan.cost import COST_MODEL_VERSION
+
+    document = {**machine(), "cost_model_version": COST_MODEL_VERSION, "budget": args.budget, "random": args.random,
                 "rounds": args.rounds, "seed": args.seed, "threads": 1, "pruning": [], "comparison": []}
     started = time.time()
     for source in args.models or PRUNED:

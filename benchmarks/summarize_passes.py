@@ -1,4 +1,5 @@
-"""Turn ``benchmarks/results/passes.json`` into the tables of docs/passes.md (between its bench markers).
+"""Turn ``benchmarks/results/passes.json`` into the tables of docs/passes.md (between its bench markers), and
+``benchmarks/results/passes_light_check.json``, where it exists, into the light-copy check's table.
 
 Run::
 
@@ -15,6 +16,7 @@ from fuseplan.files import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench_passes: start -->", "<!-- bench_passes: end -->"
+LIGHT_START, LIGHT_END = "<!-- bench_passes_light: start -->", "<!-- bench_passes_light: end -->"
 
 
 def _ms(graph: dict | None) -> str:
@@ -87,23 +89,43 @@ def comparison_tables(document: dict) -> list[str]:
     return lines
 
 
+def light_check_table(document: dict) -> list[str]:
+    lines = [f"Measured by `benchmarks/bench_passes.py --check-light` (seed {document['seed']}, "
+             f"{document['total_seconds']:.0f} s in all).", "",
+             "| model | model size (MB) | passes | relevant | pruning, light copy | pruning, weights held | "
+             "verdicts | load average |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for run in document["models"]:
+        agree = "all agree" if run["verdicts_agree"] else "differ: " + ", ".join(f"`{n}`" for n in run["differing"])
+        lines.append(f"| {run['model']} | {run['model_bytes'] / 1e6:.1f} | {run['passes']} | {len(run['relevant'])} | "
+                     f"{run['light_seconds']:.1f} s | {run['heavy_seconds']:.1f} s | {agree} | "
+                     f"{run['load_average']:.1f} |")
+    return lines
+
+
+def _replace(text: str, start: str, end: str, body: list[str]) -> str:
+    block = "\n".join([start, "", *body, "", end])
+    if start in text and end in text:
+        return text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "passes.json")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "passes.md")
     args = parser.parse_args()
     document = json.loads(args.results.read_text())
-    body = [START, "",
-            f"Measured by `benchmarks/bench_passes.py` (budget {document['budget']}, {document['random']} random "
+    body = [f"Measured by `benchmarks/bench_passes.py` (budget {document['budget']}, {document['random']} random "
             f"orders, {document['rounds']} interleaved rounds, 1 thread, seed {document['seed']}, "
-            f"{document['cpus']} CPUs, {document['total_seconds']:.0f} s in all).", "",
+            f"{document['cpus']} CPUs, {document['total_seconds']:.0f} s in all"
+            + (f"; DRAM under cost-model version {document['cost_model_version']}"
+               if "cost_model_version" in document else "") + ").", "",
             "### Pruning", "", *pruning_tables(document), "", "### Searches compared", "",
-            *comparison_tables(document), "", END]
-    text = args.docs.read_text()
-    if START in text and END in text:
-        text = text[:text.index(START)] + "\n".join(body) + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(body) + "\n"
+            *comparison_tables(document)]
+    text = _replace(args.docs.read_text(), START, END, body)
+    light = args.results.parent / "passes_light_check.json"
+    if light.exists():
+        text = _replace(text, LIGHT_START, LIGHT_END, light_check_table(json.loads(light.read_text())))
     write_text(args.docs, text)
     print(f"wrote {args.docs}")
 

@@ -46,6 +46,33 @@ class Throws(ExternalPass):
         raise RuntimeError("cannot")
 
 
+def test_onnxruntime_fused_convolutions_are_priced_as_the_conv_and_activation_they_compute(tmp_path):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fuseplan.passes.select import apply_pass
+    from fuseplan.rewrite.pass_search import _dram, unfuse_conv_activations
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2)]
+    weights = [numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+               numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b")]
+    model = normalise(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    fused = apply_pass("ort/all-without:NchwcTransformer", model).model
+    assert [node.op_type for node in fused.graph.node] == ["FusedConv"]
+    onnx.save(model, tmp_path / "original.onnx")
+    onnx.save(fused, tmp_path / "fused.onnx")
+    priced = {name: _dram(tmp_path / f"{name}.onnx", "lbdf", 64 * 1024, 1) for name in ("fused", "original")}
+    assert priced["fused"] is not None and priced["fused"] == priced["original"]
+    unfused = unfuse_conv_activations(fused)
+    assert [node.op_type for node in unfused.graph.node] == ["Conv", "LeakyRelu"]
+    assert onnx.helper.get_attribute_value(unfused.graph.node[1].attribute[0]) == pytest.approx(0.2)
+
+
 def test_every_order_of_every_subset_when_few_with_onnxruntime_only_at_the_end():
     passes = [TRANSPOSE, FUSE_BN, "ort/all"]
     assert count_pipelines(2, 1) == 10
@@ -162,3 +189,35 @@ def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):
     listed = cli("passes", "--list", "--json")
     assert listed.returncode == 0 and {"name": FUSE_BN, "source": "onnxoptimizer"}.items() <= next(
         e for e in json.loads(listed.stdout) if e["name"] == FUSE_BN).items()
+
+
+TORCH_NET = '''
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval(), torch.randn(1, 3, 16, 16)
+'''
+
+
+@pytest.mark.slow  # torch's exporter takes seconds
+def test_fuseplan_passes_takes_a_pytorch_factory_as_plan_does(cli, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    (tmp_path / "net.py").write_text(TORCH_NET)
+    result = cli("passes", f"{tmp_path / 'net.py'}:build", "--budget", "3", "--random", "0", "--batch", "1",
+                 "--no-cache", "--json", "--passes", f"ort/all,{FUSE_BN},onnxoptimizer/fuse_qkv")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["model"] == "build" and report["best"]["verified"]
+    assert "ort/all" in report["pruning"]["relevant"] and "onnxoptimizer/fuse_qkv" in report["pruning"]["irrelevant"]
+    assert report["pruning"]["signature"] == "plain" and all(g["verified"] for g in report["graphs"])

@@ -14,7 +14,7 @@ pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
 from fuseplan import zoo  # noqa: E402
 from fuseplan.errors import FuseplanError  # noqa: E402
 from fuseplan.passes import InferShapes, make_pass  # noqa: E402
-from fuseplan.passes.external import ExternalPass, external_passes  # noqa: E402
+from fuseplan.passes.external import ExternalPass, external_passes, light_model  # noqa: E402
 from fuseplan.passes.registry import all_passes  # noqa: E402
 from fuseplan.passes.select import (  # noqa: E402
     apply_pass, architecture_signature, cached_prune, graph_hash, normalise, prune,
@@ -31,29 +31,57 @@ def _model(nodes, inputs, outputs, weights, inputs_too=False) -> onnx.ModelProto
     return InferShapes().transform(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
-def conv_bn(inputs_too: bool = False) -> onnx.ModelProto:
+def conv_bn(inputs_too: bool = False, channels: int = 4) -> onnx.ModelProto:
     """Conv -> BatchNormalization -> Relu -> Transpose with the identity permutation."""
     rng = np.random.default_rng(0)
-    weights = {"w": rng.standard_normal((8, 4, 3, 3)), "s": rng.random(8) + 0.5, "b": rng.standard_normal(8),
+    weights = {"w": rng.standard_normal((8, channels, 3, 3)), "s": rng.random(8) + 0.5, "b": rng.standard_normal(8),
                "m": rng.standard_normal(8), "v": rng.random(8) + 0.5}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
              helper.make_node("Relu", ["n"], ["r"]),
              helper.make_node("Transpose", ["r"], ["y"], perm=[0, 1, 2, 3])]
-    return _model(nodes, {"x": [1, 4, 8, 8]}, ["y"], weights, inputs_too)
+    return _model(nodes, {"x": [1, channels, 8, 8]}, ["y"], weights, inputs_too)
 
 
 def test_registry_lists_every_source_and_builds_passes_by_name():
     names = all_passes()
     sources = {cls.source for cls in external_passes().values()}
-    assert {"onnxoptimizer", "onnx-ir", "onnxruntime", "fuseplan"} <= sources
+    assert {"onnxoptimizer", "onnx-ir", "onnxscript", "onnxruntime", "fuseplan"} <= sources
     assert {"fix-input-shapes", "onnxoptimizer/fuse_bn_into_conv", "ort/all", "ort/all-without:ConvBNFusion",
-            "fuseplan/fold-batchnorm"} <= set(names)
+            "fuseplan/fold-batchnorm", "onnxscript/FuseBatchNormIntoConv", "onnxscript/mul_by_1"} <= set(names)
     assert isinstance(make_pass("onnxoptimizer/fuse_bn_into_conv"), ExternalPass)
     with pytest.raises(FuseplanError, match="unknown pass 'onnxoptimizer/no_such_pass'"):
         make_pass("onnxoptimizer/no_such_pass")
     with pytest.raises(FuseplanError, match="unknown pass"):
         apply_pass("nowhere/nothing", conv_bn())
+
+
+def test_an_onnxscript_rule_applies_where_its_pattern_and_condition_hold_and_refuses_elsewhere():
+    from fuseplan.passes.verify import random_inputs, run
+
+    model = normalise(conv_bn())
+    fused = apply_pass("onnxscript/FuseBatchNormIntoConv", model)
+    assert not fused.failed and fused.hash != graph_hash(model)
+    assert [node.op_type for node in fused.model.graph.node] == ["Conv", "Relu", "Transpose"]
+    feeds = random_inputs(model, 0)
+    np.testing.assert_allclose(run(fused.model, feeds)["y"], run(model, feeds)["y"], rtol=1e-4, atol=1e-5)
+    # a Transpose that moves axes matches the pattern of TransposeIdentity but not its condition
+    swap = _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], {"x": [1, 4, 8, 8]}, ["y"], {})
+    kept = apply_pass("onnxscript/TransposeIdentity", swap)
+    assert not kept.failed and kept.hash == graph_hash(swap)
+    removed = apply_pass("onnxscript/TransposeIdentity", model)
+    assert "Transpose" not in [node.op_type for node in removed.model.graph.node]
+
+
+def test_an_onnxscript_rule_whose_output_operator_is_absent_is_skipped_with_the_result_a_full_run_gives(monkeypatch):
+    import fuseplan.passes.external as external
+
+    model = normalise(onnx.load(zoo.path("squeezenet")))
+    rules = [name for name, cls in external_passes().items() if cls.source == "onnxscript"]
+    shortcut = {name: apply_pass(name, model).hash for name in rules}
+    monkeypatch.setattr(external, "_may_match", lambda rule, present: True)
+    assert shortcut == {name: apply_pass(name, model).hash for name in rules}
+    assert sum(h != graph_hash(model) for h in shortcut.values()) >= 1  # some rule does apply to squeezenet
 
 
 def test_graph_hash_ignores_declared_intermediate_types_and_leaves_the_model_alone():
@@ -83,9 +111,38 @@ def test_pruning_keeps_passes_that_change_the_graph_and_drops_those_that_do_not(
     assert pruning.signature == "batchnorm"
 
 
-def test_a_pass_that_does_nothing_alone_is_relevant_when_leaving_it_out_of_the_pipeline_changes_the_result():
-    # onnxoptimizer fuses a BatchNormalization only when its parameters are not graph inputs as well.
+def test_normalising_writes_default_attributes_out_and_takes_weights_off_the_inputs():
     model = normalise(conv_bn(inputs_too=True))
+    conv = next(node for node in model.graph.node if node.op_type == "Conv")
+    assert {"auto_pad", "group"} <= {attr.name for attr in conv.attribute}  # the attributes with a default
+    assert [value.name for value in model.graph.input] == ["x"]
+    # so these onnx-ir passes have nothing left to do, and the one that lists weights as inputs is not offered
+    verdicts = prune(model, ["onnx-ir/AddDefaultAttributes", "onnx-ir/RemoveInitializersFromInputs"]).verdicts
+    assert not any(verdict.relevant for verdict in verdicts.values())
+    assert "onnx-ir/AddInitializersToInputs" not in external_passes()
+    assert "onnxoptimizer/rename_input_output" not in external_passes()  # renames the inputs callers feed
+
+
+def test_pruning_on_the_light_model_decides_as_on_the_model_holding_its_weights():
+    model = normalise(conv_bn(channels=256))  # an 8x256x3x3 weight: 73 KB, over the light model's threshold
+    with light_model(model) as (light, _):
+        weight = next(init for init in light.graph.initializer if init.name == "w")
+        assert weight.data_location == onnx.TensorProto.EXTERNAL and light.ByteSize() < 10_000
+    names = ["onnxoptimizer/fuse_bn_into_conv", "onnxoptimizer/eliminate_nop_transpose",
+             "onnxoptimizer/fuse_pad_into_conv", "onnx-ir/DeduplicateInitializers", "fuseplan/fold-batchnorm",
+             "ort/all", "ort/all-without:ConvBNFusion", "ort/all-without:AttentionFusion"]
+    light, heavy = prune(model, names), prune(model, names, light=False)
+    assert light.verdicts["fuseplan/fold-batchnorm"].alone_changed  # it read the weight from the file
+    assert light.verdicts["onnxoptimizer/fuse_bn_into_conv"].alone_changed
+    assert light.verdicts["ort/all-without:ConvBNFusion"].relevant
+    assert {n: (v.alone_changed, v.dropped_changed, v.error) for n, v in light.verdicts.items()} == \
+        {n: (v.alone_changed, v.dropped_changed, v.error) for n, v in heavy.verdicts.items()}
+
+
+def test_a_pass_that_does_nothing_alone_is_relevant_when_leaving_it_out_of_the_pipeline_changes_the_result():
+    # onnxoptimizer fuses a BatchNormalization only when its parameters are not graph inputs as well
+    # (normalise would remove them from the inputs, so the model is pruned as built).
+    model = conv_bn(inputs_too=True)
     names = ["onnx-ir/RemoveInitializersFromInputs", "onnxoptimizer/fuse_bn_into_conv"]
     verdicts = prune(model, names).verdicts
     fuse = verdicts["onnxoptimizer/fuse_bn_into_conv"]

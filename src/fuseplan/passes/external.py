@@ -1,10 +1,15 @@
 """Graph passes from well-kept libraries, each wrapped as a named pass of this stage.
 
-Five sources, each optional (a source whose library is missing contributes
+Six sources, each optional (a source whose library is missing contributes
 no passes):
 
 * ``onnxoptimizer/<name>``: one pass of onnxoptimizer (``get_available_passes()``);
 * ``onnx-ir/<name>``: one of onnx-ir's common passes;
+* ``onnxscript/<rule>``: one rule of onnxscript's default rewrite rule set,
+  with its commuted forms (``x*1`` and ``1*x``), applied wherever it
+  matches (``onnxscript.rewriter.RewritePass``; the clean-up that
+  ``onnxscript.rewriter.rewrite`` adds is onnx-ir's ``RemoveUnused*``
+  passes, here passes of their own);
 * ``ort/basic``, ``ort/extended``, ``ort/all``: onnxruntime's graph
   optimisation levels, the model onnxruntime would run, saved
   (``SessionOptions.optimized_model_filepath``);
@@ -15,6 +20,16 @@ no passes):
 
 Whether a pass changed a model is never the library's word (onnx-ir's shape
 inference reports a change on every call): callers compare structural hashes.
+
+Copying a model's weights into every library call costs more than most
+passes (on resnet50's 100 MB, about half a second a call, mostly in the
+kernel). To decide only *whether* a pass changes a graph, passes can run on
+a light model (:func:`light_model`): the same model with its large
+initializers kept in a file beside it (ONNX external data), so that a call
+copies the graph and the small constants, not the weights. Every library
+still reads the same values: onnxruntime loads the file, onnx-ir's and
+fuseplan's passes read an external tensor's bytes when they need them, and
+onnxoptimizer keeps the file references of tensors it does not compute with.
 onnxruntime's passes are *terminal*: their output holds onnxruntime's own
 operators (``com.microsoft``), which the other libraries do not know, so
 they end a pipeline.
@@ -28,9 +43,11 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, ClassVar
 
 import onnx
+from onnx.external_data_helper import convert_model_to_external_data
 
 from fuseplan.errors import FuseplanError
 from fuseplan.passes.base import Pass
@@ -38,10 +55,14 @@ from fuseplan.passes.prepare import _infer_shapes
 
 PASSES_HINT = "external passes need the passes extra: run pip install -e '.[passes,rewrite]' in the fuseplan checkout"
 
-# onnxoptimizer passes that change what the model computes or split it into several models: not optimisations.
-_ONNXOPTIMIZER_EXCLUDED = frozenset({"split_init", "split_predict", "rewrite_input_dtype", "nop"})
-# onnx-ir passes that only check a model or need arguments to mean anything.
-_ONNX_IR_EXCLUDED = frozenset({"CheckerPass"})
+# onnxoptimizer passes that change what the model computes, split it into several models or rename its inputs and
+# outputs (its interface: a caller feeds inputs by name): not optimisations.
+_ONNXOPTIMIZER_EXCLUDED = frozenset({"split_init", "split_predict", "rewrite_input_dtype", "nop",
+                                     "rename_input_output"})
+# onnx-ir passes that only check a model, or that change its interface rather than its computation:
+# AddInitializersToInputs lists every weight as a graph input, so that a caller may replace it; that blocks the
+# passes that fold weights and makes onnxruntime ask for weights a new pass created, and is no optimisation.
+_ONNX_IR_EXCLUDED = frozenset({"CheckerPass", "AddInitializersToInputsPass"})
 
 # onnxruntime's CPU graph transformers and rewrite rules, by the names ``disabled_optimizers`` takes
 # (onnxruntime/core/optimizer/graph_transformer_utils.cc, onnxruntime 1.32). A name that onnxruntime
@@ -86,13 +107,53 @@ def _quiet_native_output() -> Iterator[None]:
             os.close(fd)
 
 
+# Initializers of at least this many bytes leave a light model: the constants passes read to decide what to do
+# (shapes, axes, pads, scalars, per-channel parameters of small layers) stay inside it.
+LIGHT_THRESHOLD = 64 * 1024
+_WEIGHTS_FILE = "weights.bin"
+
+
+@contextmanager
+def light_model(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, Path]]:
+    """``model`` with its initializers of :data:`LIGHT_THRESHOLD` bytes or more in a file, and that file's folder.
+
+    Passes run on it with ``weights_dir`` set to the folder. The folder is
+    removed on exit; models derived from the light one are for comparing
+    structures, not for running after that.
+    """
+    with tempfile.TemporaryDirectory(prefix="fuseplan-weights-") as directory:
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+        convert_model_to_external_data(light, all_tensors_to_one_file=True, location=_WEIGHTS_FILE,
+                                       size_threshold=LIGHT_THRESHOLD, convert_attribute=False)
+        path = os.path.join(directory, "model.onnx")
+        onnx.save_model(light, path)
+        yield onnx.load(path, load_external_data=False), Path(directory)
+
+
 class ExternalPass(Pass):
-    """A pass wrapped from another library: :attr:`source` names it, :attr:`summary` says what it does."""
+    """A pass wrapped from another library: :attr:`source` names it, :attr:`summary` says what it does.
+
+    ``weights_dir`` is the folder of a light model's weights file
+    (:func:`light_model`); ``None`` for a model that holds its weights.
+    """
 
     source: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     terminal: ClassVar[bool] = False  # its output holds operators only onnxruntime runs: it ends a pipeline
     preserves_operators = False
+
+    def __init__(self, weights_dir: Path | None = None) -> None:
+        self.weights_dir = weights_dir
+
+    def _ir_model(self, model: onnx.ModelProto) -> Any:
+        """``model`` as an onnx-ir model whose external tensors read the light model's file."""
+        import onnx_ir as ir
+
+        working = ir.from_proto(model)
+        if self.weights_dir is not None:
+            ir.external_data.set_base_dir(working.graph, self.weights_dir)
+        return working
 
 
 class OnnxOptimizerPass(ExternalPass):
@@ -113,7 +174,7 @@ class OnnxIrPass(ExternalPass):
     def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
         import onnx_ir as ir
 
-        working = ir.from_proto(model)
+        working = self._ir_model(model)
         log = logging.getLogger("onnx_ir")
         level = log.level
         log.setLevel(logging.ERROR)  # its passes log every initializer they leave alone
@@ -124,8 +185,64 @@ class OnnxIrPass(ExternalPass):
         return ir.to_proto(result.model)
 
 
+class OnnxscriptRulePass(ExternalPass):
+    """One onnxscript rewrite rule (with its commuted forms) wherever it matches.
+
+    A match maps the node that produces a pattern's output to a node of the
+    same operator type, so a rule whose output operator occurs nowhere in
+    the graph cannot match: the model is returned as it is, without the two
+    conversions to onnx-ir and back, which cost far more than matching.
+    """
+
+    source = "onnxscript"
+    rewrite_rules: ClassVar[tuple[Any, ...]] = ()
+
+    def transform(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        import onnx_ir as ir
+        from onnxscript.rewriter import RewritePass
+
+        present = _operator_types(model)
+        if not any(_may_match(rule, present) for rule in self.rewrite_rules):
+            return model
+        working = self._ir_model(model)
+        RewritePass(list(self.rewrite_rules))(working)
+        return ir.to_proto(working)
+
+
+def _operator_types(model: onnx.ModelProto) -> set[str]:
+    """The operator types of every node of ``model``: its graph, subgraphs and functions."""
+    found: set[str] = set()
+    graphs = [model.graph, *[onnx.helper.make_graph(f.node, f.name, [], []) for f in model.functions]]
+    while graphs:
+        for node in graphs.pop().node:
+            found.add(node.op_type)
+            for attr in node.attribute:
+                graphs.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
+    return found
+
+
+def _may_match(rule: Any, present: set[str]) -> bool:
+    """False only when the operator of a node producing the rule's pattern output is a fixed type not ``present``."""
+    from onnxscript.rewriter._pattern_ir import NodePattern, StringConstantPattern
+
+    try:
+        roots = list(rule._target_pattern.output_nodes)
+    except AttributeError:  # another onnxscript version: no shortcut
+        return True
+    for root in roots:
+        if isinstance(root, NodePattern) and isinstance(root.op, StringConstantPattern) \
+                and root.op.value() not in present:
+            return False
+    return True
+
+
 class OrtPass(ExternalPass):
-    """onnxruntime's optimised graph at a level, with some transformers switched off."""
+    """onnxruntime's optimised graph at a level, with some transformers switched off.
+
+    On a light model onnxruntime reads the weights file and saves its
+    graph's large initializers to a file of its own, removed on return:
+    the graph returned is a structure to compare, not a model to run.
+    """
 
     source = "onnxruntime"
     terminal = True
@@ -138,7 +255,7 @@ class OrtPass(ExternalPass):
         levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                   "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                   "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
-        with tempfile.TemporaryDirectory(prefix="fuseplan-ort-") as directory:
+        with tempfile.TemporaryDirectory(prefix="fuseplan-ort-", dir=self.weights_dir) as directory:
             target = os.path.join(directory, "optimised.onnx")
             options = ort.SessionOptions()
             options.graph_optimization_level = levels[self.level]
@@ -146,9 +263,22 @@ class OrtPass(ExternalPass):
             options.intra_op_num_threads = 1
             options.inter_op_num_threads = 1
             options.log_severity_level = 3
-            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
-                                 disabled_optimizers=list(self.disabled))
-            return onnx.load(target)
+            source: str | bytes = model.SerializeToString()
+            if self.weights_dir is not None:  # external data is found beside the model file
+                source = os.path.join(self.weights_dir, f"{os.path.basename(directory)}.onnx")
+                with open(source, "wb") as handle:
+                    handle.write(model.SerializeToString())
+                options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                                 "optimised.bin")
+                options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                                 str(LIGHT_THRESHOLD))
+            try:
+                ort.InferenceSession(source, options, providers=["CPUExecutionProvider"],
+                                     disabled_optimizers=list(self.disabled))
+            finally:
+                if isinstance(source, str):
+                    os.remove(source)
+            return onnx.load(target, load_external_data=self.weights_dir is None)
 
 
 class RulePass(ExternalPass):
@@ -163,7 +293,7 @@ class RulePass(ExternalPass):
         from fuseplan.passes.rules import RULES, RuleRefused
 
         rule = RULES[self.rule]
-        working = ir.from_proto(model)
+        working = self._ir_model(model)
         sites = rule.sites(working)
         if not sites:
             return model
@@ -207,6 +337,28 @@ def _onnx_ir_passes() -> list[type[ExternalPass]]:
     return found
 
 
+def _onnxscript_passes() -> list[type[ExternalPass]]:
+    """One pass per rule of onnxscript's default set, named as onnxscript names it or by the variable holding it.
+
+    A rule's commuted forms are separate objects in the set, unnamed, that
+    share the original's replacement: they join the original's pass.
+    """
+    try:
+        from onnxscript.rewriter import _DEFAULT_REWRITE_RULES, RewriteRule
+        from onnxscript.rewriter.rules import common
+    except ImportError:
+        return []
+    holders = {id(value._replacement_pattern): name.removesuffix("_rule")
+               for name, value in sorted(vars(common).items()) if isinstance(value, RewriteRule)}
+    groups: dict[str, list[Any]] = {}
+    for position, rule in enumerate(_DEFAULT_REWRITE_RULES):
+        name = rule.name or holders.get(id(rule._replacement_pattern)) or f"rule-{position}"
+        groups.setdefault(name, []).append(rule)
+    return [_make(OnnxscriptRulePass, f"onnxscript/{name}",
+                  f"onnxscript rewrite rule {name}" + (f", in {len(rules)} operand orders" if len(rules) > 1 else ""),
+                  rewrite_rules=tuple(rules)) for name, rules in groups.items()]
+
+
 def _ort_passes() -> list[type[ExternalPass]]:
     try:
         import onnxruntime  # noqa: F401
@@ -238,12 +390,13 @@ def _rule_passes() -> list[type[ExternalPass]]:
 def external_passes() -> dict[str, type[ExternalPass]]:
     """Every wrapped pass whose library is installed, by name, in the order a full pipeline runs them.
 
-    onnx-ir's and onnxoptimizer's clean-ups come first, then fuseplan's
-    rules (some grow the graph, so they run late), then onnxruntime's,
-    which end a pipeline.
+    onnx-ir's and onnxoptimizer's clean-ups come first, then onnxscript's
+    rewrite rules, then fuseplan's rules (some grow the graph, so they run
+    late), then onnxruntime's, which end a pipeline.
     """
     found: dict[str, type[ExternalPass]] = {}
-    for cls in [*_onnx_ir_passes(), *_onnxoptimizer_passes(), *_rule_passes(), *_ort_passes()]:
+    for cls in [*_onnx_ir_passes(), *_onnxoptimizer_passes(), *_onnxscript_passes(), *_rule_passes(),
+                *_ort_passes()]:
         found[cls.name] = cls
     return found
 

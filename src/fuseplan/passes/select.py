@@ -18,6 +18,12 @@ onnxruntime's transformers are switches of its highest level: transformer
 ``X`` is relevant when ``ort/all-without:X`` and ``ort/all`` give different
 graphs (leaving ``X`` out of the full level changes the result).
 
+Every pass runs on a light copy of the model whose large weights sit in an
+external-data file (:func:`~fuseplan.passes.external.light_model`), so that
+no library call copies them; the verdicts are those the model holding its
+weights gets (``prune(..., light=False)``), which ``benchmarks/bench_passes.py
+--check-light`` checks on every zoo model.
+
 Pruning decisions are cached on disk by the model's architecture signature
 (:func:`architecture_signature`), so a second model of the same class skips
 the pruning runs.
@@ -39,7 +45,7 @@ import onnx
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.passes.base import run_passes
-from fuseplan.passes.external import require_external_passes
+from fuseplan.passes.external import light_model, require_external_passes
 from fuseplan.passes.hashing import structural_hash
 from fuseplan.passes.prepare import known_shapes, node_attributes
 
@@ -49,16 +55,30 @@ SWITCH_PREFIX = "ort/all-without:"
 
 def normalise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
               seed: int = 0) -> onnx.ModelProto:
-    """The model every pass is judged on: fuseplan's default preparation, stripped weights made seeded random.
+    """The model every pass is judged on: fuseplan's default preparation, stripped weights made seeded random,
+    every attribute a node leaves at its default written out, and no initializer listed as a graph input.
 
     Passes that fold constants need weight values, and onnxruntime runs
-    only models that have them.
+    only models that have them. The last two steps are onnx-ir's
+    ``AddDefaultAttributes`` and ``RemoveInitializersFromInputs``: they
+    change how a graph is written, not what it computes, yet a pass that
+    rewrites a node may write its defaults out or leave them out
+    (onnxruntime does either, depending on which of its transformers ran),
+    and a weight listed as an input can be fed, so passes that fold weights
+    leave it alone. Taking both as the starting point keeps those
+    differences from counting as a pass's effect.
     """
+    import onnx_ir as ir
+    from onnx_ir.passes.common import AddDefaultAttributesPass, RemoveInitializersFromInputsPass
+
     from fuseplan.passes.registry import default_passes
     from fuseplan.passes.verify import with_random_weights
 
     prepared, _ = run_passes(model, default_passes(input_shapes))
-    return with_random_weights(prepared, seed)
+    working = ir.from_proto(with_random_weights(prepared, seed))
+    AddDefaultAttributesPass()(working)
+    RemoveInitializersFromInputsPass()(working)
+    return ir.to_proto(working)
 
 
 def graph_hash(model: onnx.ModelProto) -> str:
@@ -97,8 +117,11 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
-def apply_pass(name: str, model: onnx.ModelProto) -> Applied:
+def apply_pass(name: str, model: onnx.ModelProto, weights_dir: Path | None = None) -> Applied:
     """Apply the wrapped pass ``name``; an exception or an invalid result is a failure, never raised.
+
+    ``weights_dir``: the folder of ``model``'s weights file when ``model``
+    is a light model (:func:`~fuseplan.passes.external.light_model`).
 
     Results of passes other than onnxruntime's are checked with
     ``onnx.checker`` (:func:`check_structure`); onnxruntime's hold its own
@@ -110,7 +133,7 @@ def apply_pass(name: str, model: onnx.ModelProto) -> Applied:
         raise FuseplanError(f"unknown pass {name!r}; `fuseplan passes --list` shows the passes")
     start = time.perf_counter()
     try:
-        result = cls().transform(model)
+        result = cls(weights_dir).transform(model)
         if not cls.terminal:
             check_structure(result)
     except Exception as exc:  # libraries raise their own types (RuntimeError, ValidationError, C++ errors)
@@ -284,29 +307,47 @@ class Pruning:
         return cls(data["signature"], verdicts, data["seconds"])
 
 
-def final_hash(model: onnx.ModelProto, names: Sequence[str]) -> str:
+def final_hash(model: onnx.ModelProto, names: Sequence[str], weights_dir: Path | None = None) -> str:
     """The graph hash after applying ``names`` in order, a pass that fails being skipped (one model held at a time)."""
     current = graph_hash(model)
     for name in names:
-        applied = apply_pass(name, model)
+        applied = apply_pass(name, model, weights_dir)
         if not applied.failed:
             model, current = applied.model, applied.hash
     return current
 
 
 def prune(model: onnx.ModelProto, names: Sequence[str] | None = None,
-          on_pass: Callable[[str], None] | None = None) -> Pruning:
-    """Decide which of ``names`` (default: every wrapped pass) are relevant to ``model`` (a normalised model)."""
+          on_pass: Callable[[str], None] | None = None, light: bool = True) -> Pruning:
+    """Decide which of ``names`` (default: every wrapped pass) are relevant to ``model`` (a normalised model).
+
+    With ``light`` (the default) the passes run on a light copy of the model
+    (:func:`~fuseplan.passes.external.light_model`): the same graph and
+    values with its weights in a file, so that no call copies them; the
+    decisions are those of the model holding its weights (``light=False``),
+    which ``benchmarks/bench_passes.py --check-light`` checks on the zoo.
+    """
     catalogue = require_external_passes()
     names = list(catalogue) if names is None else list(names)
     start = time.perf_counter()
+    if light:
+        with light_model(model) as (working, weights_dir):
+            verdicts = _verdicts(working, weights_dir, names, on_pass or (lambda name: None))
+    else:
+        verdicts = _verdicts(model, None, names, on_pass or (lambda name: None))
+    return Pruning(architecture_signature(model), verdicts, time.perf_counter() - start)
+
+
+def _verdicts(model: onnx.ModelProto, weights_dir: Path | None, names: list[str],
+              notify: Callable[[str], None]) -> dict[str, PassVerdict]:
+    catalogue = require_external_passes()
     base = graph_hash(model)
     verdicts = {name: PassVerdict(name, catalogue[name].source) for name in names}
-    notify = on_pass or (lambda name: None)
-    full_level = apply_pass(ORT_FULL, model) if any(n.startswith(SWITCH_PREFIX) for n in names) else None
+    full_level = (apply_pass(ORT_FULL, model, weights_dir) if any(n.startswith(SWITCH_PREFIX) for n in names)
+                  else None)
     for name in names:
         verdict = verdicts[name]
-        applied = apply_pass(name, model)
+        applied = apply_pass(name, model, weights_dir)
         verdict.seconds += applied.seconds
         if applied.failed:
             verdict.error = applied.error
@@ -323,7 +364,7 @@ def prune(model: onnx.ModelProto, names: Sequence[str] | None = None,
     resume: dict[int, onnx.ModelProto] = {}
     changed_at: dict[int, bool] = {}
     for position, name in enumerate(pipeline):
-        applied = apply_pass(name, current)
+        applied = apply_pass(name, current, weights_dir)
         changed_at[position] = not applied.failed and applied.hash != current_hash
         if changed_at[position] and not verdicts[name].alone_changed:
             resume[position] = current
@@ -335,9 +376,10 @@ def prune(model: onnx.ModelProto, names: Sequence[str] | None = None,
         if not changed_at[position]:
             verdicts[name].dropped_changed = False
         elif position in resume:
-            verdicts[name].dropped_changed = final_hash(resume.pop(position), pipeline[position + 1:]) != final
+            verdicts[name].dropped_changed = (
+                final_hash(resume.pop(position), pipeline[position + 1:], weights_dir) != final)
         # else: relevant already; leaving it out is not tried (dropped_changed stays None)
-    return Pruning(architecture_signature(model), verdicts, time.perf_counter() - start)
+    return verdicts
 
 
 # --------------------------------------------------------------------------
@@ -351,7 +393,7 @@ def default_cache_dir() -> Path:
 
 def _versions() -> dict[str, str]:
     found = {}
-    for package in ("onnx", "onnxoptimizer", "onnx-ir", "onnxruntime"):
+    for package in ("onnx", "onnxoptimizer", "onnx-ir", "onnxscript", "onnxruntime"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

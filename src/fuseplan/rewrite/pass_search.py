@@ -54,7 +54,7 @@ def candidate_pipelines(passes: Sequence[str], budget: int, seed: int = 0) -> li
 
     onnxruntime's passes (terminal) only end a pipeline, one at most. A
     sample holds the empty pipeline (the model as normalised), each pass
-    alone when there are fewer passes than half the budget, then seeded
+    alone when there are at most half as many passes as the budget, then seeded
     random orders of random subsets up to ``budget``.
     """
     body = [p for p in passes if not is_terminal(p)]
@@ -65,7 +65,7 @@ def candidate_pipelines(passes: Sequence[str], budget: int, seed: int = 0) -> li
         return sorted(found, key=lambda p: (len(p), p))
     rng = random.Random(seed)
     chosen: set[Pipeline] = {()}
-    if len(passes) < budget // 2:  # each pass alone when that leaves half the budget to random orders
+    if len(passes) <= budget // 2:  # each pass alone when that leaves half the budget to random orders
         chosen |= {(p,) for p in passes}
     attempts = 0
     while len(chosen) < budget and attempts < 100 * budget:
@@ -171,7 +171,7 @@ def apply_pipelines(model: onnx.ModelProto, pipelines: Sequence[Pipeline], direc
             if digest not in graphs:
                 path = directory / f"{len(graphs)}.onnx"
                 onnx.save(result, path)
-                graphs[digest] = Graph(digest, [pipeline], seconds, path, model_bytes=result.ByteSize())
+                graphs[digest] = Graph(digest, [pipeline], seconds, path, model_bytes=path.stat().st_size)
             else:
                 graph = graphs[digest]
                 graph.pipelines.append(pipeline)
@@ -266,11 +266,71 @@ def interleaved_latency(sessions: Mapping[str, Any], feeds: Mapping[str, np.ndar
     return {key: statistics.median(values) for key, values in times.items()}
 
 
+# The activations onnxruntime folds into a FusedConv, with the names of the floats its activation_params holds.
+_FUSED_ACTIVATIONS: Mapping[str, tuple[str, ...]] = {
+    "Relu": (), "Sigmoid": (), "Tanh": (), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
+    "Clip": ("min", "max"),
+}
+
+
+def unfuse_conv_activations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (changed in place) with onnxruntime's ``FusedConv`` nodes written as the Conv, the Add of its
+    fourth input and the activation they compute, so that the cost models price them as they price the originals.
+
+    A FusedConv with an activation not in :data:`_FUSED_ACTIVATIONS` is left as it is.
+    """
+    from onnx import helper, numpy_helper
+
+    nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        activation = attributes.pop("activation", b"")
+        activation = activation.decode() if isinstance(activation, bytes) else str(activation)
+        params = list(attributes.pop("activation_params", []))
+        if node.op_type != "FusedConv" or node.domain != "com.microsoft" or (
+                activation and (activation not in _FUSED_ACTIVATIONS
+                                or len(params) < len(_FUSED_ACTIVATIONS[activation]))):
+            nodes.append(node)
+            continue
+        output, addend = node.output[0], (node.input[3] if len(node.input) > 3 else "")
+        stage = f"{output}/conv" if addend or activation else output
+        nodes.append(helper.make_node("Conv", list(node.input[:3]), [stage], name=f"{node.name}/conv", **attributes))
+        if addend:
+            summed = f"{output}/sum" if activation else output
+            nodes.append(helper.make_node("Add", [stage, addend], [summed], name=f"{node.name}/add"))
+            stage = summed
+        if activation == "Clip":  # bounds are inputs since opset 11
+            bounds = [f"{node.name}/{bound}" for bound in ("min", "max")]
+            model.graph.initializer.extend(numpy_helper.from_array(np.array(value, np.float32), name)
+                                           for name, value in zip(bounds, params))
+            nodes.append(helper.make_node("Clip", [stage, *bounds], [output], name=f"{node.name}/clip"))
+        elif activation:
+            named = dict(zip(_FUSED_ACTIVATIONS[activation], params))
+            nodes.append(helper.make_node(activation, [stage], [output], name=f"{node.name}/activation", **named))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def _without_weight_values(model: onnx.ModelProto, threshold: int = 64 * 1024) -> onnx.ModelProto:
+    """``model`` (changed in place) with the values of initializers of ``threshold`` bytes or more dropped.
+
+    DRAM is priced from shapes; shape inference copies the whole model, and
+    the values it reads (shapes, axes, small constants) are far smaller. The
+    importer takes initializers without values, as the zoo's are.
+    """
+    for tensor in model.graph.initializer:
+        if len(tensor.raw_data) >= threshold:
+            tensor.ClearField("raw_data")
+    return model
+
+
 def _dram(path: Path, scheme: str, buffer_bytes: int, bytes_per_element: int) -> int | None:
     from fuseplan.rewrite.objectives import total_dram
 
     try:
-        return total_dram(_infer_shapes(onnx.load(str(path))), scheme, buffer_bytes, bytes_per_element)
+        model = unfuse_conv_activations(_without_weight_values(onnx.load(str(path))))
+        return total_dram(_infer_shapes(model), scheme, buffer_bytes, bytes_per_element)
     except FuseplanError:
         return None  # onnxruntime's own operators have no shapes ONNX can infer
 
