@@ -65,9 +65,14 @@ def test_the_optimal_total_never_grows_with_the_buffer(zoo_graphs, name, scheme)
     assert totals == sorted(totals, reverse=True), (name, scheme, totals)
 
 
+# Proving BRR optima at six buffers takes 18-62 s per network on these five (about 3 minutes in all);
+# benchmarks/bench_exact.py proves them and checks the same property ("total DRAM grows in: none").
+HEAVY_UNDER_BRR = {"deeplabv3_mobilenet_v3_large", "efficientnet_b0", "efficientnet_b3", "resnet101", "resnet152"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme", sorted(SCHEMES))
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("scheme, name", [(scheme, name) for scheme in sorted(SCHEMES) for name in ZOO
+                                          if not (scheme == "brr" and name in HEAVY_UNDER_BRR)])
 def test_the_optimal_total_never_grows_with_the_buffer_on_the_whole_zoo(zoo_graphs, name, scheme):
     totals = _optimal_totals(zoo_graphs[name], scheme)
     assert totals == sorted(totals, reverse=True), (name, scheme, totals)
