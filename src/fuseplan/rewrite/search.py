@@ -17,7 +17,10 @@ sequence of substitutions that produced it.
 Graphs stay onnx-ir models while they are rewritten: an expanded graph is
 converted once, each candidate is a clone with one substitution applied and
 only the new values' shapes inferred, and a candidate reached by a set of
-substitutions already tried in another order is not built again.
+substitutions already tried in another order is not built again. A
+candidate is hashed by updating its parent's hash around the rewrite
+(:class:`~fuseplan.passes.ir_hashing.HashState`), priced from the onnx-ir
+graph (:meth:`Objective.price_ir`), and serialised only when it is kept.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 import onnx
 
 from fuseplan.errors import FuseplanError
-from fuseplan.passes import structural_hash
+from fuseplan.passes.ir_hashing import HashState, ir_structural_hash, model_digest
 from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.passes.verify import Verifier
 from fuseplan.rewrite.objectives import Objective
@@ -135,6 +138,13 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                          timed_out=search.timed_out, greedy=record, **search.counters)
 
 
+def proto_digest(model: onnx.ModelProto) -> str:
+    """The search's structural hash of a serialised model (the one its candidates' hashes are updated from)."""
+    import onnx_ir as ir
+
+    return ir_structural_hash(ir.from_proto(model))
+
+
 def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
     return frozenset((step["rule"], tuple(step["site"])) for step in steps)
 
@@ -147,7 +157,7 @@ class _Search:
         self.verifier = Verifier(model, seed=seed)
         self.rng = random.Random(seed)
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
-        self.initial = self.price(model, structural_hash(model))
+        self.initial = self.price(model, proto_digest(model))
         self.best_cost, self.best_steps, self.best_model, self.best_error = self.initial, [], model, 0.0
         self.bound = self.initial  # the cheapest graph kept, verified or not
         self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, unpriced=0, verified=0,
@@ -170,6 +180,11 @@ class _Search:
     def price(self, model: onnx.ModelProto, digest: str) -> float:
         if digest not in self.costs:
             self.costs[digest] = self.objective(model)
+        return self.costs[digest]
+
+    def price_ir(self, model: Any, digest: str) -> float:
+        if digest not in self.costs:
+            self.costs[digest] = self.objective.price_ir(model)
         return self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
@@ -197,7 +212,7 @@ class _Search:
         seen: set[str] = set()
         tried: set[frozenset] = set()  # sets of substitutions already applied, in whatever order
         for cost, steps, graph in entries:
-            seen.add(structural_hash(graph))
+            seen.add(proto_digest(graph))
             tried.add(_step_key(steps))
             queue.append((cost, self.rng.random(), self._tick(), steps, graph, True))
         heapq.heapify(queue)
@@ -209,6 +224,7 @@ class _Search:
             expanded += 1
             counters["expanded"] += 1
             working = ir.from_proto(current)
+            hashed = HashState.of(working.graph)
             for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
                 if self.out_of_time(deadline):
                     break
@@ -219,27 +235,29 @@ class _Search:
                     continue
                 tried.add(key)
                 copy = working.clone()
+                before = list(copy.graph)  # kept alive until hashed, so no new node reuses an old one's id
+                matched = set(site)
+                touched = [node for node in before if node.outputs and node.outputs[0].name in matched]
                 try:
                     apply_in_place(copy, name, site)
                 except FuseplanError:  # the site vanished or a check failed on the copy
                     counters["refused"] += 1
                     continue
                 counters["generated"] += 1
-                candidate = ir.to_proto(copy)
-                digest = structural_hash(candidate)
+                digest = model_digest(copy, hashed.update(copy.graph, before, touched))
                 if digest in seen:
                     counters["duplicates"] += 1
                     continue
                 seen.add(digest)
-                candidate_cost = self.price(candidate, digest)
+                candidate_cost = self.price_ir(copy, digest)
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue
                 if not candidate_cost < alpha * self.bound:
                     continue
                 self.bound = min(self.bound, candidate_cost)
-                heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, candidate,
-                                       False))
+                heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps,
+                                       ir.to_proto(copy), False))
             if self.on_expand is not None:
                 self.on_expand(counters["expanded"], self.bound)
         self.settle(queue)
