@@ -31,7 +31,8 @@ def main() -> None:
             mark = "*" if r["timed_out"] else ""  # alpha 1: the greedy time limit; others: the relaxed one
             cells.append(f"{r['change_percent']:+.2f}% ({len(r['steps'])} st, {r['expanded']} exp{mark})")
         used = sorted({rule for r in by_alpha.values() for rule in r["rules_used"]})
-        print(f"| {model} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
+        version = "" if all(version_of(r) > 1 for r in by_alpha.values()) else " (v1)"
+        print(f"| {model}{version} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
               + " | ".join(cells) + f" | {', '.join(used) or '–'} |")
     speed(runs)
     latency = [r for r in runs if r["objective"] == "latency"]
@@ -39,7 +40,7 @@ def main() -> None:
         print("\n| model | α | per-operator latency sum, before | after | change | steps | expanded |")
         print("|---|---|---|---|---|---|---|")
         for r in latency:
-            print(f"| {r['model']} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
+            print(f"| {r['model']}{'' if version_of(r) > 1 else ' (v1)'} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
                   f"{r['change_percent']:+.2f}% | {len(r['steps'])} | {r['expanded']}{'*' if r['timed_out'] else ''} |")
     worse = [r for r in runs if r["cost"] > min(r["initial_cost"], r["greedy"]["cost"])]
     better = [r for r in runs if r["alpha"] > 1 and r["cost"] < r["greedy"]["cost"]]
@@ -50,12 +51,17 @@ def main() -> None:
           f"{sum(r['timed_out'] for r in runs)} of {len(runs)} runs hit the time limit")
 
 
+def version_of(run: dict) -> int:
+    """The cost-model version a run was priced under (runs before it was recorded used version 1)."""
+    return run.get("cost_model_version", 1)
+
+
 def speed(runs: list[dict]) -> None:
     """Per model: the greedy searches' time and the cost of one candidate graph (applied, hashed, priced)."""
     greedy: dict = defaultdict(list)
     for r in runs:
         if r["alpha"] == 1 and r["objective"] == "dram":
-            greedy[r["model"]].append(r)
+            greedy[r["model"] + ("" if version_of(r) > 1 else " (v1)")].append(r)
     print("\n| model | greedy searches | greedy time (min–max) | expanded (min–max) | candidates per expansion | "
           "wall ms per candidate |")
     print("|---|---|---|---|---|---|")

@@ -95,8 +95,10 @@ class GroupPrices:
         """Make ``cost`` look its groups' prices up here before pricing them (and keep what it prices)."""
         labels, price = self.labels(cost.graph), cost.price
 
+        label_of = labels.__getitem__
+
         def shared(group):
-            key = frozenset(labels[v] for v in group)
+            key = frozenset(map(label_of, group))
             found = self.prices.get(key)
             if found is None:
                 self.misses += 1
