@@ -64,11 +64,12 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds; 0 for none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", default=None, help="a note saying which code ran (e.g. a commit)")
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_speed.json")
     args = parser.parse_args()
     sources = args.models or [*zoo.names(), GOOGLENET]
-    document = {**machine(), "cpus": os.cpu_count(), "settings": {k: v for k, v in vars(args).items()
-                                                                 if k not in ("output", "models")},
+    document = {**machine(), "cpus": os.cpu_count(), "label": args.label, "settings": {k: v for k, v in vars(args).items()
+                                                                 if k not in ("output", "models", "label")},
                 "runs": []}
     for source in sources:
         for scheme in args.schemes:
