@@ -14,9 +14,9 @@ result, so it is never worse than the greedy search. The budget counts
 expanded graphs. The result is the best verified graph and the exact
 sequence of substitutions that produced it.
 
-Graphs stay onnx-ir models while they are rewritten: an expanded graph is
-converted once, each candidate is a clone with one substitution applied and
-only the new values' shapes inferred, and a candidate reached by a set of
+Graphs stay onnx-ir models while they are rewritten: each candidate is a
+clone of the expanded graph with one substitution applied and only the new
+values' shapes inferred, and a candidate reached by a set of
 substitutions already tried in another order is not built again. A
 candidate is hashed by updating its parent's hash around the rewrite
 (:class:`~fuseplan.passes.ir_hashing.HashState`), priced from the onnx-ir
@@ -216,7 +216,6 @@ class _Search:
         or not: with no failures the search keeps exactly the graphs it
         would keep if it verified each on the spot.
         """
-
         counters = self.counters
         queue = []
         seen: set[str] = set()
