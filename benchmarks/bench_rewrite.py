@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fuseplan import zoo
 from fuseplan.cost import COST_MODEL_VERSION
+from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective, model_macs
@@ -53,11 +54,21 @@ def entry_of(result, name, objective, alpha, **where) -> dict:
 
 
 def sweep(model, name, objective, args, document, **where) -> None:
-    """The greedy search, then each relaxed one from it (replacing the configuration's earlier runs)."""
+    """The greedy search, then each relaxed one from it (replacing the configuration's earlier runs).
+
+    A configuration the search refuses (an objective that cannot price the original model) is recorded
+    under ``refused`` with its reason, and the sweep goes on."""
     key = (name, objective.name, where.get("scheme"), where.get("buffer_kb"))
     document["runs"] = [run for run in document["runs"] if configuration(run) != key]
-    greedy = backtracking_search(model, objective, alpha=1.0, budget=args.budget, seed=args.seed,
-                                 greedy_time_limit=args.greedy_time_limit)
+    try:
+        greedy = backtracking_search(model, objective, alpha=1.0, budget=args.budget, seed=args.seed,
+                                     greedy_time_limit=args.greedy_time_limit)
+    except FuseplanError as exc:
+        document.setdefault("refused", []).append({"model": name, "objective": objective.name, **where,
+                                                   "reason": str(exc)})
+        print(f"{name} {objective.name} {where}: refused ({exc})", flush=True)
+        save(document, args.output)
+        return
     document["runs"].append(entry_of(greedy, name, objective, 1.0, **where))
     save(document, args.output)
     for alpha in RELAXED:

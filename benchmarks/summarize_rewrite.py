@@ -1,4 +1,5 @@
-"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md."""
+"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md (``--speed``: the speed table
+from benchmarks/results/rewrite_speed.json)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--speed"]:
+        speed_table(*[Path(a) for a in sys.argv[2:3]])
+        return
     document = json.loads((Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "rewrite.json").read_text())
     runs = document["runs"]
     dram = [r for r in runs if r["objective"] == "dram"]
@@ -71,6 +75,19 @@ def speed(runs: list[dict]) -> None:
         generated = sum(r["generated"] for r in rs)
         print(f"| {model} | {len(rs)} | {min(seconds):.1f}–{max(seconds):.1f} s | {min(expanded)}–{max(expanded)} | "
               f"{generated / sum(expanded):.0f} | {1000 * sum(seconds) / max(generated, 1):.0f} |")
+
+
+def speed_table(path: Path = RESULTS / "rewrite_speed.json") -> None:
+    """benchmarks/results/rewrite_speed.json as the speed table of docs/rewrite.md."""
+    document = json.loads(path.read_text())
+    print("| model | scheme | expanded | candidates | wall ms per candidate | CPU ms per candidate | "
+          "wall s | projected wall s for 300 expansions | load average |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in document["runs"]:
+        print(f"| {r['model']} | {r['scheme'].upper()} | {r['expanded']}{'' if r['finished'] else '*'} | "
+              f"{r['generated']} | {r['wall_ms_per_candidate']:.0f} | {r['cpu_ms_per_candidate']:.0f} | "
+              f"{r['wall_seconds']:.0f} | {r['projected_seconds_for_budget']:.0f} | "
+              f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f} |")
 
 
 if __name__ == "__main__":
