@@ -6,10 +6,12 @@ sweep keeps what it finished). Every search has an expansion budget and a wall-c
 phase; a run that hits the limit says so (``timed_out``). For each configuration the greedy search runs once and
 each relaxed search takes it as its first phase (``backtracking_search(greedy=...)``: the same result as running
 it again; its time counts in the relaxed run's time and limit), so no relaxed run is worse than it.
-``--greedy-time-limit`` also stops the greedy searches. Models run cheapest first. Run::
+``--greedy-time-limit`` also stops the greedy searches. Models run cheapest first. Every run records the
+cost-model version it was priced under. ``--merge`` keeps the output file's runs and replaces those of each
+configuration run again (so a partial rerun under a new cost model updates what it reran). Run::
 
     nice -n 15 python benchmarks/bench_rewrite.py [--budget 300] [--time-limit 10] [--greedy-time-limit 60]
-        [--models squeezenet ...] [--resume]
+        [--models squeezenet ...] [--resume | --merge]
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from math import prod
 from pathlib import Path
 
 from fuseplan import zoo
+from fuseplan.cost import COST_MODEL_VERSION
+from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective, model_macs
@@ -36,6 +40,7 @@ GOOGLENET = str(DATA / "googlenet_opset13.onnx")
 
 def entry_of(result, name, objective, alpha, **where) -> dict:
     entry = {"model": name, "objective": objective.name, **where, "alpha": alpha,
+             "cost_model_version": COST_MODEL_VERSION,
              "initial_cost": result.initial_cost, "cost": result.cost,
              "change_percent": round(100 * (result.cost - result.initial_cost) / result.initial_cost, 3),
              "greedy_change_percent": round(100 * (result.greedy["cost"] - result.initial_cost)
@@ -49,9 +54,21 @@ def entry_of(result, name, objective, alpha, **where) -> dict:
 
 
 def sweep(model, name, objective, args, document, **where) -> None:
-    """The greedy search, then each relaxed one from it."""
-    greedy = backtracking_search(model, objective, alpha=1.0, budget=args.budget, seed=args.seed,
-                                 greedy_time_limit=args.greedy_time_limit)
+    """The greedy search, then each relaxed one from it (replacing the configuration's earlier runs).
+
+    A configuration the search refuses (an objective that cannot price the original model) is recorded
+    under ``refused`` with its reason, and the sweep goes on."""
+    key = (name, objective.name, where.get("scheme"), where.get("buffer_kb"))
+    document["runs"] = [run for run in document["runs"] if configuration(run) != key]
+    try:
+        greedy = backtracking_search(model, objective, alpha=1.0, budget=args.budget, seed=args.seed,
+                                     greedy_time_limit=args.greedy_time_limit)
+    except FuseplanError as exc:
+        document.setdefault("refused", []).append({"model": name, "objective": objective.name, **where,
+                                                   "reason": str(exc)})
+        print(f"{name} {objective.name} {where}: refused ({exc})", flush=True)
+        save(document, args.output)
+        return
     document["runs"].append(entry_of(greedy, name, objective, 1.0, **where))
     save(document, args.output)
     for alpha in RELAXED:
@@ -83,6 +100,8 @@ def main() -> None:
                              "configuration starts from that same greedy result")
     parser.add_argument("--resume", action="store_true",
                         help="keep the configurations the output file already holds in full and run the rest")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the output file's runs, replacing those of the configurations run again")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--no-latency", action="store_true")
@@ -105,6 +124,12 @@ def main() -> None:
         done = {key for key, n in counts.items() if n == 1 + len(RELAXED)}
         document["runs"] = [run for run in previous["runs"] if configuration(run) in done]
         document["resumed_from"] = {k: previous.get(k) for k in ("time_limit_seconds", "greedy_time_limit_seconds")}
+    if args.merge and args.output.exists():
+        previous = json.loads(args.output.read_text())
+        document["runs"] = previous["runs"]
+        document["models"] = list(dict.fromkeys([*previous.get("models", []), *document["models"]]))
+        document["earlier"] = {k: previous.get(k) for k in ("time_limit_seconds", "greedy_time_limit_seconds",
+                                                            "total_seconds")}
     started = time.time()
     for source in sources:
         path, name = model_path(source)

@@ -1,4 +1,5 @@
-"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md."""
+"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md (``--speed``: the speed table
+from benchmarks/results/rewrite_speed.json)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--speed"]:
+        speed_table(*[Path(a) for a in sys.argv[2:3]])
+        return
     document = json.loads((Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "rewrite.json").read_text())
     runs = document["runs"]
     dram = [r for r in runs if r["objective"] == "dram"]
@@ -31,7 +35,8 @@ def main() -> None:
             mark = "*" if r["timed_out"] else ""  # alpha 1: the greedy time limit; others: the relaxed one
             cells.append(f"{r['change_percent']:+.2f}% ({len(r['steps'])} st, {r['expanded']} exp{mark})")
         used = sorted({rule for r in by_alpha.values() for rule in r["rules_used"]})
-        print(f"| {model} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
+        version = "" if all(version_of(r) > 1 for r in by_alpha.values()) else " (v1)"
+        print(f"| {model}{version} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
               + " | ".join(cells) + f" | {', '.join(used) or '–'} |")
     speed(runs)
     latency = [r for r in runs if r["objective"] == "latency"]
@@ -39,7 +44,7 @@ def main() -> None:
         print("\n| model | α | per-operator latency sum, before | after | change | steps | expanded |")
         print("|---|---|---|---|---|---|---|")
         for r in latency:
-            print(f"| {r['model']} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
+            print(f"| {r['model']}{'' if version_of(r) > 1 else ' (v1)'} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
                   f"{r['change_percent']:+.2f}% | {len(r['steps'])} | {r['expanded']}{'*' if r['timed_out'] else ''} |")
     worse = [r for r in runs if r["cost"] > min(r["initial_cost"], r["greedy"]["cost"])]
     better = [r for r in runs if r["alpha"] > 1 and r["cost"] < r["greedy"]["cost"]]
@@ -50,12 +55,17 @@ def main() -> None:
           f"{sum(r['timed_out'] for r in runs)} of {len(runs)} runs hit the time limit")
 
 
+def version_of(run: dict) -> int:
+    """The cost-model version a run was priced under (runs before it was recorded used version 1)."""
+    return run.get("cost_model_version", 1)
+
+
 def speed(runs: list[dict]) -> None:
     """Per model: the greedy searches' time and the cost of one candidate graph (applied, hashed, priced)."""
     greedy: dict = defaultdict(list)
     for r in runs:
         if r["alpha"] == 1 and r["objective"] == "dram":
-            greedy[r["model"]].append(r)
+            greedy[r["model"] + ("" if version_of(r) > 1 else " (v1)")].append(r)
     print("\n| model | greedy searches | greedy time (min–max) | expanded (min–max) | candidates per expansion | "
           "wall ms per candidate |")
     print("|---|---|---|---|---|---|")
@@ -65,6 +75,19 @@ def speed(runs: list[dict]) -> None:
         generated = sum(r["generated"] for r in rs)
         print(f"| {model} | {len(rs)} | {min(seconds):.1f}–{max(seconds):.1f} s | {min(expanded)}–{max(expanded)} | "
               f"{generated / sum(expanded):.0f} | {1000 * sum(seconds) / max(generated, 1):.0f} |")
+
+
+def speed_table(path: Path = RESULTS / "rewrite_speed.json") -> None:
+    """benchmarks/results/rewrite_speed.json as the speed table of docs/rewrite.md."""
+    document = json.loads(path.read_text())
+    print("| model | scheme | expanded | candidates | wall ms per candidate | CPU ms per candidate | "
+          "wall s | projected wall s for 300 expansions | load average |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in document["runs"]:
+        print(f"| {r['model']} | {r['scheme'].upper()} | {r['expanded']}{'' if r['finished'] else '*'} | "
+              f"{r['generated']} | {r['wall_ms_per_candidate']:.0f} | {r['cpu_ms_per_candidate']:.0f} | "
+              f"{r['wall_seconds']:.0f} | {r['projected_seconds_for_budget']:.0f} | "
+              f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f} |")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,13 @@ def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per
     shares group prices with other graphs priced under the same scheme and
     buffer (:class:`GroupPrices`); the result is the same with or without it.
     """
-    graph = graph_from_model(model, name="candidate", passes=[])
+    return graph_dram(graph_from_model(model, name="candidate", passes=[]), scheme, buffer_bytes, bytes_per_element,
+                      prices)
+
+
+def graph_dram(graph: CompGraph, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
+               prices: GroupPrices | None = None) -> int:
+    """:func:`total_dram` of a model already read as ``graph``."""
     problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
     if prices is not None:
         prices.attach(problem.cost)
@@ -89,8 +95,10 @@ class GroupPrices:
         """Make ``cost`` look its groups' prices up here before pricing them (and keep what it prices)."""
         labels, price = self.labels(cost.graph), cost.price
 
+        label_of = labels.__getitem__
+
         def shared(group):
-            key = frozenset(labels[v] for v in group)
+            key = frozenset(map(label_of, group))
             found = self.prices.get(key)
             if found is None:
                 self.misses += 1
@@ -128,6 +136,12 @@ class Objective(ABC):
     @abstractmethod
     def __call__(self, model: onnx.ModelProto) -> float: ...
 
+    def price_ir(self, model: Any) -> float:
+        """The cost of an onnx-ir model (the search's candidates); serialises it unless a subclass need not."""
+        import onnx_ir as ir
+
+        return self(ir.to_proto(model))
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "unit": self.unit}
 
@@ -144,6 +158,15 @@ class DramObjective(Objective):
 
     def __call__(self, model: onnx.ModelProto) -> float:
         return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
+
+    def price_ir(self, model: Any) -> float:
+        """Read the onnx-ir model straight into the planner's graph (:func:`graph_from_ir`) where it can."""
+        from fuseplan.rewrite.ir_graph import graph_from_ir
+
+        graph = graph_from_ir(model)
+        if graph is None:
+            return super().price_ir(model)
+        return float(graph_dram(graph, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scheme": self.scheme, "buffer_bytes": self.buffer_bytes,

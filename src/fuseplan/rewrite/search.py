@@ -14,10 +14,17 @@ result, so it is never worse than the greedy search. The budget counts
 expanded graphs. The result is the best verified graph and the exact
 sequence of substitutions that produced it.
 
-Graphs stay onnx-ir models while they are rewritten: an expanded graph is
-converted once, each candidate is a clone with one substitution applied and
-only the new values' shapes inferred, and a candidate reached by a set of
-substitutions already tried in another order is not built again.
+Graphs stay onnx-ir models while they are rewritten: each candidate is a
+clone of the expanded graph with one substitution applied and only the new
+values' shapes inferred, and a candidate reached by a set of
+substitutions already tried in another order is not built again. A
+candidate is hashed by updating its parent's hash around the rewrite
+(:class:`~fuseplan.passes.ir_hashing.HashState`), priced from the onnx-ir
+graph (:meth:`Objective.price_ir`) and never serialised: the queue holds a
+graph's substitutions and its hash, and a graph popped to be expanded is
+rebuilt by replaying them on the original (names are deterministic, so the
+replay is the same graph; its hash is checked). Only a graph that becomes
+the best is serialised.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any
 import onnx
 
 from fuseplan.errors import FuseplanError
-from fuseplan.passes import structural_hash
+from fuseplan.passes.ir_hashing import HashState, model_digest
 from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.passes.verify import Verifier
 from fuseplan.rewrite.objectives import Objective
@@ -111,7 +118,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     earlier = 0.0  # seconds of a reused greedy phase
     try:
         if greedy is None:
-            search.explore([(search.initial, [], model)], 1.0, budget,
+            search.explore([(search.initial, [])], 1.0, budget,
                            deadline=None if greedy_time_limit is None else start + greedy_time_limit)
             record = {"cost": search.best_cost, "steps": len(search.best_steps),
                       "expanded": search.counters["expanded"], "seconds": round(time.perf_counter() - start, 3),
@@ -122,9 +129,9 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         if alpha > 1:
             search.rng = random.Random(f"{seed}:relaxed")  # the same draws whether the greedy phase ran here or not
             search.timed_out = False  # from here on: whether the relaxed phase was cut
-            entries = [(search.initial, [], model)]
+            entries = [(search.initial, [])]
             if search.best_steps:
-                entries.append((search.best_cost, search.best_steps, search.best_model))
+                entries.append((search.best_cost, search.best_steps))
             search.explore(entries, alpha, budget - search.counters["expanded"],
                            deadline=None if time_limit is None else start + time_limit - earlier)
     except KeyboardInterrupt:
@@ -133,6 +140,12 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                          cost=search.best_cost, max_error=search.best_error,
                          wall_seconds=earlier + time.perf_counter() - start, interrupted=search.interrupted,
                          timed_out=search.timed_out, greedy=record, **search.counters)
+
+
+def _to_ir(model: onnx.ModelProto) -> Any:
+    import onnx_ir as ir
+
+    return ir.from_proto(model)
 
 
 def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
@@ -145,9 +158,10 @@ class _Search:
     def __init__(self, model, objective, rules, seed, on_expand) -> None:
         self.objective, self.rules, self.on_expand = objective, rules, on_expand
         self.verifier = Verifier(model, seed=seed)
+        self.original = _to_ir(model)
         self.rng = random.Random(seed)
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
-        self.initial = self.price(model, structural_hash(model))
+        self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
         self.best_cost, self.best_steps, self.best_model, self.best_error = self.initial, [], model, 0.0
         self.bound = self.initial  # the cheapest graph kept, verified or not
         self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, unpriced=0, verified=0,
@@ -167,9 +181,21 @@ class _Search:
             self.counters[name] = getattr(greedy, name)
         return {**greedy.greedy, "reused": True}
 
+    def rebuild(self, steps: list[dict[str, Any]]) -> Any:
+        """The onnx-ir graph ``steps`` make of the original (a new one)."""
+        working = self.original.clone()
+        for step in steps:
+            apply_in_place(working, step["rule"], step["site"])
+        return working
+
     def price(self, model: onnx.ModelProto, digest: str) -> float:
         if digest not in self.costs:
             self.costs[digest] = self.objective(model)
+        return self.costs[digest]
+
+    def price_ir(self, model: Any, digest: str) -> float:
+        if digest not in self.costs:
+            self.costs[digest] = self.objective.price_ir(model)
         return self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
@@ -178,7 +204,7 @@ class _Search:
             return True
         return False
 
-    def explore(self, entries: list[tuple[float, list[dict[str, Any]], onnx.ModelProto]], alpha: float,
+    def explore(self, entries: list[tuple[float, list[dict[str, Any]]]], alpha: float,
                 budget: int, deadline: float | None) -> None:
         """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best.
 
@@ -190,25 +216,28 @@ class _Search:
         or not: with no failures the search keeps exactly the graphs it
         would keep if it verified each on the spot.
         """
-        import onnx_ir as ir
-
         counters = self.counters
         queue = []
         seen: set[str] = set()
         tried: set[frozenset] = set()  # sets of substitutions already applied, in whatever order
-        for cost, steps, graph in entries:
-            seen.add(structural_hash(graph))
+        for cost, steps in entries:
+            rebuilt = self.rebuild(steps)
+            digest = model_digest(rebuilt, HashState.of(rebuilt.graph))
+            seen.add(digest)
             tried.add(_step_key(steps))
-            queue.append((cost, self.rng.random(), self._tick(), steps, graph, True))
+            queue.append((cost, self.rng.random(), self._tick(), steps, digest, True))
         heapq.heapify(queue)
         expanded = 0
         while queue and expanded < budget and not self.out_of_time(deadline):
-            cost, _, _, steps, current, verified = heapq.heappop(queue)
-            if not verified and not self.verify(cost, steps, current):
+            cost, _, _, steps, digest, verified = heapq.heappop(queue)
+            working = self.rebuild(steps)
+            if not verified and not self.verify(cost, steps, working):
                 continue
             expanded += 1
             counters["expanded"] += 1
-            working = ir.from_proto(current)
+            hashed = HashState.of(working.graph)
+            if model_digest(working, hashed) != digest:
+                raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
             for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
                 if self.out_of_time(deadline):
                     break
@@ -219,33 +248,39 @@ class _Search:
                     continue
                 tried.add(key)
                 copy = working.clone()
+                before = list(copy.graph)  # kept alive until hashed, so no new node reuses an old one's id
+                matched = set(site)
+                touched = [node for node in before if node.outputs and node.outputs[0].name in matched]
                 try:
                     apply_in_place(copy, name, site)
                 except FuseplanError:  # the site vanished or a check failed on the copy
                     counters["refused"] += 1
                     continue
                 counters["generated"] += 1
-                candidate = ir.to_proto(copy)
-                digest = structural_hash(candidate)
+                digest = model_digest(copy, hashed.update(copy.graph, before, touched))
                 if digest in seen:
                     counters["duplicates"] += 1
                     continue
                 seen.add(digest)
-                candidate_cost = self.price(candidate, digest)
+                candidate_cost = self.price_ir(copy, digest)
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue
                 if not candidate_cost < alpha * self.bound:
                     continue
                 self.bound = min(self.bound, candidate_cost)
-                heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, candidate,
+                heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, digest,
                                        False))
             if self.on_expand is not None:
                 self.on_expand(counters["expanded"], self.bound)
         self.settle(queue)
 
-    def verify(self, cost: float, steps: list[dict[str, Any]], graph: onnx.ModelProto) -> bool:
-        """Run ``steps`` with onnxruntime against the original; a graph that passes may become the best."""
+    def verify(self, cost: float, steps: list[dict[str, Any]], graph: Any = None) -> bool:
+        """Run ``steps`` with onnxruntime against the original; a graph that passes may become the best.
+
+        ``graph`` is the onnx-ir graph of ``steps`` if already rebuilt."""
+        import onnx_ir as ir
+
         self.counters["verified"] += 1
         verification = self.verifier.check(steps)
         if not verification.passed:
@@ -253,14 +288,15 @@ class _Search:
             return False
         if cost < self.best_cost:
             self.best_cost, self.best_steps, self.best_model, self.best_error = (
-                cost, steps, graph, verification.max_error)
+                cost, steps, ir.to_proto(graph if graph is not None else self.rebuild(steps)),
+                verification.max_error)
         return True
 
     def settle(self, queue: list) -> None:
         """Verify the queued graphs cheaper than the best verified one, cheapest first, until one passes."""
         while queue and queue[0][0] < self.best_cost:
-            cost, _, _, steps, graph, verified = heapq.heappop(queue)
-            if verified or self.verify(cost, steps, graph):
+            cost, _, _, steps, _, verified = heapq.heappop(queue)
+            if verified or self.verify(cost, steps):
                 break
         self.bound = self.best_cost
 

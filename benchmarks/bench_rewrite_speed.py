@@ -1,0 +1,81 @@
+"""Rewrite search speed: per-candidate time and whole-search time at budget 300, per zoo model.
+
+For each model: one search with the defaults of ``fuseplan rewrite`` (dram objective, LBDF, 256 KB,
+alpha 1.05, seed 0) and the same under BRR, budget 300 expansions, stopped after ``--time-limit``
+seconds of its relaxed phase (the greedy phase is cut at the same time with ``greedy_time_limit``).
+Each run records wall and CPU seconds, graphs expanded and candidates built, milliseconds per
+candidate, and the time 300 expansions would take at the measured rate where the run stopped early
+(the projection assumes later expansions cost what the measured ones did). The load average is
+recorded before and after each run. Run::
+
+    nice -n 15 python benchmarks/bench_rewrite_speed.py [--models squeezenet ...] [--time-limit 60]
+        [--schemes lbdf brr] [--output benchmarks/results/rewrite_speed.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from peers import machine, write_results
+
+from fuseplan import zoo
+from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
+from fuseplan.rewrite import backtracking_search, make_objective
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GOOGLENET = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "googlenet_opset13.onnx")
+
+
+def run(source: str, scheme: str, args) -> dict:
+    path, name = model_path(source)
+    model = prepare_model(read_model(path), name)[0]
+    objective = make_objective("dram", scheme=scheme, buffer_bytes=args.buffer_kb * 1024)
+    load_before = os.getloadavg()[0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    limit = args.time_limit if args.time_limit > 0 else None
+    result = backtracking_search(model, objective, alpha=args.alpha, budget=args.budget, seed=args.seed,
+                                 time_limit=limit, greedy_time_limit=limit)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finished = result.expanded >= args.budget or not (result.timed_out or result.greedy.get("timed_out"))
+    entry = {"model": name, "scheme": scheme, "buffer_kb": args.buffer_kb, "alpha": args.alpha,
+             "budget": args.budget, "time_limit_seconds": args.time_limit or None, "expanded": result.expanded,
+             "generated": result.generated, "duplicates": result.duplicates, "steps": len(result.steps),
+             "change_percent": round(100 * (result.cost - result.initial_cost) / result.initial_cost, 3),
+             "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+             "wall_ms_per_candidate": round(1000 * wall / max(result.generated, 1), 2),
+             "cpu_ms_per_candidate": round(1000 * cpu / max(result.generated, 1), 2),
+             "finished": finished,
+             "projected_seconds_for_budget": round(wall if finished else wall * args.budget / max(result.expanded, 1), 1),
+             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    print(json.dumps(entry), flush=True)
+    return entry
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
+    parser.add_argument("--buffer-kb", type=int, default=256)
+    parser.add_argument("--alpha", type=float, default=1.05)
+    parser.add_argument("--budget", type=int, default=300)
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds; 0 for none")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", default=None, help="a note saying which code ran (e.g. a commit)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_speed.json")
+    args = parser.parse_args()
+    sources = args.models or [*zoo.names(), GOOGLENET]
+    document = {**machine(), "cpus": os.cpu_count(), "label": args.label, "settings": {k: v for k, v in vars(args).items()
+                                                                 if k not in ("output", "models", "label")},
+                "runs": []}
+    for source in sources:
+        for scheme in args.schemes:
+            document["runs"].append(run(source, scheme, args))
+            write_results(document, args.output)
+
+
+if __name__ == "__main__":
+    main()
