@@ -162,3 +162,15 @@ def test_fig5_findings_count_points_below_the_random_split():
     assert second.kind == "match" and "18 of 18" in second.text and "0 equal" in second.text
     # Fig. 5(b): the explainers at 1,000 plans (8) are not below the random split at 4,000 (8)
     assert re.search(r"at 1,000 plans is not below the random split at 4,000", second.text)
+
+
+def test_a_run_is_recorded_as_it_starts_and_updated_when_it_ends(tmp_path):
+    from fuseplan.sweep.results import _runs_text, record_run
+
+    run = {"command": "fuseplan reproduce all --executor local", "started": "2026-01-01 10:00:00 UTC",
+           "machine": "m", "python": "3.11", "executor": "local", "wall_seconds": None,
+           "target_seconds": {"table2": 12.0}}
+    record_run(tmp_path, run)
+    assert "not finished" in _runs_text(load_runs(tmp_path), "m") and "Table II 12 s" in _runs_text(load_runs(tmp_path), "m")
+    record_run(tmp_path, {**run, "wall_seconds": 30.0})
+    assert len(load_runs(tmp_path)) == 1 and "wall time 30 s" in _runs_text(load_runs(tmp_path), "m")

@@ -526,20 +526,22 @@ def reproduce(targets: Sequence[str], out: Path, executor: Executor | None, quic
     else:
         assert executor is not None
         out.mkdir(parents=True, exist_ok=True)
-        started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         start = time.perf_counter()
         parts, seconds = [], {}
-        for target in targets:
+        run = {"command": command, "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+               "machine": machine(), "python": platform.python_version(), "executor": executor.name, "quick": quick,
+               "targets": list(targets), "wall_seconds": None, "target_seconds": seconds,
+               "weights": shipped_weights_text()}
+        for target in targets:  # recorded before each target, so a stopped run says how far it got
+            record_run(out, run)
             began = time.perf_counter()
             parts.append(run_target(target, out, executor, quick, log, run_cells))
             seconds[target] = round(time.perf_counter() - began, 1)
-        record_run(out, {"command": command, "started": started, "machine": machine(),
-                         "python": platform.python_version(), "executor": executor.name, "quick": quick,
-                         "targets": list(targets), "wall_seconds": round(time.perf_counter() - start, 1),
-                         "target_seconds": seconds, "weights": shipped_weights_text()})
+        run["wall_seconds"] = round(time.perf_counter() - start, 1)
+        record_run(out, run)
     runs = load_runs(out)
     weights = runs[-1].get("weights") if runs and runs[-1].get("weights") else shipped_weights_text()
-    last = runs[-1] if runs else None
+    last = next((r for r in reversed(runs) if r.get("wall_seconds") is not None), None)
     header = ("# The reference paper's results, reproduced\n\n"
               + (f"Command: `{last['command']}`\n\nMachine: {last['machine']}, Python {last['python']}, executor "
                  f"{last['executor']}. Total wall time {last['wall_seconds']:.0f} s. " if last else

@@ -378,9 +378,11 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
 
 
 def record_run(out: Path, run: dict[str, Any]) -> None:
+    """Add ``run`` to ``out/reproduce.json``, or update the entry with the same ``started`` and ``command``."""
     from fuseplan.files import write_text
 
     runs = load_runs(out) if (out / RUNS_FILE).is_file() else []
+    runs = [r for r in runs if (r.get("started"), r.get("command")) != (run.get("started"), run.get("command"))]
     write_text(out / RUNS_FILE, json.dumps({"format": "fuseplan-reproduce", "runs": [*runs, run]}, indent=1) + "\n")
 
 
@@ -390,16 +392,21 @@ def _runs_text(runs: list[dict[str, Any]], rendered_on: str) -> str:
                 f"rendering it: {rendered_on}.\n")
     lines = []
     if not any(run.get("started") for run in runs):
-        lines.append("- The runs before the last are not recorded (this directory has a reproduce.md but no "
-                     "reproduce.json); the last one:\n")
+        lines.append("- Only the last finished run is recorded (this directory has a reproduce.md but no "
+                     "reproduce.json); the cells of earlier runs, and of a run stopped or still in progress, are "
+                     "read all the same:\n")
     for run in runs:
         when = f" started {run['started']}," if run.get("started") else ""
         per = run.get("target_seconds") or {}
         times = (" (" + ", ".join(f"{TABLE_NAMES.get(t, t)} {s:.0f} s" for t, s in per.items()) + ")") if per else ""
+        took = (f"wall time {run['wall_seconds']:.0f} s{times}" if run.get("wall_seconds") is not None else
+                "not finished (stopped, or still running when this page was rendered)"
+                + (f"; finished targets: {times.strip(' ()')}" if times else ""))
         lines.append(f"- Command: `{run['command']}`;{when} machine: {run['machine']}, Python {run['python']}, "
-                     f"executor {run['executor']}; wall time {run['wall_seconds']:.0f} s{times}.\n")
-    if len(runs) > 1:
-        total = sum(r["wall_seconds"] for r in runs)
+                     f"executor {run['executor']}; {took}.\n")
+    finished = [r for r in runs if r.get("wall_seconds") is not None]
+    if len(finished) > 1:
+        total = sum(r["wall_seconds"] for r in finished)
         lines.append(f"- {len(runs)} runs filled this directory, {total:.0f} s in all (a rerun resumes: it runs only "
                      "the cells without a result).\n")
     return "".join(lines)
