@@ -455,6 +455,8 @@ def results_document(parts: Sequence[TargetResult], runs: list[dict[str, Any]], 
                     + "; they are listed at the end, and the tables and the reading use what finished.")
     else:
         complete = f"Complete: all {expected} cells of the tables and Fig. 5 finished, and Fig. 3 was sampled."
+    complete += (f" The finished cells' search times add up to {sum(p.search_seconds for p in parts):,.0f} s "
+                 "(each section gives its own).")
     findings = reading(parts)
     sections = {"match": [], "differ": [], "note": []}
     for finding in findings:
