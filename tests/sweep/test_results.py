@@ -9,6 +9,7 @@ import pytest
 from fuseplan.sweep import LocalExecutor, SweepConfig, SweepStore, run_sweep
 from fuseplan.sweep.reproduce import TargetResult, paper_data, target_config
 from fuseplan.sweep.results import fig5_findings, load_runs, table5_findings, table_findings
+from fuseplan.sweep.summarize import setup_key
 from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
 
 MB = 2**20
@@ -156,9 +157,13 @@ def test_fig5_findings_count_points_below_the_random_split():
             values = [9.0, 8, 7, 7, 7, 7] if model == "mobilenet_v2" else [10.0, 9, 8, 8, 8, 8]
             curves.append({"model": model, "scheme": scheme, "search": search, "splitter": explainer,
                            "checkpoints": checkpoints, "dram_bytes": values})
-    part = TargetResult("fig5", "fig5", "", curves=curves)
+    squeezenet = {"model": "squeezenet", "scheme": "brr", "buffer_bytes": 128 * 1024, "bytes_per_element": 1}
+    part = TargetResult("fig5", "fig5", "", curves=curves, config=target_config("fig5", False)[0],
+                        optima={setup_key(squeezenet): {"dram_bytes": 8.0, "proven": True}})
     first, second = fig5_findings(part)
     assert first.kind == "differ" and "0 of 18" in first.text and "18 equal" in first.text
+    # why: the random split sits at the proven optimum from the third budget on
+    assert "at the proven optimum (0.000 MB) from 2,000 plans on" in first.text and "optimum" not in second.text
     assert second.kind == "match" and "18 of 18" in second.text and "0 equal" in second.text
     # Fig. 5(b): the explainers at 1,000 plans (8) are not below the random split at 4,000 (8)
     assert re.search(r"at 1,000 plans is not below the random split at 4,000", second.text)

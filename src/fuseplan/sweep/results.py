@@ -336,8 +336,24 @@ def fig5_findings(part: TargetResult) -> list[Finding]:
             text += (" The best of the paper's explainers at 1,000 plans is "
                      + ("below" if at_1k < baseline_4k else "not below")
                      + " the random split at 4,000, as the paper states for this panel.")
+        reached = _reaches_optimum(part, model, scheme, curves["random"])
+        if reached is not None:
+            text += (f" The random split is at the proven optimum ({reached[1] / 2**20:.3f} MB) from {reached[0]:,} "
+                     "plans on, so no splitter can end below it there.")
         findings.append(Finding("match" if counts[0] >= AGREEMENT * points else "differ", text))
     return findings
+
+
+def _reaches_optimum(part: TargetResult, model: str, scheme: str, curve: dict[str, Any]) -> tuple[int, float] | None:
+    """The first budget from which ``curve`` stays at the set-up's proven optimum, and that optimum."""
+    from fuseplan.sweep.summarize import setup_key
+
+    cell = next((c for c in (part.config.cells if part.config else ()) if (c.model, c.scheme) == (model, scheme)), None)
+    found = part.optima.get(setup_key(cell.as_dict())) if cell is not None else None
+    if not found or not found.get("proven"):
+        return None
+    at = [b for b, value in zip(curve["checkpoints"], curve["dram_bytes"]) if value <= found["dram_bytes"] * (1 + TIE)]
+    return (at[0], found["dram_bytes"]) if at and at == curve["checkpoints"][-len(at):] else None
 
 
 def reading(parts: Sequence[TargetResult]) -> list[Finding]:
