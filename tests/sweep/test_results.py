@@ -79,7 +79,7 @@ def test_a_run_records_itself_and_the_page_names_it(tmp_path, cli):
     assert len(runs) == 1 and runs[0]["command"] == "fuseplan reproduce table5 --quick --executor local"
     assert runs[0]["targets"] == ["table5"] and runs[0]["wall_seconds"] > 0
     page = (out / "results.md").read_text()
-    assert "Complete: all 13 cells" in page and "## Not finished" not in page
+    assert "Complete: all 13 cells of Table V finished." in page and "## Not finished" not in page
     assert f"wall time {runs[0]['wall_seconds']:.0f} s" in page
     assert "Rectify rate (Table V)" in page  # the reading has its Table V findings
     # the committed docs are never written unless asked

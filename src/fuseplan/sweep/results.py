@@ -470,9 +470,13 @@ def results_document(parts: Sequence[TargetResult], runs: list[dict[str, Any]], 
                     + (f", {optima} proven optima are not stored" if optima else "")
                     + "; they are listed at the end, and the tables and the reading use what finished.")
     else:
-        complete = f"Complete: all {expected} cells of the tables and Fig. 5 finished, and Fig. 3 was sampled."
-    complete += (f" The finished cells' search times add up to {sum(p.search_seconds for p in parts):,.0f} s "
-                 "(each section gives its own).")
+        done = ([f"all {expected} cells of " + ", ".join(TABLE_NAMES[p.target] for p in parts if p.target != "fig3")
+                 + " finished"] if expected else []) + (["Fig. 3 was sampled"] if any(p.target == "fig3" for p in parts)
+                                                        else [])
+        complete = "Complete: " + " and ".join(done) + "."
+    if expected:
+        complete += (f" The finished cells' search times add up to {sum(p.search_seconds for p in parts):,.0f} s "
+                     "(each section gives its own).")
     findings = reading(parts)
     sections = {"match": [], "differ": [], "note": []}
     for finding in findings:
