@@ -49,6 +49,7 @@ def test_render_only_runs_nothing_and_lists_what_is_missing(partial, cli, tmp_pa
     assert "Table V: Random Search + PGExplainer, mobilenet_v2 LBDF 128KB, 300 plans: seed 0" in listed
     assert "Fig. 5: Local Search + oracle*, mobilenet_v2" not in listed  # finished
     assert "the proven optimum of mobilenet_v2 LBDF 128KB" in listed
+    assert "**Not read**: Table V (nothing finished yet)" in page
     # the table holds the stored runs: the final DRAM of the random split's run is its last checkpoint
     record = next(r for r in SweepStore(out / "fig5" / "sweep").records() if r["cell"]["splitter"] == "random")
     row = next(line for line in page.splitlines() if line.startswith("| mobilenet_v2 LBDF Local Search | random"))

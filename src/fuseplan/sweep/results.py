@@ -366,6 +366,10 @@ def reading(parts: Sequence[TargetResult]) -> list[Finding]:
         findings += fig3_findings(by_target["fig3"])
     if "fig5" in by_target:
         findings += fig5_findings(by_target["fig5"])
+    unread = [TABLE_NAMES[p.target] for p in parts
+              if (p.expected and not any(c["status"] == "ok" for c in p.cells)) or (p.target == "fig3" and p.missing)]
+    if unread:
+        findings.append(Finding("note", f"**Not read**: {', '.join(unread)} (nothing finished yet)."))
     return findings + winner_findings(parts) + optimum_findings(parts)
 
 
