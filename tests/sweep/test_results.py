@@ -85,6 +85,8 @@ def test_a_run_records_itself_and_the_page_names_it(tmp_path, cli):
     assert "Rectify rate (Table V)" in page  # the reading has its Table V findings
     # the committed docs are never written unless asked
     assert not list(tmp_path.glob("**/images"))
+    # rendering it as a full run would read none of its cells: refused
+    assert_one_line_error(cli("reproduce", "table5", "--out", out, "--render-only"), "render it with --quick")
 
 
 def test_legacy_reproduce_md_still_names_its_run(tmp_path):

@@ -522,6 +522,10 @@ def reproduce(targets: Sequence[str], out: Path, executor: Executor | None, quic
         if not out.is_dir():
             raise FuseplanError(f"{out}: no stored results to render; run `fuseplan reproduce` without "
                                 "--render-only first")
+        recorded = {"--quick" in run["command"].split() for run in load_runs(out)}
+        if recorded == {not quick}:
+            raise FuseplanError(f"{out} holds {'--quick' if not quick else 'full'} runs only; render it "
+                                f"{'with' if not quick else 'without'} --quick")
         parts = [render_target(t, out, quick, log) for t in targets]
     else:
         assert executor is not None
