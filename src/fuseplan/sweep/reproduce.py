@@ -546,7 +546,9 @@ def reproduce(targets: Sequence[str], out: Path, executor: Executor | None, quic
     runs = load_runs(out)
     weights = runs[-1].get("weights") if runs and runs[-1].get("weights") else shipped_weights_text()
     last = next((r for r in reversed(runs) if r.get("wall_seconds") is not None), None)
-    header = ("# The reference paper's results, reproduced\n\n"
+    rendered = ("Rendered from the results stored here (`--render-only`), which include the cells of every run "
+                "into this directory, finished or not; the last finished run recorded:\n\n" if render_only else "")
+    header = ("# The reference paper's results, reproduced\n\n" + rendered
               + (f"Command: `{last['command']}`\n\nMachine: {last['machine']}, Python {last['python']}, executor "
                  f"{last['executor']}. Total wall time {last['wall_seconds']:.0f} s. " if last else
                  "The run that produced these results is not recorded here. ")
