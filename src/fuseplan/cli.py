@@ -1169,6 +1169,12 @@ def reproduce_command(
     jobs: JobsOpt = None,
     executor: ExecutorOpt = ExecutorName.local,
     ray_address: RayAddressOpt = None,
+    render_only: Annotated[bool, typer.Option(
+        "--render-only", help="Run nothing: write the tables and results.md from what --out holds, listing what "
+        "has not finished.")] = False,
+    publish: Annotated[Optional[Path], typer.Option(
+        "--publish", metavar="DOCS_DIR", help="Also write results.md and its figures (images/) into DOCS_DIR, "
+        "replacing the ones there.")] = None,
 ) -> None:
     """Regenerate the reference paper's tables and figures with our columns beside its figures (docs/reproduce.md)."""
     from fuseplan.sweep import make_executor
@@ -1176,13 +1182,21 @@ def reproduce_command(
 
     names = list(dict.fromkeys(t.value for t in target))
     targets = list(TARGETS) if "all" in names else names
-    runner = make_executor(executor.value, jobs, ray_address)
+    runner = None if render_only else make_executor(executor.value, jobs, ray_address)
     command = " ".join(["fuseplan reproduce", *names, *(["--quick"] if quick else []), "--executor",
                         executor.value])
-    path = reproduce(targets, out, runner, quick, command,
-                     log=lambda line: stderr.print(line, highlight=False, markup=False),
-                     run_cells=lambda config, directory, ex: _run_sweep_with_progress(config, directory, ex))
-    stdout.print(f"tables and figures written to {out} (summary: {path})", highlight=False)
+    path, parts = reproduce(targets, out, runner, quick, command,
+                            log=lambda line: stderr.print(line, highlight=False, markup=False),
+                            run_cells=lambda config, directory, ex: _run_sweep_with_progress(config, directory, ex),
+                            render_only=render_only, publish=publish)
+    for part in parts:
+        if part.missing or part.missing_optima:
+            what = (f"{len(part.missing)} of {part.expected} cells" if part.expected else "its results") + (
+                f", {len(part.missing_optima)} proven optima" if part.missing_optima else "")
+            stderr.print(f"{part.target}: {what} not there yet (listed in {out / 'results.md'})", highlight=False,
+                         markup=False)
+    stdout.print(f"tables and figures written to {out} (summary: {path}, results page: {out / 'results.md'}"
+                 + (f", published to {publish / 'results.md'}" if publish is not None else "") + ")", highlight=False)
 
 
 class _SignalGuard:

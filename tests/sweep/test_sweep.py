@@ -251,6 +251,30 @@ def test_ray_executor_matches_the_local_pool(tmp_path):
     assert all(r["worker"].split(":")[1] != str(os.getpid()) for r in by_ray.values())  # ran in Ray's workers
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_a_ray_sweep_cleanly_and_it_resumes(tmp_path, cli):
+    pytest.importorskip("ray")
+    config = write(tmp_path / "kill.yaml", KILL.replace("[0, 1, 2, 3, 4, 5, 6, 7]", "[0, 1, 2]"))
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "fuseplan", "sweep", str(config), "--out", str(out),
+                                "--executor", "ray", "--jobs", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    _wait_for_records(out, 1, process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT
+    # one line of ours; Ray's own notices (token authentication, start-up) stay off the output
+    assert stderr.strip().splitlines() == ["error: interrupted"], stderr
+    before = records(out)
+    assert 1 <= len(before) < 3 and all(r["status"] == "ok" for r in before.values())
+    assert not [p for p in (out / "cells").iterdir() if p.name.startswith(".")]  # nothing half-written
+    stamps = {key: (out / "cells" / f"{key}.json").stat().st_mtime_ns for key in before}
+    resumed = cli("sweep", config, "--out", out, "--jobs", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"3 cells: {len(before)} already done, {3 - len(before)} run, 0 failed" in resumed.stdout
+    assert {key: (out / "cells" / f"{key}.json").stat().st_mtime_ns for key in before} == stamps
+
+
 def test_executor_options_are_checked_before_any_cell_runs(tmp_path, cli):
     config = write(tmp_path / "tiny.yaml", ONE_SCHEME)
     assert_one_line_error(cli("sweep", config, "--out", tmp_path / "out", "--ray-address", "10.0.0.1:6379"),

@@ -8,10 +8,12 @@ reuse worker processes, so the per-process caches of
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from fuseplan.errors import FuseplanError
@@ -86,27 +88,45 @@ class RayExecutor(Executor):
             raise FuseplanError("the ray executor needs the ray extra: pip install -e '.[ray]' "
                                 "(or use --executor local)") from None
         started = not ray.is_initialized()
-        if started:
-            try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            except ConnectionError as exc:
-                raise FuseplanError(f"cannot reach the Ray cluster at {self.address}: {exc}") from None
-        task = ray.remote(num_cpus=1)(run_cell)
-        queue = list(cells)
-        limit = self.jobs or len(queue)
-        pending: list = []
-        try:
-            while queue or pending:
-                while queue and len(pending) < limit:
-                    pending.append(task.remote(queue.pop(0)))
-                done, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(done[0])
-        finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
+        with quiet_ray_notices():
             if started:
-                ray.shutdown()
+                try:
+                    ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                             configure_logging=False)
+                except ConnectionError as exc:
+                    raise FuseplanError(f"cannot reach the Ray cluster at {self.address}: {exc}") from None
+            task = ray.remote(num_cpus=1)(run_cell)
+            queue = list(cells)
+            limit = self.jobs or len(queue)
+            pending: list = []
+            try:
+                while queue or pending:
+                    while queue and len(pending) < limit:
+                        pending.append(task.remote(queue.pop(0)))
+                    done, pending = ray.wait(pending, num_returns=1)
+                    yield ray.get(done[0])
+            finally:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                if started:
+                    ray.shutdown()
+
+
+@contextmanager
+def quiet_ray_notices() -> Iterator[None]:
+    """Keep Ray's informational warnings (token authentication, start-up) off the command's stderr.
+
+    With ``configure_logging=False`` Ray installs no handler, so its warnings reach stderr through
+    Python's last-resort handler; raising the ``ray`` logger to ERROR for the run drops them and
+    still lets Ray's errors through.
+    """
+    logger = logging.getLogger("ray")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 EXECUTORS = {"local": LocalExecutor, "ray": RayExecutor}

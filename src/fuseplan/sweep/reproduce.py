@@ -15,16 +15,17 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fuseplan.errors import FuseplanError
-from fuseplan.files import atomic_file, check_output_dir, write_text
+from fuseplan.files import atomic_file, check_output_dir, read_input, write_bytes, write_text
 from fuseplan.sweep.config import AXES, SweepConfig, parse_config
 from fuseplan.sweep.executors import Executor
 from fuseplan.sweep.store import SweepStore, run_sweep
-from fuseplan.sweep.summarize import SETUP, cell_rows, group_rows, reference_optima, setup_key, to_csv
+from fuseplan.sweep.summarize import SETUP, cell_rows, group_rows, load_optima, reference_optima, setup_key, to_csv
 
 TARGETS = ("table2", "table3", "table4", "table5", "fig3", "fig5")
 PAPER_SPLITTERS = ("random", "gnnexplainer", "pgexplainer", "rgexplainer")
@@ -246,8 +247,8 @@ def _best_at(history: list[list[int]], budget: int, final: int) -> int:
     return min(found) if found else final
 
 
-def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> str:
-    """Curves of best DRAM against budget, from each cell's improvement history."""
+def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> tuple[str, list[dict[str, Any]]]:
+    """Curves of best DRAM against budget, from each cell's improvement history (the text and the curves)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -262,7 +263,7 @@ def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> 
         if setup not in setups:
             setups.append(setup)
     fig, axes = plt.subplots(1, len(setups), figsize=(5 * len(setups), 4), squeeze=False)
-    rows = []
+    rows, curves = [], []
     for ax, (model, scheme, search) in zip(axes[0], setups):
         for splitter in _splitters(config):
             runs = [r for r in records if (r["cell"]["model"], r["cell"]["scheme"], r["cell"]["search"],
@@ -273,11 +274,14 @@ def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> 
                      for b in checkpoints]
             ax.plot(checkpoints, [v / MB for v in curve], marker="o", label=LABELS[splitter])
             rows.append([f"{model} {scheme.upper()} {LABELS[search]}", LABELS[splitter], *[_mb(v) for v in curve]])
+            curves.append({"model": model, "scheme": scheme, "search": search, "splitter": splitter,
+                           "checkpoints": checkpoints, "dram_bytes": curve})
         ax.set_title(f"{model}, {scheme.upper()}, {LABELS[search]}")
         ax.set_xlabel("plans proposed (budget)")
         ax.set_ylabel("best DRAM (MB, fuseable operators)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_lines():
+            ax.legend(fontsize=7)
     fig.tight_layout()
     try:
         with atomic_file(out_png) as handle:
@@ -288,99 +292,176 @@ def _fig5(directory: Path, config: SweepConfig, extras: dict, out_png: Path) -> 
             "budget (the best plan among the first N proposals). The paper publishes Fig. 5 as a picture only, so "
             "no figures of its are printed here.\n\n"
             + _table(["set-up", "splitter", *[str(b) for b in checkpoints]], rows)
-            + f"\n![Fig. 5]({out_png.name})\n")
+            + f"\n![Fig. 5]({out_png.name})\n"), curves
 
 
-def _fig3(extras: dict, out_dir: Path, paper: dict, log: Callable[[str], None]) -> str:
+def _fig3_sample(extras: dict, out_dir: Path, log: Callable[[str], None]) -> None:
+    """Sample the fusion groups of Fig. 3 and store the share of valid ones in ``out_dir/fig3.json``."""
     from fuseplan import zoo
     from fuseplan.explain.dataset import BUFFERS_KB, sample_dataset
     from fuseplan.graph import load_graph
-    from fuseplan.report.figures import plot_valid_share
 
     names = zoo.names()
     graphs = {name: load_graph(name) for name in names}
     count = int(extras["groups_per_model"])
-    meta: dict[str, Any] = {"buffers_kb": list(BUFFERS_KB), "schemes": {}}
+    meta: dict[str, Any] = {"buffers_kb": list(BUFFERS_KB), "groups_per_model": count,
+                            "seed": int(extras.get("seed", 0)), "schemes": {}}
     for scheme in extras["schemes"]:
         log(f"fig3: sampling {count} {scheme.upper()} groups per network")
         data = sample_dataset(graphs, scheme, {name: count for name in names}, int(extras.get("seed", 0)))
         meta["schemes"][scheme] = {"valid_share": data.valid_share()}
-    plot_valid_share(meta, out_dir / "fig3.png")
     write_text(out_dir / "fig3.json", json.dumps(meta, indent=1) + "\n")
+
+
+def fig3_extras(quick: bool) -> dict[str, Any]:
+    extras = target_document("fig3")
+    quick_section = extras.pop("quick", {}) or {}
+    if quick:
+        extras.update(quick_section)
+    return extras
+
+
+def _fig3(meta: dict[str, Any], extras: dict, out_dir: Path, paper: dict) -> str:
+    """Fig. 3's tables and picture from the stored shares of valid groups."""
+    from fuseplan.report.figures import plot_valid_share
+
+    plot_valid_share(meta, out_dir / "fig3.png")
+    count = meta.get("groups_per_model", extras["groups_per_model"])
     text = []
     for scheme, info in meta["schemes"].items():
-        rows = [[model, *[_pct(share[kb]) for kb in BUFFERS_KB]] for model, share in info["valid_share"].items()]
+        sizes = [str(kb) for kb in meta["buffers_kb"]]
+        rows = [[model, *[_pct(share[kb]) for kb in sizes]] for model, share in info["valid_share"].items()]
         values = [v for share in info["valid_share"].values() for v in share.values()]
         low, high = paper["ranges"][scheme]
         text.append(f"{scheme.upper()}: share of valid sampled groups ({count} per network, seed "
-                    f"{extras.get('seed', 0)}); ours range from {_pct(min(values))} to {_pct(max(values))}, the "
-                    f"paper states {_pct(low)} to {_pct(high)}.\n\n"
-                    + _table(["network", *[f"{kb}KB" for kb in BUFFERS_KB]], rows))
+                    f"{meta.get('seed', extras.get('seed', 0))}); ours range from {_pct(min(values))} to "
+                    f"{_pct(max(values))}, the paper states {_pct(low)} to {_pct(high)}.\n\n"
+                    + _table(["network", *[f"{kb}KB" for kb in sizes]], rows))
     return "\n".join(text) + "\n![Fig. 3](fig3.png)\n"
 
 
-# ---- running -------------------------------------------------------------------------------------------------------
+# ---- running and rendering -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class TargetResult:
+    """One target rendered from what its directory holds: its Markdown and the rows the reading is computed from."""
+
+    target: str
+    title: str
+    markdown: str
+    expected: int = 0
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    missing_optima: list[str] = field(default_factory=list)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    optima: dict[str, Any] = field(default_factory=dict)
+    config: SweepConfig | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    figures: list[str] = field(default_factory=list)
+    search_seconds: float = 0.0
+    fig3: dict[str, Any] | None = None
+    curves: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_target(target: str, out: Path, executor: Executor, quick: bool,
                log: Callable[[str], None] = lambda _: None,
-               run_cells: Callable[[SweepConfig, Path, Executor], Any] | None = None) -> dict[str, Any]:
-    """Run (or resume) one target under ``out/<target>`` and write its Markdown report there."""
-    paper = paper_data()
+               run_cells: Callable[[SweepConfig, Path, Executor], Any] | None = None) -> TargetResult:
+    """Run (or resume) one target under ``out/<target>``, then render it."""
     directory = out / target
     directory.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    mode = "--quick (smaller budgets and seeds)" if quick else "full"
     if target == "fig3":
-        extras = target_document("fig3")
-        if quick:
-            extras.update(extras.pop("quick"))
-        body = _fig3(extras, directory, paper["fig3"], log)
-        title, cells = extras["title"], 0
+        _fig3_sample(fig3_extras(quick), directory, log)
     else:
-        config, extras = target_config(target, quick)
-        sweep_dir = directory / "sweep"
+        config, _ = target_config(target, quick)
         log(f"{target}: {len(config.cells)} cells")
-        (run_cells or (lambda c, d, e: run_sweep(c, d, e)))(config, sweep_dir, executor)
-        setups = {setup_key(c.as_dict()): {k: getattr(c, k) for k in SETUP} for c in config.cells}
+        (run_cells or (lambda c, d, e: run_sweep(c, d, e)))(config, directory / "sweep", executor)
+    return render_target(target, out, quick, log, solve=True)
+
+
+def _missing_optima(config: SweepConfig, optima: dict[str, Any]) -> list[str]:
+    setups = {setup_key(c.as_dict()): c for c in config.cells}
+    return [f"{c.model} {c.scheme.upper()} {c.buffer_bytes // KB}KB" for key, c in setups.items() if key not in optima]
+
+
+def render_target(target: str, out: Path, quick: bool, log: Callable[[str], None] = lambda _: None,
+                  solve: bool = False) -> TargetResult:
+    """Write ``out/<target>/<target>.md`` (and its CSV files and figures) from the stored results alone.
+
+    Cells without a record are listed, never run; with ``solve`` the proven optima missing from
+    ``out/optima.json`` are solved (seconds each), otherwise they are listed too.
+    """
+    paper = paper_data()
+    directory = out / target
+    if target == "fig3":
+        extras = fig3_extras(quick)
+        stored = directory / "fig3.json"
+        if stored.is_file():
+            meta = json.loads(read_input(stored, "Fig. 3 results"))
+            body = _fig3(meta, extras, directory, paper["fig3"])
+            result = TargetResult(target, extras["title"], "", extras=extras, figures=["fig3.png"], fig3=meta)
+        else:
+            body = "**Not run**: no sampled groups are stored (fig3/fig3.json).\n"
+            result = TargetResult(target, extras["title"], "", extras=extras,
+                                  missing=[{"target": "fig3", "what": "the sampled groups"}])
+        result.markdown = f"## {extras['title']}\n\n{body}"
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text(directory / "fig3.md", result.markdown)
+        return result
+    config, extras = target_config(target, quick)
+    sweep_dir = directory / "sweep"
+    setups = {setup_key(c.as_dict()): {k: getattr(c, k) for k in SETUP} for c in config.cells}
+    if solve:
         optima = reference_optima(setups.values(), out / "optima.json",
                                   lambda s: log(f"{target}: solving {s['model']} {s['scheme']} exactly"))
-        cell_table, groups = _groups(sweep_dir, config, optima)
-        write_text(directory / f"{target}_cells.csv", to_csv(cell_table))
-        write_text(directory / f"{target}_groups.csv", to_csv(groups))
-        title, cells = extras["title"], len(config.cells)
-        failed = [r for r in cell_table if r["status"] != "ok"]
-        body = ""
-        if failed:
-            body += (f"**{len(failed)} of {cells} cells failed** (see {target}_cells.csv):\n\n"
-                     + "".join(f"- {r['model']} {r['scheme']} {r['search']} {r['splitter']} seed {r['seed']}: "
-                               f"{r['error']}\n" for r in failed) + "\n")
-        if extras.get("dropped"):
-            body += ("Left out by --quick: " + ", ".join(" ".join(f"{k} {v}" for k, v in rule.items())
-                                                         for rule in extras["dropped"]) + ".\n\n")
-        models = list(dict.fromkeys(c.model for c in config.cells))
-        if target == "table2":
-            searches = ["ls", "nsga2", "rs"]
-            body += _dram_tables(config, groups, optima, table2_paper(paper["table2"]),
-                                 [(m, m, "lbdf") for m in models], searches)
-            body += "\n" + _mbu_table(groups, config, paper["table2"], models, searches)
-        elif target in ("table3", "table4"):
-            columns = [(f"{s.upper()} {m}", m, s) for s in ("brr", "lbdf") for m in models]
-            search = "ls" if target == "table3" else "rs"
-            body += _dram_tables(config, groups, optima, table34_paper(paper[target]), columns, [search])
-        elif target == "table5":
-            body += _table5(groups, config, paper["table5"])
-        elif target == "fig5":
-            body += _fig5(sweep_dir, config, extras, directory / "fig5.png")
-    seconds = time.perf_counter() - start
-    settings = "" if target == "fig3" else (
-        f"{cells} cells; budgets {sorted({c.budget for c in config.cells})}, "
-        f"seeds {sorted({c.seed for c in config.cells if c.search != 'auto'})}; the runs' search times add up "
-        f"to {sum(r['wall_seconds'] or 0 for r in cell_table):.0f} s. ")
-    text = (f"## {title}\n\n{settings}Run: {mode}; wall time of this run {seconds:.0f} s (cells found already done "
-            f"in the sweep directory are not rerun).\n\n{body}")
-    write_text(directory / f"{target}.md", text)
-    return {"target": target, "markdown": text, "seconds": seconds}
+    else:
+        optima = load_optima(out / "optima.json")
+    recorded = {r["key"] for r in SweepStore(sweep_dir).records()}
+    missing = [c.as_dict() for c in config.cells if c.key not in recorded]
+    cell_table, groups = _groups(sweep_dir, config, optima)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_text(directory / f"{target}_cells.csv", to_csv(cell_table))
+    write_text(directory / f"{target}_groups.csv", to_csv(groups))
+    cells = len(config.cells)
+    result = TargetResult(target, extras["title"], "", expected=cells, missing=missing,
+                          missing_optima=_missing_optima(config, optima), cells=cell_table, groups=groups,
+                          optima=optima, config=config, extras=extras,
+                          search_seconds=sum(r["wall_seconds"] or 0 for r in cell_table))
+    failed = [r for r in cell_table if r["status"] != "ok"]
+    body = ""
+    if missing:
+        body += (f"**Incomplete: {len(missing)} of {cells} cells have no result** (not run yet); every mean below "
+                 "is over the seeds that finished, and a row with none shows -.\n\n")
+    if failed:
+        body += (f"**{len(failed)} of {cells} cells failed** (see {target}_cells.csv):\n\n"
+                 + "".join(f"- {r['model']} {r['scheme']} {r['search']} {r['splitter']} seed {r['seed']}: "
+                           f"{r['error']}\n" for r in failed) + "\n")
+    if extras.get("dropped"):
+        body += ("Left out by --quick: " + ", ".join(" ".join(f"{k} {v}" for k, v in rule.items())
+                                                     for rule in extras["dropped"]) + ".\n\n")
+    models = list(dict.fromkeys(c.model for c in config.cells))
+    if target == "table2":
+        searches = ["ls", "nsga2", "rs"]
+        body += _dram_tables(config, groups, optima, table2_paper(paper["table2"]),
+                             [(m, m, "lbdf") for m in models], searches)
+        body += "\n" + _mbu_table(groups, config, paper["table2"], models, searches)
+    elif target in ("table3", "table4"):
+        columns = [(f"{s.upper()} {m}", m, s) for s in ("brr", "lbdf") for m in models]
+        search = "ls" if target == "table3" else "rs"
+        body += _dram_tables(config, groups, optima, table34_paper(paper[target]), columns, [search])
+    elif target == "table5":
+        body += _table5(groups, config, paper["table5"])
+    elif target == "fig5":
+        text, result.curves = _fig5(sweep_dir, config, extras, directory / "fig5.png")
+        body += text
+        result.figures = ["fig5.png"]
+    settings = (f"{cells} cells; budgets {sorted({c.budget for c in config.cells})}, "
+                f"seeds {sorted({c.seed for c in config.cells if c.search != 'auto'})}; the finished runs' search "
+                f"times add up to {result.search_seconds:.0f} s.")
+    mode = "--quick (smaller budgets and seeds)" if quick else "full"
+    result.markdown = f"## {extras['title']}\n\n{settings} Grid: {mode}.\n\n{body}"
+    write_text(directory / f"{target}.md", result.markdown)
+    return result
 
 
 def _digest(path: Path) -> str:
@@ -406,21 +487,81 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
-def reproduce(targets: Sequence[str], out: Path, executor: Executor, quick: bool, command: str,
-              log: Callable[[str], None] = lambda _: None,
-              run_cells: Callable[[SweepConfig, Path, Executor], Any] | None = None) -> Path:
-    """Run the targets and write ``out/reproduce.md`` with every table, the command, the machine and the times."""
-    check_output_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    parts = [run_target(t, out, executor, quick, log, run_cells) for t in targets]
+def shipped_weights_text() -> str:
     from fuseplan.explain.gnn import shipped_weights
 
-    weights = ", ".join(f"{s}: {shipped_weights(s).name} sha256 {_digest(shipped_weights(s))}" for s in ("lbdf", "brr"))
-    header = (f"# The reference paper's results, reproduced\n\nCommand: `{command}`\n\nMachine: {machine()}, "
-              f"Python {platform.python_version()}, executor "
-              f"{executor.name}. Total wall time {time.perf_counter() - start:.0f} s. Classifier weights: the shipped "
-              f"ones ({weights}).\n\n{CAVEAT}\n\n")
+    return ", ".join(f"{s}: {shipped_weights(s).name} sha256 {_digest(shipped_weights(s))}" for s in ("lbdf", "brr"))
+
+
+def figure_link(target: str, name: str) -> str:
+    """Where a published results page finds a target's figure: ``images/reproduce-<name>``."""
+    return f"images/reproduce-{name}"
+
+
+def reproduce(targets: Sequence[str], out: Path, executor: Executor | None, quick: bool, command: str,
+              log: Callable[[str], None] = lambda _: None,
+              run_cells: Callable[[SweepConfig, Path, Executor], Any] | None = None,
+              render_only: bool = False, publish: Path | None = None) -> tuple[Path, list[TargetResult]]:
+    """Run the targets (or, with ``render_only``, only read what ``out`` holds) and write the pages.
+
+    Writes ``out/reproduce.md`` (every table, the command, the machine, the times) and ``out/results.md``
+    (the same tables with a reading computed from them and the list of what has not finished); a run
+    also appends itself to ``out/reproduce.json``. ``publish`` copies the results page to
+    ``publish/results.md`` and its figures to ``publish/images/``.
+    """
+    from datetime import datetime, timezone
+
+    from fuseplan.cost import COST_MODEL_VERSION
+    from fuseplan.sweep.results import load_runs, record_run, relink, results_document
+
+    check_output_dir(out)
+    if publish is not None:
+        check_output_dir(publish, "publish directory")
+        check_output_dir(publish / "images", "publish directory")
+    if render_only:
+        if not out.is_dir():
+            raise FuseplanError(f"{out}: no stored results to render; run `fuseplan reproduce` without "
+                                "--render-only first")
+        recorded = {"--quick" in run["command"].split() for run in load_runs(out)}
+        if recorded == {not quick}:
+            raise FuseplanError(f"{out} holds {'--quick' if not quick else 'full'} runs only; render it "
+                                f"{'with' if not quick else 'without'} --quick")
+        parts = [render_target(t, out, quick, log) for t in targets]
+    else:
+        assert executor is not None
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        parts, seconds = [], {}
+        run = {"command": command, "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+               "machine": machine(), "python": platform.python_version(), "executor": executor.name, "quick": quick,
+               "targets": list(targets), "wall_seconds": None, "target_seconds": seconds,
+               "weights": shipped_weights_text()}
+        for target in targets:  # recorded before each target, so a stopped run says how far it got
+            record_run(out, run)
+            began = time.perf_counter()
+            parts.append(run_target(target, out, executor, quick, log, run_cells))
+            seconds[target] = round(time.perf_counter() - began, 1)
+        run["wall_seconds"] = round(time.perf_counter() - start, 1)
+        record_run(out, run)
+    runs = load_runs(out)
+    weights = runs[-1].get("weights") if runs and runs[-1].get("weights") else shipped_weights_text()
+    last = next((r for r in reversed(runs) if r.get("wall_seconds") is not None), None)
+    rendered = ("Rendered from the results stored here (`--render-only`), which include the cells of every run "
+                "into this directory, finished or not; the last finished run recorded:\n\n" if render_only else "")
+    header = ("# The reference paper's results, reproduced\n\n" + rendered
+              + (f"Command: `{last['command']}`\n\nMachine: {last['machine']}, Python {last['python']}, executor "
+                 f"{last['executor']}. Total wall time {last['wall_seconds']:.0f} s. " if last else
+                 "The run that produced these results is not recorded here. ")
+              + f"Classifier weights: the shipped ones ({weights}).\n\n{CAVEAT}\n\n")
     path = out / "reproduce.md"
-    write_text(path, header + "\n".join(part["markdown"] for part in parts))
-    return path
+    write_text(path, header + "\n".join(relink(p.markdown, p.target, p.figures, lambda t, n: f"{t}/{n}")
+                                        for p in parts))
+    page = dict(quick=quick, rendered_on=machine(), weights=weights, cost_model_version=COST_MODEL_VERSION)
+    write_text(out / "results.md", results_document(parts, runs, **page))
+    if publish is not None:
+        (publish / "images").mkdir(parents=True, exist_ok=True)
+        for part in parts:
+            for name in part.figures:
+                write_bytes(publish / figure_link(part.target, name), (out / part.target / name).read_bytes())
+        write_text(publish / "results.md", results_document(parts, runs, link=figure_link, **page))
+    return path, parts
