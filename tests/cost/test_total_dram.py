@@ -58,8 +58,10 @@ def _optimal_totals(graph, scheme):
     return totals
 
 
-@pytest.mark.parametrize("scheme", sorted(SCHEMES))
-@pytest.mark.parametrize("name", ["mobilenet_v2", "squeezenet", "resnet18"])
+@pytest.mark.parametrize("scheme, name", [
+    pytest.param(scheme, name, marks=pytest.mark.slow) if (scheme, name) == ("brr", "mobilenet_v2")
+    else (scheme, name)  # mobilenet_v2 under BRR takes about 2 s: full suite only
+    for scheme in sorted(SCHEMES) for name in ("mobilenet_v2", "squeezenet", "resnet18")])
 def test_the_optimal_total_never_grows_with_the_buffer(zoo_graphs, name, scheme):
     totals = _optimal_totals(zoo_graphs[name], scheme)
     assert totals == sorted(totals, reverse=True), (name, scheme, totals)

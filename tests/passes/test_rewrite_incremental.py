@@ -59,7 +59,7 @@ def test_candidates_built_in_place_match_whole_model_inference(source):
     assert len(rules_seen) >= 2
 
 
-@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+@pytest.mark.parametrize("scheme", ["lbdf", pytest.param("brr", marks=pytest.mark.slow)])  # BRR: about 2 s
 def test_shared_group_prices_give_the_same_total_dram(scheme):
     model = _prepared("tests/data/googlenet_opset13.onnx")
     prices = GroupPrices()
