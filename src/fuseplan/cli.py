@@ -1287,6 +1287,9 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
             stderr.print(f"error: {message}{hint}", highlight=False, markup=False)
         return 2
     except typer.Abort:
+        if guard.received:  # click turns a KeyboardInterrupt raised outside Typer's own handling into Abort
+            stderr.print("error: interrupted", highlight=False, markup=False)
+            return 128 + int(guard.received[0])
         stderr.print("error: aborted", highlight=False, markup=False)
         return 1
     except OSError as exc:  # a disk that fills up or a file that vanishes mid-run

@@ -262,7 +262,7 @@ def test_ctrl_c_stops_a_ray_sweep_cleanly_and_it_resumes(tmp_path, cli):
     _wait_for_records(out, 1, process)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGINT
+    assert process.returncode == 128 + signal.SIGINT, stderr
     # one line of ours; Ray's own notices (token authentication, start-up) stay off the output
     assert stderr.strip().splitlines() == ["error: interrupted"], stderr
     before = records(out)
