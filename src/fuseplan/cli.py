@@ -1244,6 +1244,13 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _interrupted(guard: _SignalGuard) -> int:
+    """One line for a stopped command, and the shell's status for the signal that stopped it."""
+    signum = guard.received[0] if guard.received else signal.SIGINT
+    stderr.print("error: interrupted", highlight=False, markup=False)
+    return 128 + int(signum)
+
+
 def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
     """Run the command line on ``argv`` and return its exit status; every expected failure is one line.
 
@@ -1273,8 +1280,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
     try:
         status = app(args=args, prog_name="fuseplan", standalone_mode=False)
         if status == 130 and guard.received:  # Typer turns KeyboardInterrupt into exit status 130
-            stderr.print("error: interrupted", highlight=False, markup=False)
-            return 128 + int(guard.received[0])
+            return _interrupted(guard)
         return status if isinstance(status, int) else 0
     except FuseplanError as exc:
         stderr.print(f"error: {_one_line(str(exc))}", highlight=False, markup=False)
@@ -1288,8 +1294,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
         return 2
     except typer.Abort:
         if guard.received:  # click turns a KeyboardInterrupt raised outside Typer's own handling into Abort
-            stderr.print("error: interrupted", highlight=False, markup=False)
-            return 128 + int(guard.received[0])
+            return _interrupted(guard)
         stderr.print("error: aborted", highlight=False, markup=False)
         return 1
     except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
@@ -1297,9 +1302,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
         stderr.print(f"error: {_one_line(exc.strerror or str(exc))}{where}", highlight=False, markup=False)
         return 2
     except KeyboardInterrupt:
-        signum = guard.received[0] if guard.received else signal.SIGINT
-        stderr.print("error: interrupted", highlight=False, markup=False)
-        return 128 + int(signum)
+        return _interrupted(guard)
     finally:
         _guard = None
         guard.phase = "after"

@@ -13,7 +13,7 @@ from fuseplan.plan.io import PlanFile, plan_document, read_plan_file
 from fuseplan.plan.validate import validate_plan
 from fuseplan.report.inspect import inspect_model
 from fuseplan.search.exact import solve_exact
-from tests.conftest import ZOO
+from tests.conftest import HEAVY_UNDER_BRR, ZOO
 
 KB = 1024
 GRID_KB = (64, 128, 256, 512, 1024, 2048)
@@ -67,11 +67,7 @@ def test_the_optimal_total_never_grows_with_the_buffer(zoo_graphs, name, scheme)
     assert totals == sorted(totals, reverse=True), (name, scheme, totals)
 
 
-# Proving BRR optima at six buffers takes 18-62 s per network on these five (about 3 minutes in all);
-# benchmarks/bench_exact.py proves them and checks the same property ("total DRAM grows in: none").
-HEAVY_UNDER_BRR = {"deeplabv3_mobilenet_v3_large", "efficientnet_b0", "efficientnet_b3", "resnet101", "resnet152"}
-
-
+# On HEAVY_UNDER_BRR under BRR, benchmarks/bench_exact.py checks this property ("total DRAM grows in: none").
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme, name", [(scheme, name) for scheme in sorted(SCHEMES) for name in ZOO
                                           if not (scheme == "brr" and name in HEAVY_UNDER_BRR)])

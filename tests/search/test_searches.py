@@ -10,7 +10,7 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import (ALGORITHMS, IntervalDP, candidate_orders, interval_dp, is_interval_plan, make_search,
                              minimize)
 from fuseplan.split import make_splitter
-from tests.conftest import BUFFERS_KB, ZOO
+from tests.conftest import BUFFERS_KB, HEAVY_UNDER_BRR, ZOO
 
 STOCHASTIC = ("rs", "ls", "nsga2", "auto")
 
@@ -20,9 +20,6 @@ STOCHASTIC = ("rs", "ls", "nsga2", "auto")
 FAST = ("vgg16", "squeezenet", "resnet18", "mobilenet_v2")
 
 
-# Under BRR the exact searches on these networks take 3-13 s per buffer; they run at the smallest and
-# largest buffer here, and benchmarks/bench_exact.py proves every buffer of the grid.
-HEAVY_UNDER_BRR = {"deeplabv3_mobilenet_v3_large", "efficientnet_b0", "efficientnet_b3", "resnet101", "resnet152"}
 
 
 # BRR on mobilenet_v2 and squeezenet takes 2-4 s here: those two run in the full suite only.
@@ -35,6 +32,7 @@ SLOW_UNDER_BRR = {"mobilenet_v2", "squeezenet"}
     for name in ZOO for scheme in ("lbdf", "brr")])
 def test_every_algorithm_returns_a_valid_plan(zoo_graphs, name, scheme):
     graph = zoo_graphs[name]
+    # HEAVY_UNDER_BRR: the smallest and largest buffer only under BRR
     buffers = (BUFFERS_KB[0], BUFFERS_KB[-1]) if scheme == "brr" and name in HEAVY_UNDER_BRR else BUFFERS_KB
     for kb in buffers:
         problem = FusionProblem(make_cost_model(scheme, graph, kb * 1024))

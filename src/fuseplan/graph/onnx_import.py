@@ -35,7 +35,8 @@ from fuseplan.passes import Pass, default_passes, run_passes
 from fuseplan.passes.order import topological_order
 from fuseplan.passes.prepare import ALIAS_OPS, known_shapes, node_attributes
 
-_FLOAT_TYPES = frozenset({
+# Element types of an initializer that counts as a weight (integer initializers are parameters).
+FLOAT_TYPES = frozenset({
     onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
 })
 _SOURCE_OPS = frozenset({"Shape", "Size"})  # constant once shapes are static
@@ -235,7 +236,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
                 continue
             tname = resolve(raw)
             if tname in static:
-                is_float = types.get(tname, onnx.TensorProto.FLOAT) in _FLOAT_TYPES
+                is_float = types.get(tname, onnx.TensorProto.FLOAT) in FLOAT_TYPES
                 if slot not in parameter_slots and is_float:
                     weights.append(tname)
                     weight_shapes.append(shapes.get(tname) or ())

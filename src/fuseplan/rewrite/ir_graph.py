@@ -24,12 +24,10 @@ import onnx
 import onnx_ir as ir
 
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
+from fuseplan.graph.onnx_import import FLOAT_TYPES
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, operator_macs, row_geometry
 from fuseplan.passes.prepare import ALIAS_OPS
 
-_FLOAT_TYPES = frozenset({
-    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
-})
 _FOLDED_OPS = ALIAS_OPS | {"Constant", "Shape", "Size", "Pad"}
 
 
@@ -123,7 +121,7 @@ def graph_from_ir(model: ir.Model, name: str = "candidate") -> CompGraph | None:
             if id(value) in is_static:
                 dtype = value.dtype
                 if slot not in parameter_slots and (onnx.TensorProto.FLOAT if dtype is None else int(dtype)) \
-                        in _FLOAT_TYPES:
+                        in FLOAT_TYPES:
                     weights.append(value.name)
                     weight_shapes.append(tuple(value.shape) if value.shape is not None else ())
                 continue
