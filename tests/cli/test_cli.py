@@ -160,3 +160,13 @@ def test_tables_keep_names_and_shapes_whole_at_80_columns(command):
     else:
         wanted = set(zoo.names())
     assert wanted <= cells, sorted(wanted - cells)[:5]
+
+
+def test_plan_runs_on_the_core_install_without_the_rewrite_extra(tmp_path):
+    # The README's first command installs no extra: importing the CLI must not need onnx-ir.
+    script = ("import sys; sys.modules['onnx_ir'] = None\n"
+              "from fuseplan.cli import run\n"
+              f"sys.exit(run(['plan', 'squeezenet', '--buffer', '256KB', '-o', {str(tmp_path / 'plan.json')!r}]))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "plan.json").read_text())["groups"]

@@ -39,7 +39,6 @@ from typing import Any
 import onnx
 
 from fuseplan.errors import FuseplanError
-from fuseplan.passes.ir_hashing import HashState, model_digest
 from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.passes.verify import Verifier
 from fuseplan.rewrite.objectives import Objective
@@ -156,6 +155,8 @@ class _Search:
     """The state the greedy and the relaxed phase share: the best verified graph, counters, priced graphs."""
 
     def __init__(self, model, objective, rules, seed, on_expand) -> None:
+        from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
+
         self.objective, self.rules, self.on_expand = objective, rules, on_expand
         self.verifier = Verifier(model, seed=seed)
         self.original = _to_ir(model)
@@ -216,6 +217,8 @@ class _Search:
         or not: with no failures the search keeps exactly the graphs it
         would keep if it verified each on the spot.
         """
+        from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
+
         counters = self.counters
         queue = []
         seen: set[str] = set()
