@@ -36,9 +36,8 @@ tiles; a weight block on chip; fuseplan's schedules for a convolution
 alone; a pooling or addition alone moving its tensors); this separates fuseplan's search from
 fuseplan's model, and the model's differences from each other. A what-if
 variant of fuseplan's BRR that holds one filter tap of a weight block
-(``TapBlockBRR``), one whose tiled groups may keep some weights on chip
-(``ResidentWeightsBRR``) and one whose lone convolutions may stream their
-input one channel at a time (``OneInputChannelBRR``) are planned too.
+(``TapBlockBRR``) and one whose tiled groups may keep some weights on chip
+(``ResidentWeightsBRR``) are planned too.
 Each Optimus network is rebuilt as an ONNX graph with the same layers
 (convolutions with the same channels, kernel, stride and output size,
 padding chosen to give that size; pooling; element-wise ``Add``; channel
@@ -284,57 +283,6 @@ class ResidentWeightsBRR(BRRCostModel):
         return found
 
 
-class OneInputChannelBRR(BRRCostModel):
-    """What-if, not fuseplan's model: a convolution alone may run its output blocks one input channel at a time.
-
-    fuseplan's output blocks stream the input ``k`` channels (the channel
-    block) at a time, holding their window rows and a ``k x k`` weight block.
-    Optimus's dataflow blocks input channels down to one; then the input
-    window and the weight block (``k`` output channels by one input channel)
-    shrink, more output rows fit per block and the weights are re-read
-    fewer times. Inputs and partial sums move as before.
-    """
-
-    def _output_blocks(self, group, head):
-        best = super()._output_blocks(group, head)
-        tables, b = self.tables, self.bytes_per_element
-        source, kernel, stride, _reach = tables.node_inputs[head][0]
-        if kernel == float("inf") or stride <= 0:
-            return best
-        out = tables.node_outputs[head][0]
-        channels, in_channels = max(tables.node_channels[head], 1), self._in_channels[head]
-        out_row = tables.tensor_row_numel[out] / channels
-        in_row = tables.tensor_row_numel[source] / in_channels
-        height, in_height = tables.tensor_rows[out], tables.tensor_rows[source]
-        fp = footprint(tables, group, None, self.in_place)
-        overlap = max(kernel - stride, 0.0)
-        block = ceil(tables.node_weights[head] * min(1.0, self.channel_block / channels) / in_channels)
-        room = (self.buffer_bytes - 1) / b - block
-        for passes in range(1, channels + 1):
-            k = ceil(channels / passes)
-            if passes > 1 and ceil(channels / (passes - 1)) == k:
-                continue
-            per_row = out_row * k + stride * in_row
-            h = min(height, int((room - overlap * in_row) // per_row))
-            if h < 1:
-                continue
-            blocks = ceil(height / h)
-            rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
-            cost = GroupCost(buffer=b * ceil(h * per_row + overlap * in_row + block),
-                             dram=b * (fp.weights * blocks + passes * rows_read * tables.tensor_row_numel[source]
-                                       + fp.outputs))
-            if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
-                best = cost
-        return best
-
-    def lone_floor(self, members):
-        floor = super().lone_floor(members)
-        if not floor:
-            return floor
-        _lone, head = self._lone_shape(members)
-        return floor / min(self.channel_block, self._in_channels[head])  # one input channel's window rows
-
-
 def _product(values) -> int:
     result = 1
     for value in values:
@@ -451,9 +399,6 @@ def compare_all(args: argparse.Namespace) -> int:
             aligned = steps["optimus"]
             tap_block = plan_fuseplan(same, buffer_bytes, args.budget,
                                       model=lambda g, beta: TapBlockBRR(g, beta, BYTES_PER_ELEMENT))
-            one_channel = plan_fuseplan(same, buffer_bytes, args.budget,
-                                        model=lambda g, beta: OneInputChannelBRR(g, beta, BYTES_PER_ELEMENT,
-                                                                                 channel_block=CHANNEL_BLOCK))
             resident = plan_fuseplan(same, buffer_bytes, args.budget,
                                      model=lambda g, beta: ResidentWeightsBRR(g, beta, BYTES_PER_ELEMENT,
                                                                               channel_block=CHANNEL_BLOCK))
@@ -475,7 +420,6 @@ def compare_all(args: argparse.Namespace) -> int:
                 | {"groups": len(default_block["groups"])},
                 "fuseplan_optimus_accounting": summary(aligned),
                 "fuseplan_resident_weights": summary(resident),
-                "fuseplan_one_input_channel": summary(one_channel),
                 "fuseplan_tap_weight_block": summary(tap_block),
                 "fuseplan_accounting_steps": {step: summary(plan) for step, plan in steps.items()},
                 "group_by_group": compare(theirs, ours, brr(same, buffer_bytes),
@@ -492,8 +436,8 @@ def compare_all(args: argparse.Namespace) -> int:
                   f"k={DEFAULT_CHANNEL_BLOCK} {default_block['dram_bytes'] / MIB:8.2f} MiB  "
                   f"Optimus's accounting {aligned['dram_bytes'] / MIB:8.2f} MiB ({aligned['plan_seconds']:5.2f} s; "
                   + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
-                  + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}"
-                  f"  one input channel {one_channel['dram_bytes'] / MIB:8.2f}", flush=True)
+                  + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}",
+                  flush=True)
     payload = {
         "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,

@@ -44,15 +44,14 @@ def totals(results: list[dict]) -> list[str]:
 def steps(results: list[dict]) -> list[str]:
     rows = ["| network | buffer | Optimus | (1) Optimus's accounting | (2) every tile | (3) whole tiles "
             "| (4) weight block | (5) fuseplan's lone schedules | (6) poolings and additions move | fuseplan BRR "
-            "| what-if: tap block | what-if: some weights resident | what-if: one input channel |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| what-if: tap block | what-if: some weights resident |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in results:
         cells = " | ".join(f"{step['dram_bytes'] / MIB:.2f}" for step in e["fuseplan_accounting_steps"].values())
         rows.append(f"| {NAMES[e['network']]} | {e['optimus_arch_kb']}KB | {e['optimus']['dram_bytes'] / MIB:.2f} "
                     f"| {cells} | {e['fuseplan']['dram_bytes'] / MIB:.2f} "
                     f"| {e['fuseplan_tap_weight_block']['dram_bytes'] / MIB:.2f} "
-                    f"| {e['fuseplan_resident_weights']['dram_bytes'] / MIB:.2f} "
-                    f"| {e['fuseplan_one_input_channel']['dram_bytes'] / MIB:.2f} |")
+                    f"| {e['fuseplan_resident_weights']['dram_bytes'] / MIB:.2f} |")
     return rows
 
 

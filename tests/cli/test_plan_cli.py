@@ -31,7 +31,7 @@ def test_summary_and_plan_file(planned):
     assert document["format"] == "fuseplan-plan" and document["version"] == 2
     assert document["model"] == "mobilenet_v2" and document["scheme"] == "lbdf"
     assert document["buffer_bytes"] == 131072 and document["bytes_per_element"] == 1
-    assert document["cost_model_version"] == COST_MODEL_VERSION == 2
+    assert document["cost_model_version"] == COST_MODEL_VERSION == 3
     assert document["search"]["algorithm"] == "ls" and document["search"]["seed"] == 3
     assert document["search"]["budget"] == 400 and document["search"]["plans_evaluated"] == 400
     assert document["dram_bytes"] == sum(g["dram_bytes"] for g in document["groups"])

@@ -70,9 +70,17 @@ def test_bad_dataset_directories(tmp_path, small_dataset):
     with pytest.raises(FuseplanError, match="feature version 0"):
         load_dataset(stale, "lbdf")
     # labels priced by the cost models before version 2 (no version recorded)
-    (stale / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "cost_model_version"}))
+    schemes = {name: {k: v for k, v in entry.items() if k != "cost_model_version"}
+               for name, entry in meta["schemes"].items()}
+    unversioned = {k: v for k, v in meta.items() if k != "cost_model_version"}
+    (stale / "meta.json").write_text(json.dumps({**unversioned, "schemes": schemes}))
     with pytest.raises(FuseplanError, match="cost-model version 1; .* rebuild the dataset"):
         load_dataset(stale, "lbdf")
+    # a dataset of version 2 (one version for all schemes): LBDF labels still hold, BRR ones do not
+    (stale / "meta.json").write_text(json.dumps({**unversioned, "schemes": schemes, "cost_model_version": 2}))
+    assert meta["schemes"]["lbdf"]["cost_model_version"] == 2
+    with pytest.raises(FuseplanError, match="BRR labels priced by cost-model version 2; .* rebuild"):
+        load_dataset(stale, "brr")
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "meta.json").write_text(json.dumps(meta))

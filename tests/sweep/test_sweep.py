@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fuseplan.cost import LBDFCostModel
 from fuseplan.sweep import LocalExecutor, SweepStore, load_config, parse_config, run_sweep, summarize
 from fuseplan.sweep.config import Cell
 from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
@@ -289,6 +290,8 @@ def test_cell_key_changes_with_the_cost_model_version(monkeypatch):
 
     cell = Cell(model="squeezenet", scheme="lbdf", buffer_bytes=131072, search="ls", splitter="random",
                 budget=10, seed=0)
-    before = cell.key
-    monkeypatch.setattr(sweep_config, "COST_MODEL_VERSION", sweep_config.COST_MODEL_VERSION + 1)
+    brr = Cell(**{**cell.as_dict(), "scheme": "brr"})
+    before, before_brr = cell.key, brr.key
+    monkeypatch.setattr(LBDFCostModel, "version", LBDFCostModel.version + 1)
     assert cell.key != before
+    assert brr.key == before_brr  # a version change of one scheme keeps the other's cells

@@ -10,11 +10,22 @@ from fuseplan.graph.ir import CompGraph
 
 SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostModel}
 
-# Raised whenever a scheme prices some group differently; recorded in plan
-# files, datasets and classifier weights, whose numbers and labels depend on it.
+# Raised whenever a scheme prices some group differently; recorded in plan files.
+# Datasets, classifier weights and sweep cells record the version of their own
+# scheme (``scheme_version``): the one in which its prices last changed.
 # 2: in-place element-wise operators; BRR's full/partial channel alternation
 #    and channel passes.
-COST_MODEL_VERSION = 2
+# 3: BRR: a lone convolution's output blocks may stream one input channel at a
+#    time (LBDF unchanged).
+COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
+
+
+def scheme_version(scheme: str) -> int:
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 2, BRR 3)."""
+    try:
+        return SCHEMES[scheme.lower()].version
+    except KeyError:
+        raise FuseplanError(f"unknown fusion scheme {scheme!r}; choose one of {', '.join(SCHEMES)}") from None
 
 
 def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> CostModel:
@@ -27,4 +38,4 @@ def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_
 
 
 __all__ = ["BRRCostModel", "COST_MODEL_VERSION", "CostModel", "GraphTables", "Group", "GroupCost", "LBDFCostModel", "SCHEMES",
-           "make_cost_model"]
+           "make_cost_model", "scheme_version"]

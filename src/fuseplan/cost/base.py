@@ -88,6 +88,9 @@ class CostModel(ABC):
     """
 
     name: ClassVar[str]
+    #: The cost-model version in which this scheme's prices last changed: data priced by the scheme
+    #: under that version or later (datasets, classifier weights, sweep cells) stay valid.
+    version: ClassVar[int]
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
         if buffer_bytes <= 0:

@@ -28,8 +28,9 @@ output by ``k`` input channels; the rest streams through)::
 A group of one operator with weights (and the in-place operators on its
 output) may instead run in passes over blocks of its output channels,
 re-reading its input once per pass rather than its weights once per row
-tile, or in blocks of output rows and channels with the weights streamed;
-the schedule that moves the least DRAM is kept.
+tile, or in blocks of output rows and channels with the weights streamed and
+the input streamed a block of channels or one channel at a time; the
+schedule that moves the least DRAM is kept.
 Squeeze-and-Excite blocks are priced with the same streaming rules as in
 LBDF (their input is held whole until the excitation is known). Equations,
 differences from the Optimus code and worked examples are in
@@ -91,6 +92,7 @@ class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
+    version = 3  # one input channel at a time in a lone convolution's output blocks
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
@@ -327,10 +329,13 @@ class BRRCostModel(CostModel):
         """Run ``group`` over blocks of ``h`` output rows by ``k`` output channels, weights streamed.
 
         A block keeps the partial sums of its ``h x k`` outputs and the input
-        rows of one block of input channels at a time; the weights stream
-        through a block at a time, so every row block re-reads them and every
+        rows of ``c`` input channels at a time, accumulating over the input
+        channels; the weights stream through a block at a time (``k`` output
+        by ``c`` input channels), so every row block re-reads them and every
         channel block re-reads the input (with the rows its window overlaps).
-        The ``k`` that moves the least DRAM is kept.
+        ``c`` is a channel block or one channel (as Optimus's per-layer
+        blocking allows): one channel leaves the most room for output rows.
+        The ``(c, k)`` that moves the least DRAM is kept (then the least buffer).
         """
         tables = self.tables
         b = self.bytes_per_element
@@ -342,30 +347,34 @@ class BRRCostModel(CostModel):
         in_channels = self._in_channels[head]
         out_row = tables.tensor_row_numel[out] / channels  # one output row of one channel
         in_row = tables.tensor_row_numel[source] / in_channels
-        c = min(self.channel_block, in_channels)
         height, in_height = tables.tensor_rows[out], tables.tensor_rows[source]
         fp = footprint(tables, group, None, self.in_place)
         weights, io_out = fp.weights, fp.outputs
         overlap = max(kernel - stride, 0.0)
-        room = (self.buffer_bytes - 1) / b - self._weight_block[head]
+        # weights of one block of output channels for one input channel
+        per_input_channel = tables.node_weights[head] * min(1.0, self.channel_block / channels) / in_channels
         best: GroupCost | None = None
-        for passes in range(1, channels + 1):
-            k = ceil(channels / passes)
-            if passes > 1 and ceil(channels / (passes - 1)) == k:
-                continue
-            if best is not None and b * (weights + passes * fp.inputs + io_out) >= best.dram:
-                break  # more passes only re-read the input more
-            per_row = out_row * k + stride * in_row * c
-            h = min(height, int((room - overlap * in_row * c) // per_row)) if per_row > 0 else height
-            if h < 1:
-                continue
-            blocks = ceil(height / h)
-            rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
-            dram = b * (weights * blocks + passes * rows_read * tables.tensor_row_numel[source] + io_out)
-            buffer = b * ceil(h * per_row + overlap * in_row * c + self._weight_block[head])
-            cost = GroupCost(buffer=buffer, dram=dram)
-            if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
-                best = cost
+        for c in sorted({min(self.channel_block, in_channels), 1}, reverse=True):
+            block = self._weight_block[head] if c == min(self.channel_block, in_channels) \
+                else ceil(per_input_channel * c)
+            room = (self.buffer_bytes - 1) / b - block
+            for passes in range(1, channels + 1):
+                k = ceil(channels / passes)
+                if passes > 1 and ceil(channels / (passes - 1)) == k:
+                    continue
+                if best is not None and b * (weights + passes * fp.inputs + io_out) >= best.dram:
+                    break  # more passes only re-read the input more
+                per_row = out_row * k + stride * in_row * c
+                h = min(height, int((room - overlap * in_row * c) // per_row)) if per_row > 0 else height
+                if h < 1:
+                    continue
+                blocks = ceil(height / h)
+                rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
+                dram = b * (weights * blocks + passes * rows_read * tables.tensor_row_numel[source] + io_out)
+                buffer = b * ceil(h * per_row + overlap * in_row * c + block)
+                cost = GroupCost(buffer=buffer, dram=dram)
+                if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
+                    best = cost
         return best
 
     # -- the buffer floor: what any group holding a given one keeps on chip at the least ---------
@@ -446,8 +455,8 @@ class BRRCostModel(CostModel):
     def lone_floor(self, members) -> float | None:
         """The least a lone operator's channel passes or output blocks hold, where a larger group may
         still be one: every operator in place on one input but at most one blockable operator, whose
-        input comes from outside. Both schedules hold at least ``min(K, H_in)`` input rows of one block
-        of input channels."""
+        input comes from outside. Both schedules hold at least ``min(K, H_in)`` input rows of one input
+        channel (output blocks may stream the input one channel at a time)."""
         lone, head = self._lone_shape(members)
         if not lone:
             return None
@@ -460,7 +469,7 @@ class BRRCostModel(CostModel):
         in_channels = self._in_channels[head]
         one_channel_row = tables.tensor_row_numel[source] / in_channels
         rows = min(kernel, tables.tensor_rows[source])
-        return rows * one_channel_row * min(self.channel_block, in_channels)
+        return rows * one_channel_row
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         # With room for everything, weights are read once: no tiling reloads.

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.cost import COST_MODEL_VERSION, make_cost_model
+from fuseplan.cost import COST_MODEL_VERSION, make_cost_model, scheme_version
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_directory, atomic_file, check_input, read_input, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
@@ -198,7 +198,7 @@ def build_dataset(models: Sequence[str], schemes: Sequence[str], out: Path, seed
             meta["schemes"][scheme] = {
                 "models": data.models, "groups": len(data), "samples": len(data) * len(BUFFERS_KB),
                 "groups_per_model": {m: int(np.sum(data.model == i)) for i, m in enumerate(data.models)},
-                "valid_share": data.valid_share(),
+                "valid_share": data.valid_share(), "cost_model_version": scheme_version(scheme),
             }
         write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
@@ -218,13 +218,16 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
     if meta.get("feature_version") != FEATURE_VERSION or meta.get("vocabulary") != list(OP_VOCABULARY):
         raise FuseplanError(f"{directory}: built for feature version {meta.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}: rebuild the dataset")
-    if meta.get("cost_model_version", 1) != COST_MODEL_VERSION:
-        raise FuseplanError(f"{directory}: labels priced by cost-model version {meta.get('cost_model_version', 1)}; "
-                            f"this fuseplan uses version {COST_MODEL_VERSION}: rebuild the dataset")
     if not isinstance(meta.get("schemes"), dict) or not all(isinstance(v, dict) for v in meta["schemes"].values()):
         raise FuseplanError(f"{meta_path}: corrupt dataset metadata (\"schemes\" is not an object of objects)")
     if scheme not in meta["schemes"]:
         raise FuseplanError(f"{directory}: has no {scheme.upper()} data (schemes: {', '.join(meta['schemes'])})")
+    # A scheme's labels stay valid until its prices change (datasets before version 3 record one version).
+    priced_by = meta["schemes"][scheme].get("cost_model_version", meta.get("cost_model_version", 1))
+    if priced_by != scheme_version(scheme):
+        raise FuseplanError(f"{directory}: {scheme.upper()} labels priced by cost-model version {priced_by}; "
+                            f"this fuseplan prices {scheme.upper()} as version {scheme_version(scheme)} does: "
+                            "rebuild the dataset")
     check_input(directory / f"{scheme}.npz", "dataset file")
     try:
         with np.load(directory / f"{scheme}.npz") as arrays:

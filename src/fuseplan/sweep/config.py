@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan import zoo
-from fuseplan.cost import COST_MODEL_VERSION, SCHEMES
+from fuseplan.cost import SCHEMES, scheme_version
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input
 from fuseplan.search import ALGORITHMS
@@ -65,10 +65,11 @@ class Cell:
     def key(self) -> str:
         """A stable name for the cell: a hash of its parameters (the same on every machine and run).
 
-        The cost-model version is hashed in too: a sweep resumed under another version of the
-        cost models recomputes its cells instead of mixing figures priced two ways.
+        The version of the cell's scheme is hashed in too (the cost-model version in which its
+        prices last changed): a sweep resumed after that scheme's prices changed recomputes its
+        cells instead of mixing figures priced two ways, and keeps those of an unchanged scheme.
         """
-        parameters = {**self.as_dict(), "cost_model_version": COST_MODEL_VERSION}
+        parameters = {**self.as_dict(), "cost_model_version": scheme_version(self.scheme)}
         text = json.dumps(parameters, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 

@@ -499,7 +499,8 @@ def results_document(parts: Sequence[TargetResult], runs: list[dict[str, Any]], 
         f"- Targets: {targets}; grid: {'--quick' if quick else 'full'}.\n"
         + _runs_text(runs, rendered_on)
         + f"- Rendered {rendered_at} on {rendered_on}.\n"
-        + f"- Cost-model version {cost_model_version} (cells priced under another version are not read); classifier "
+        + f"- Cost-model version {cost_model_version} ({_scheme_versions()}; cells and optima priced under an "
+        "older version of their scheme are not read); classifier "
         f"weights: {weights}.\n"
         f"- {complete}\n\n"
         f"{CAVEAT}\n\n"
@@ -517,3 +518,9 @@ def results_document(parts: Sequence[TargetResult], runs: list[dict[str, Any]], 
     if missing:
         text += "## Not finished\n\n" + missing
     return text
+
+
+def _scheme_versions() -> str:
+    from fuseplan.cost import SCHEMES
+
+    return ", ".join(f"{name.upper()} priced as since version {cls.version}" for name, cls in SCHEMES.items())

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fuseplan.cost import scheme_version
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_output_dir, read_input, write_bytes, write_text
 from fuseplan.search import solve_exact
@@ -46,7 +47,7 @@ def optimum(setup: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     outcome = solve_exact(problem)
     excluded = problem.cost.unfuseable_dram()
-    return {"dram_bytes": outcome.dram, "total_dram_bytes": None if outcome.dram is None else outcome.dram + excluded,
+    return {"cost_model_version": scheme_version(setup["scheme"]), "dram_bytes": outcome.dram, "total_dram_bytes": None if outcome.dram is None else outcome.dram + excluded,
             "lower_bound_bytes": outcome.lower_bound, "proven": outcome.optimal,
             "seconds": round(time.perf_counter() - start, 3)}
 
@@ -58,7 +59,19 @@ def load_optima(path: Path) -> dict[str, dict[str, Any]]:
         cached = json.loads(read_input(path, "optima cache"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return {}
-    return cached if isinstance(cached, dict) else {}
+    if not isinstance(cached, dict):
+        return {}
+    # an optimum priced before its scheme's prices last changed is solved again
+    scheme_at = SETUP.index("scheme")
+    return {key: found for key, found in cached.items()
+            if isinstance(found, dict) and found.get("cost_model_version") == _version_of(key.split("|")[scheme_at])}
+
+
+def _version_of(scheme: str) -> int | None:
+    try:
+        return scheme_version(scheme)
+    except FuseplanError:
+        return None
 
 
 def reference_optima(setups: Iterable[dict[str, Any]], cache: Path,
