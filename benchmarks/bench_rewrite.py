@@ -24,7 +24,7 @@ from math import prod
 from pathlib import Path
 
 from fuseplan import zoo
-from fuseplan.cost import COST_MODEL_VERSION
+from fuseplan.cost import COST_MODEL_VERSION, scheme_version
 from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
@@ -40,7 +40,7 @@ GOOGLENET = str(DATA / "googlenet_opset13.onnx")
 
 def entry_of(result, name, objective, alpha, **where) -> dict:
     entry = {"model": name, "objective": objective.name, **where, "alpha": alpha,
-             "cost_model_version": COST_MODEL_VERSION,
+             "cost_model_version": scheme_version(where["scheme"]) if "scheme" in where else COST_MODEL_VERSION,
              "initial_cost": result.initial_cost, "cost": result.cost,
              "change_percent": round(100 * (result.cost - result.initial_cost) / result.initial_cost, 3),
              "greedy_change_percent": round(100 * (result.greedy["cost"] - result.initial_cost)
@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--schemes", nargs="*", default=list(SCHEMES), choices=SCHEMES,
+                        help="schemes of the dram configurations to run (default: both)")
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite.json")
     args = parser.parse_args()
     if args.models:
@@ -134,7 +136,7 @@ def main() -> None:
     for source in sources:
         path, name = model_path(source)
         model = prepare_model(read_model(path), name)[0]
-        for scheme in SCHEMES:
+        for scheme in args.schemes:
             for kb in BUFFERS_KB:
                 if (name, "dram", scheme, kb) in done:
                     continue

@@ -8,6 +8,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from fuseplan.cost import scheme_version
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -35,7 +37,7 @@ def main() -> None:
             mark = "*" if r["timed_out"] else ""  # alpha 1: the greedy time limit; others: the relaxed one
             cells.append(f"{r['change_percent']:+.2f}% ({len(r['steps'])} st, {r['expanded']} exp{mark})")
         used = sorted({rule for r in by_alpha.values() for rule in r["rules_used"]})
-        version = "" if all(version_of(r) > 1 for r in by_alpha.values()) else " (v1)"
+        version = next((f" (v{version_of(r)})" for r in by_alpha.values() if stale(r)), "")
         print(f"| {model}{version} | {scheme.upper()} | {kb} KB | {first['initial_cost'] / 1024**2:.2f} MB | "
               + " | ".join(cells) + f" | {', '.join(used) or '–'} |")
     speed(runs)
@@ -44,7 +46,7 @@ def main() -> None:
         print("\n| model | α | per-operator latency sum, before | after | change | steps | expanded |")
         print("|---|---|---|---|---|---|---|")
         for r in latency:
-            print(f"| {r['model']}{'' if version_of(r) > 1 else ' (v1)'} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
+            print(f"| {r['model']}{f' (v{version_of(r)})' if stale(r) else ''} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
                   f"{r['change_percent']:+.2f}% | {len(r['steps'])} | {r['expanded']}{'*' if r['timed_out'] else ''} |")
     worse = [r for r in runs if r["cost"] > min(r["initial_cost"], r["greedy"]["cost"])]
     better = [r for r in runs if r["alpha"] > 1 and r["cost"] < r["greedy"]["cost"]]
@@ -60,12 +62,18 @@ def version_of(run: dict) -> int:
     return run.get("cost_model_version", 1)
 
 
+def stale(run: dict) -> bool:
+    """Whether a run was priced before its scheme's prices last changed (latency runs: before version 2)."""
+    current = scheme_version(run["scheme"]) if run.get("scheme") else 2
+    return version_of(run) < current
+
+
 def speed(runs: list[dict]) -> None:
     """Per model: the greedy searches' time and the cost of one candidate graph (applied, hashed, priced)."""
     greedy: dict = defaultdict(list)
     for r in runs:
         if r["alpha"] == 1 and r["objective"] == "dram":
-            greedy[r["model"] + ("" if version_of(r) > 1 else " (v1)")].append(r)
+            greedy[r["model"] + (f" (v{version_of(r)})" if stale(r) else "")].append(r)
     print("\n| model | greedy searches | greedy time (min–max) | expanded (min–max) | candidates per expansion | "
           "wall ms per candidate |")
     print("|---|---|---|---|---|---|")
