@@ -9,7 +9,9 @@ runs the variants of Algorithm 1 that are not registry splitters:
 * ``random-edges``: Algorithm 1 fed a random ranking of edges, a control for
   what the explanations themselves contribute;
 * ``--no-merge``: Algorithm 1 without its merge-back step;
-* ``--top-k K``: K blamed edges become candidate cuts (the splitter's default otherwise).
+* ``--top-k K``: K blamed edges become candidate cuts (the splitter's default otherwise);
+* ``--refine``: Algorithm 1 with refinement of parts that pay for the buffer in DRAM
+  (a sweep expresses it for registry splitters, not for the random-ranking control).
 
 The set-ups are read from the shipped reproduce grids (``--targets``, filtered
 by ``--setups`` prefixes ``model-scheme-search``), and each run is a sweep
@@ -17,25 +19,29 @@ cell's planning run with the variant splitter. Run::
 
     python benchmarks/bench_splitters.py --out FILE.json [--targets table3 ...] [--setups mobilenet_v2-brr-ls ...]
                                          [--splitters random pgexplainer ... random-edges] [--seeds 3]
-                                         [--no-merge] [--top-k K]
+                                         [--no-merge] [--top-k K] [--refine]
 
-``--out`` is required and never defaults to a committed results file.
+``--out`` is required and never defaults to a committed results file. Every row
+records the cost-model version its scheme's prices were last changed in, and
+the one-minute load average when it finished (runs beside other work are slower).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from pathlib import Path
 
+from fuseplan.cost import scheme_version
 from fuseplan.files import write_text
 from fuseplan.explain.explainers import ExplainerAlgorithm, Explanation
 from fuseplan.search import make_search, minimize
 from fuseplan.split import SPLITTERS, TreeSplitter, make_splitter
 from fuseplan.sweep.executors import single_threaded_torch
-from fuseplan.sweep.reproduce import target_config
+from fuseplan.sweep.reproduce import machine as processor, shipped_weights_text, target_config
 from fuseplan.sweep.worker import problem_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,8 +59,11 @@ class RandomEdges(ExplainerAlgorithm):
         return Explanation(group, tuple(edges), tuple(float(-k) for k in range(len(edges))), self.name)
 
 
-def splitter_for(name: str, merge: bool = True, top_k: int | None = None):
-    splitter = TreeSplitter(RandomEdges()) if name == "random-edges" else make_splitter(name)
+def splitter_for(name: str, merge: bool = True, top_k: int | None = None, refine: bool = False):
+    if name == "random-edges":
+        splitter = TreeSplitter(RandomEdges(), refine=refine)
+    else:
+        splitter = make_splitter(name, refine=refine)
     if isinstance(splitter, TreeSplitter):
         splitter.merge = merge
         if top_k is not None:
@@ -75,17 +84,19 @@ def setups(targets: list[str], prefixes: list[str] | None) -> list[tuple]:
     return found
 
 
-def run(setup: tuple, splitter: str, seed: int, merge: bool, top_k: int | None) -> dict:
+def run(setup: tuple, splitter: str, seed: int, merge: bool, top_k: int | None, refine: bool = False) -> dict:
     model, scheme, buffer_bytes, search, budget = setup
     problem = problem_for(model, scheme, buffer_bytes, 1)
-    repair = splitter_for(splitter, merge, top_k)
+    repair = splitter_for(splitter, merge, top_k, refine)
     result = minimize(problem, make_search(search), repair, budget=budget, seed=seed)
     return {"model": model, "scheme": scheme, "buffer_kb": buffer_bytes // 1024, "search": search, "budget": budget,
             "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
             "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
             "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
             "explainer_calls": result.details.get("explainer_calls"), "merges": result.details.get("merges"),
-            "merge_back": merge, "top_k": getattr(repair, "top_k", None)}
+            "merge_back": merge, "top_k": getattr(repair, "top_k", None),
+            "refine": getattr(repair, "refine", False), "refinements": result.details.get("refinements"),
+            "cost_model_version": scheme_version(scheme), "load_average": round(os.getloadavg()[0], 2)}
 
 
 def main() -> None:
@@ -98,17 +109,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per set-up and splitter")
     parser.add_argument("--no-merge", action="store_true", help="Algorithm 1 without merge-back")
     parser.add_argument("--top-k", type=int, help="blamed edges turned into candidate cuts")
+    parser.add_argument("--refine", action="store_true",
+                        help="refine parts that pay for the buffer in DRAM (explainer-driven splitters only)")
     args = parser.parse_args()
+    if args.refine and "random" in args.splitters:
+        parser.error("--refine needs explainer-driven splitters; the random split cannot refine")
+    header = {"benchmark": "splitters", **machine(), "processor": processor(),
+              "load_average_at_start": round(os.getloadavg()[0], 2), "weights": shipped_weights_text(),
+              "merge_back": not args.no_merge, "top_k": args.top_k, "refine": args.refine}
     single_threaded_torch()
     rows = []
     for setup in setups(args.targets, args.setups):
         for seed in range(args.seeds):
             for splitter in args.splitters:
-                rows.append(run(setup, splitter, seed, not args.no_merge, args.top_k))
+                rows.append(run(setup, splitter, seed, not args.no_merge, args.top_k, args.refine))
                 print(json.dumps(rows[-1]), flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
-                write_text(args.out, json.dumps({"benchmark": "splitters", **machine(), "merge_back": not args.no_merge,
-                                                 "top_k": args.top_k, "rows": rows}, indent=2) + "\n")
+                write_text(args.out, json.dumps({**header, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
