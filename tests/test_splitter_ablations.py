@@ -1,0 +1,68 @@
+"""The Algorithm 1 ablation scripts in benchmarks/: the variants they run and how their summary pairs runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from fuseplan.cost import scheme_version
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SQUEEZENET_LS = ("squeezenet", "brr", 128 * 1024, "ls", 2000)
+
+
+def _script(name: str):
+    # The scripts import their shared helpers (benchmarks/peers.py) as a sibling module, as `python SCRIPT` allows.
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_refined_control_cuts_brr_parts_and_records_the_version():
+    bench = _script("bench_splitters")
+    plain = bench.run(SQUEEZENET_LS, "random-edges", 0, merge=True, top_k=None)
+    refined = bench.run(SQUEEZENET_LS, "random-edges", 0, merge=True, top_k=None, refine=True)
+    assert (plain["refine"], refined["refine"]) == (False, True)
+    assert plain["refinements"] is None and refined["refinements"] > 0
+    assert refined["cost_model_version"] == scheme_version("brr")
+
+
+def test_refinement_never_fires_under_lbdf():
+    bench = _script("bench_splitters")
+    setup = ("squeezenet", "lbdf", 128 * 1024, "ls", 2000)
+    plain = bench.run(setup, "random-edges", 1, merge=True, top_k=None)
+    refined = bench.run(setup, "random-edges", 1, merge=True, top_k=None, refine=True)
+    assert refined["refinements"] == 0
+    assert refined["dram_bytes"] == plain["dram_bytes"]
+    assert refined["cost_model_version"] == scheme_version("lbdf")
+
+
+def _row(splitter: str, seed: int, dram_mb: float, model: str = "vgg16") -> dict:
+    return {"model": model, "scheme": "brr", "buffer_kb": 128, "search": "rs", "budget": 2000,
+            "splitter": splitter, "seed": seed, "dram_bytes": round(dram_mb * 1024 * 1024)}
+
+
+def test_summary_pairs_a_variant_with_the_defaults_by_seed():
+    summary = _script("summarize_splitters")
+    control = summary.keyed([_row("random", s, 10.0) for s in range(3)]
+                            + [_row("random-edges", s, 9.0) for s in range(3)])
+    default = summary.keyed([_row("goat", s, 8.0 + s) for s in range(3)])
+    variant = summary.keyed([_row("goat", 0, 7.0), _row("goat", 1, 9.0), _row("goat", 2, 11.0),
+                             _row("random-edges", 0, 9.0), _row("random-edges", 1, 9.0), _row("random-edges", 2, 9.0)])
+    lines = summary.ablation_table(variant, default, control, "variant")
+    assert "| vgg16 BRR 128KB rs | 3 | 10.000 | 9.000 / 9.000 | 9.000 / 9.000 |" in lines
+    assert "variant against the defaults over 6 paired runs: lower on 1, equal on 4, higher on 1" in "\n".join(lines)
+    assert summary.setup_pairs(variant, default, control) == [
+        "per set-up and splitter (means): lower on 0, equal on 2, higher on 0."]
+
+
+def test_summary_marks_a_control_higher_beyond_noise():
+    summary = _script("summarize_splitters")
+    assert summary.marker([2.0, 2.1, 2.2], [1.0, 1.0, 1.0]) == " ↑!"
+    assert summary.marker([1.0, 1.2, 0.9], [1.0, 1.0, 1.0]) == " ↑"
+    assert summary.marker([0.5, 1.0, 1.0], [1.0, 1.0, 1.0]) == " ↓"
+    assert summary.marker([1.0, 1.0], [1.0, 1.0]) == ""
