@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import time
 from pathlib import Path
 
 from fuseplan import load_graph, make_cost_model
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.graph import CompGraph
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cost_eval.json"
@@ -44,10 +46,10 @@ def measure(model: str, scheme: str, groups: list[frozenset[int]], buffer_bytes:
     graph = load_graph(model)
     cost = make_cost_model(scheme, graph, buffer_bytes)
     price = cost.price  # the scheme's pricing, bypassing the memo
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for group in groups:
         price(group)
-    uncached = time.perf_counter() - start
+    uncached, uncached_cpu = time.perf_counter() - start, time.process_time() - cpu_start
     for group in groups:
         cost.evaluate(group)  # fill the memo
     distinct = cost.misses
@@ -63,6 +65,7 @@ def measure(model: str, scheme: str, groups: list[frozenset[int]], buffer_bytes:
         "distinct_groups": distinct,
         "mean_group_size": sum(map(len, groups)) / len(groups),
         "uncached_evals_per_s": round(len(groups) / uncached),
+        "uncached_evals_per_cpu_s": round(len(groups) / uncached_cpu),  # less sensitive to other jobs
         "cached_evals_per_s": round(len(groups) / cached),
     }
 
@@ -73,6 +76,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     rows = []
     for model in ("resnet152", "efficientnet_b3"):
         groups = random_groups(load_graph(model), args.groups, args.seed)
@@ -87,6 +91,8 @@ def main() -> None:
         "machine": platform.machine(),
         "processor": platform.processor() or "unknown",
         "seed": args.seed,
+        "cost_model_version": COST_MODEL_VERSION,
+        "load_average": {"start": load_at_start, "end": [round(x, 2) for x in os.getloadavg()]},
         "results": rows,
     }, indent=2) + "\n")
 
