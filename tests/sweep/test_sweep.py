@@ -286,8 +286,6 @@ def test_executor_options_are_checked_before_any_cell_runs(tmp_path, cli):
 
 
 def test_cell_key_changes_with_the_cost_model_version(monkeypatch):
-    from fuseplan.sweep import config as sweep_config
-
     cell = Cell(model="squeezenet", scheme="lbdf", buffer_bytes=131072, search="ls", splitter="random",
                 budget=10, seed=0)
     brr = Cell(**{**cell.as_dict(), "scheme": "brr"})
