@@ -194,9 +194,9 @@ class _Search:
             self.costs[digest] = self.objective(model)
         return self.costs[digest]
 
-    def price_ir(self, model: Any, digest: str) -> float:
+    def price_near(self, expansion: Any, model: Any, digest: str) -> float:
         if digest not in self.costs:
-            self.costs[digest] = self.objective.price_ir(model)
+            self.costs[digest] = self.objective.price_near(expansion, model)
         return self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
@@ -241,6 +241,7 @@ class _Search:
             hashed = HashState.of(working.graph)
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
+            expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
             for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
                 if self.out_of_time(deadline):
                     break
@@ -265,7 +266,7 @@ class _Search:
                     counters["duplicates"] += 1
                     continue
                 seen.add(digest)
-                candidate_cost = self.price_ir(copy, digest)
+                candidate_cost = self.price_near(expansion, copy, digest)
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue
