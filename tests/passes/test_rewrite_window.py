@@ -78,7 +78,7 @@ def _check_candidates(source: str, scheme: str, buffer_kb: int, per_rule: int, d
     pytest.param(GOOGLENET, "brr", 64, marks=pytest.mark.slow),
     pytest.param("resnet18", "lbdf", 1024, marks=pytest.mark.slow),
     pytest.param("resnet18", "brr", 64, marks=pytest.mark.slow),
-    pytest.param("mobilenet_v2", "lbdf", 64, marks=pytest.mark.slow),
+    pytest.param("efficientnet_b0", "lbdf", 64, marks=pytest.mark.slow),
     pytest.param("vgg16", "lbdf", 256, marks=pytest.mark.slow),
 ])
 def test_windowed_prices_equal_total_dram_on_real_candidates(source, scheme, buffer_kb):
@@ -114,3 +114,45 @@ def test_a_search_with_windowed_prices_finds_what_pricing_afresh_finds(source, s
         record["greedy"].pop("seconds")
     assert windowed == afresh
     assert results[0].expanded == budget
+
+
+def _uses_match_inputs(graph) -> bool:
+    """Every value's uses are exactly the node inputs that read it, and every output names its producer."""
+    expected: dict[int, set] = {}
+    values = {}
+    for node in graph:
+        for index, value in enumerate(node.inputs):
+            if value is not None:
+                expected.setdefault(id(value), set()).add((id(node), index))
+                values[id(value)] = value
+        for index, value in enumerate(node.outputs):
+            if value.producer() is not node or value.index() != index:
+                return False
+            values[id(value)] = value
+    return all({(id(u.node), u.idx) for u in value.uses()} == expected.get(key, set())
+               for key, value in values.items())
+
+
+@pytest.mark.parametrize("source", ["squeezenet", GOOGLENET, pytest.param("resnet18", marks=pytest.mark.slow),
+                                    pytest.param("mobilenet_v3_small", marks=pytest.mark.slow)])
+def test_a_substitution_tried_in_place_and_undone_leaves_the_graph_as_it_was(source):
+    from fuseplan.rewrite.trial import undo_for
+
+    working = ir.from_proto(_prepared(source))
+    original = ir.to_proto(working).SerializeToString()
+    tried = 0
+    for name, rule in load_rules().items():
+        for site in rule.sites(working):
+            copy = working.clone()
+            apply_in_place(copy, name, site)
+            _, _, undo = undo_for(working, site)
+            try:
+                apply_in_place(working, name, site)
+                assert ir.to_proto(working).SerializeToString() == ir.to_proto(copy).SerializeToString(), (name, site)
+                assert _uses_match_inputs(working.graph)
+            finally:
+                undo()
+            assert ir.to_proto(working).SerializeToString() == original, (name, site)
+            assert _uses_match_inputs(working.graph), (name, site)
+            tried += 1
+    assert tried > 20

@@ -218,6 +218,7 @@ class _Search:
         would keep if it verified each on the spot.
         """
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
+        from fuseplan.rewrite.trial import undo_for
 
         counters = self.counters
         queue = []
@@ -251,22 +252,22 @@ class _Search:
                     counters["duplicates"] += 1
                     continue
                 tried.add(key)
-                copy = working.clone()
-                before = list(copy.graph)  # kept alive until hashed, so no new node reuses an old one's id
-                matched = set(site)
-                touched = [node for node in before if node.outputs and node.outputs[0].name in matched]
+                before, touched, undo = undo_for(working, site)
                 try:
-                    apply_in_place(copy, name, site)
-                except FuseplanError:  # the site vanished or a check failed on the copy
-                    counters["refused"] += 1
-                    continue
-                counters["generated"] += 1
-                digest = model_digest(copy, hashed.update(copy.graph, before, touched))
-                if digest in seen:
-                    counters["duplicates"] += 1
-                    continue
-                seen.add(digest)
-                candidate_cost = self.price_near(expansion, copy, digest)
+                    try:
+                        apply_in_place(working, name, site)
+                    except FuseplanError:  # the site vanished or a check failed
+                        counters["refused"] += 1
+                        continue
+                    counters["generated"] += 1
+                    digest = model_digest(working, hashed.update(working.graph, before, touched))
+                    if digest in seen:
+                        counters["duplicates"] += 1
+                        continue
+                    seen.add(digest)
+                    candidate_cost = self.price_near(expansion, working, digest)
+                finally:
+                    undo()  # the expanded graph again, for the next site
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue
