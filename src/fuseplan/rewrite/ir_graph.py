@@ -16,6 +16,7 @@ on every rule's candidates over several zoo models.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from math import prod
 from typing import Any
 
@@ -59,9 +60,17 @@ _SKIPPED = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS, ir.AttributeType.TE
             ir.AttributeType.SPARSE_TENSOR)
 
 
-def graph_from_ir(model: ir.Model, name: str = "candidate") -> CompGraph | None:
+def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, tuple] | None = None,
+                  changed: Collection[int] = ()) -> CompGraph | None:
     """The graph ``graph_from_model(ir.to_proto(model), name, passes=[])`` gives, or ``None`` where it
-    might differ (see the module docstring)."""
+    might differ (see the module docstring).
+
+    ``memo`` keeps what each node reads as (its attributes, weights, row geometry, MACs), keyed by the
+    node's ``id``: an empty one is filled; a filled one is reused for every node except those in
+    ``changed`` (ids of nodes whose attributes, inputs or output shapes may differ since it was filled)
+    and nodes it does not hold, which are read afresh and not kept. Only for a graph edited in place
+    from the one the memo was filled from, its nodes still alive.
+    """
     graph = model.graph
     nodes = list(graph)
     initializers = graph.initializers
@@ -110,20 +119,11 @@ def graph_from_ir(model: ir.Model, name: str = "candidate") -> CompGraph | None:
         if add_tensor(value, None) is None:
             return None
     built: list[OpNode] = []
+    filling = memo is not None and not memo
     for index, node in enumerate(nodes):
         act_in: list[int] = []
-        weights: list[str] = []
-        weight_shapes: list[tuple[int, ...]] = []
-        parameter_slots = PARAMETER_SLOTS.get(node.op_type, frozenset())
-        for slot, value in enumerate(node.inputs):
-            if value is None or not value.name:
-                continue
-            if id(value) in is_static:
-                dtype = value.dtype
-                if slot not in parameter_slots and (onnx.TensorProto.FLOAT if dtype is None else int(dtype)) \
-                        in FLOAT_TYPES:
-                    weights.append(value.name)
-                    weight_shapes.append(tuple(value.shape) if value.shape is not None else ())
+        for value in node.inputs:
+            if value is None or not value.name or id(value) in is_static:
                 continue
             t = tensor_index.get(id(value))
             if t is None:
@@ -137,22 +137,18 @@ def graph_from_ir(model: ir.Model, name: str = "candidate") -> CompGraph | None:
             if t is None:
                 return None
             outs.append(t)
-        attrs: dict[str, Any] = {}
-        for attr in node.attributes.values():
-            if attr.type in _SKIPPED:
-                continue
-            value = _attribute_value(attr)
-            if value is _UNSUPPORTED:
+        parts = None if memo is None or id(node) in changed else memo.get(id(node))
+        if parts is None:
+            parts = _node_parts(node, is_static, [shapes[t] for t in act_in], [shapes[t] for t in outs])
+            if parts is None:
                 return None
-            attrs[attr.name] = value
-        out_shapes = [shapes[t] for t in outs]
-        geometry, known = row_geometry(node.op_type, attrs, [shapes[t] for t in act_in], out_shapes,
-                                       weight_shapes, None)
+            if filling:
+                memo[id(node)] = parts
+        attrs, weights, weight_numel, geometry, known, macs = parts
         built.append(OpNode(index=index, name=node.name, op_type=node.op_type, attributes=attrs,
                             inputs=tuple(act_in), outputs=tuple(outs), input_geometry=geometry,
-                            weight_names=tuple(weights), weight_numel=sum(prod(s) for s in weight_shapes),
-                            macs=operator_macs(node.op_type, attrs, _all_input_shapes(node), out_shapes),
-                            known_op=known, onnx_name=None))
+                            weight_names=weights, weight_numel=weight_numel, macs=macs, known_op=known,
+                            onnx_name=None))
 
     consumers: list[list[int]] = [[] for _ in tensor_values]
     for op in built:
@@ -175,6 +171,33 @@ def graph_from_ir(model: ir.Model, name: str = "candidate") -> CompGraph | None:
     return CompGraph(name=name, nodes=tuple(built), tensors=tensors,
                      model_inputs=tuple(tensor_index[id(v)] for v in model_inputs),
                      model_outputs=tuple(dict.fromkeys(outputs)), metadata=dict(model.metadata_props), passes=())
+
+
+def _node_parts(node: ir.Node, is_static: set[int], in_shapes: list[tuple[int, ...]],
+                out_shapes: list[tuple[int, ...]]) -> tuple | None:
+    """What the planner reads from ``node`` besides its tensors: ``(attributes, weight names, weight
+    elements, row geometry, known, MACs)``, or ``None`` for an attribute it cannot read."""
+    weights: list[str] = []
+    weight_shapes: list[tuple[int, ...]] = []
+    parameter_slots = PARAMETER_SLOTS.get(node.op_type, frozenset())
+    for slot, value in enumerate(node.inputs):
+        if value is None or not value.name or id(value) not in is_static:
+            continue
+        dtype = value.dtype
+        if slot not in parameter_slots and (onnx.TensorProto.FLOAT if dtype is None else int(dtype)) in FLOAT_TYPES:
+            weights.append(value.name)
+            weight_shapes.append(tuple(value.shape) if value.shape is not None else ())
+    attrs: dict[str, Any] = {}
+    for attr in node.attributes.values():
+        if attr.type in _SKIPPED:
+            continue
+        value = _attribute_value(attr)
+        if value is _UNSUPPORTED:
+            return None
+        attrs[attr.name] = value
+    geometry, known = row_geometry(node.op_type, attrs, in_shapes, out_shapes, weight_shapes, None)
+    return (attrs, tuple(weights), sum(prod(s) for s in weight_shapes), geometry, known,
+            operator_macs(node.op_type, attrs, _all_input_shapes(node), out_shapes))
 
 
 def _all_input_shapes(node: ir.Node) -> list[tuple[int, ...] | None]:

@@ -11,7 +11,8 @@ import json
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,14 @@ class GroupPrices:
         return labels
 
 
+@dataclass
+class _Expansion:
+    """What the dram objective keeps of an expanded graph to price its candidates."""
+
+    orders: dict[str, tuple[list[int], IntervalTables]]  # order name -> (labels in that order, tables)
+    memo: dict[int, tuple]  # id of an onnx-ir node -> what the planner reads from it
+
+
 def _common_ends(a: list[int], b: list[int]) -> tuple[int, int]:
     """Lengths of the longest common prefix of ``a`` and ``b`` and of their longest common suffix after it."""
     limit = min(len(a), len(b))
@@ -162,9 +171,10 @@ class Objective(ABC):
         (:meth:`price_near`); ``None``: nothing."""
         return None
 
-    def price_near(self, expansion: Any, model: Any) -> float:
-        """:meth:`price_ir` of ``model``, a substitution of the graph ``expansion`` was made from (the same
-        number, sooner where the objective reuses ``expansion``)."""
+    def price_near(self, expansion: Any, model: Any, changed: Collection[int] = ()) -> float:
+        """:meth:`price_ir` of ``model``, the graph ``expansion`` was made from with one substitution
+        applied in place (the same number, sooner where the objective reuses ``expansion``); ``changed``:
+        the ids of the nodes the substitution may have changed."""
         return self.price_ir(model)
 
     def describe(self) -> dict[str, Any]:
@@ -194,29 +204,33 @@ class DramObjective(Objective):
             return super().price_ir(model)
         return float(graph_dram(graph, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
 
-    def expansion(self, model: Any) -> dict[str, tuple[list[int], IntervalTables]] | None:
-        """For each named order of ``model``'s graph: its operators' labels and its interval tables."""
+    def expansion(self, model: Any) -> _Expansion | None:
+        """For each named order of ``model``'s graph: its operators' labels and its interval tables; and
+        what each node of ``model`` reads as (:func:`graph_from_ir`'s memo)."""
         from fuseplan.rewrite.ir_graph import graph_from_ir
 
-        graph = graph_from_ir(model)
+        memo: dict[int, tuple] = {}
+        graph = graph_from_ir(model, memo=memo)
         if graph is None:
             return None
         problem, labels = self._problem(graph)
         tables: dict[tuple[int, ...], IntervalTables] = {}
-        found = {}
+        orders = {}
         for name, order in named_orders(problem).items():
             key = tuple(order)
             if key not in tables:
                 tables[key] = interval_tables(problem, order)
-            found[name] = ([labels[v] for v in order], tables[key])
-        return found
+            orders[name] = ([labels[v] for v in order], tables[key])
+        return _Expansion(orders, memo)
 
-    def price_near(self, expansion: dict[str, tuple[list[int], IntervalTables]] | None, model: Any) -> float:
+    def price_near(self, expansion: _Expansion | None, model: Any, changed: Collection[int] = ()) -> float:
         """:func:`total_dram` of ``model``, re-solving each order only between the ends it shares (by
-        group-price label) with the same order of the expanded graph (:func:`window_dp`)."""
+        group-price label) with the same order of the expanded graph (:func:`window_dp`). ``model`` is
+        the expanded graph edited in place; ``changed`` holds the ids of the nodes the edit may have
+        changed (nodes it added are found as new)."""
         from fuseplan.rewrite.ir_graph import graph_from_ir
 
-        graph = None if expansion is None else graph_from_ir(model)
+        graph = None if expansion is None else graph_from_ir(model, memo=expansion.memo, changed=changed)
         if graph is None:
             return self.price_ir(model)
         problem, labels = self._problem(graph)
@@ -225,7 +239,7 @@ class DramObjective(Objective):
             return float(alone)
         best = INF
         for name, order in candidate_orders(problem).items():
-            parent_labels, tables = expansion[name]
+            parent_labels, tables = expansion.orders[name]
             prefix, suffix = _common_ends([labels[v] for v in order], parent_labels)
             best = min(best, window_dp(problem, order, tables, prefix, suffix))
         return float(int(best) + alone)

@@ -194,9 +194,9 @@ class _Search:
             self.costs[digest] = self.objective(model)
         return self.costs[digest]
 
-    def price_near(self, expansion: Any, model: Any, digest: str) -> float:
+    def price_near(self, expansion: Any, model: Any, digest: str, changed: frozenset[int]) -> float:
         if digest not in self.costs:
-            self.costs[digest] = self.objective.price_near(expansion, model)
+            self.costs[digest] = self.objective.price_near(expansion, model, changed)
         return self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
@@ -265,7 +265,7 @@ class _Search:
                         counters["duplicates"] += 1
                         continue
                     seen.add(digest)
-                    candidate_cost = self.price_near(expansion, working, digest)
+                    candidate_cost = self.price_near(expansion, working, digest, undo.changed)
                 finally:
                     undo()  # the expanded graph again, for the next site
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)

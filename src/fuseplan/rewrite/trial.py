@@ -65,6 +65,11 @@ class Undo:
         self.authority = (authority._value_counter, authority._node_counter, set(authority._value_names),
                           set(authority._node_names))
 
+    @property
+    def changed(self) -> frozenset[int]:
+        """Ids of the nodes a substitution may have changed: the matched nodes and their readers."""
+        return frozenset(id(node) for node, _, _ in self.nodes)
+
     def __call__(self) -> None:
         graph = self.graph
         kept = {id(n) for n in self.before}
