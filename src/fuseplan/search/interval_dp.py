@@ -24,8 +24,8 @@ answer is optimal among the interval plans of the order it reports.
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,25 +46,6 @@ class IntervalDPTooLarge(Exception):
     """Raised when the interval DP would price more than its work limit."""
 
 
-def _kahn(problem: FusionProblem, priority: Callable[[int, int | None], tuple]) -> list[int]:
-    """A topological order taking, among ready operators, the smallest ``priority(v, last)``."""
-    graph = problem.graph
-    waiting = [len(p) for p in graph.predecessors]
-    ready = [v for v, n in enumerate(waiting) if n == 0]
-    order: list[int] = []
-    last: int | None = None
-    while ready:
-        v = min(ready, key=lambda u: priority(u, last))
-        ready.remove(v)
-        order.append(v)
-        last = v
-        for s in graph.successors[v]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                ready.append(s)
-    return order
-
-
 def candidate_orders(problem: FusionProblem) -> dict[str, list[int]]:
     """Named topological orders the interval DP is run on (an order two names share, under the first)."""
     unique: dict[tuple[int, ...], str] = {}
@@ -76,23 +57,56 @@ def candidate_orders(problem: FusionProblem) -> dict[str, list[int]]:
 def named_orders(problem: FusionProblem) -> dict[str, list[int]]:
     """Every named order of :func:`candidate_orders`, equal ones included."""
     graph = problem.graph
-    excluded = set(problem.excluded)
-
-    def chained(v: int, last: int | None) -> tuple:
-        return (0 if last is not None and v in graph.successors[last] else 1, v)
-
-    def late(v: int, last: int | None) -> tuple:
-        return (v in excluded, v)
-
-    def chained_late(v: int, last: int | None) -> tuple:
-        return (v in excluded, *chained(v, last))
-
+    excluded = [False] * len(graph)
+    for v in problem.excluded:
+        excluded[v] = True
     return {
         "model": list(range(len(graph))),
-        "depth-first": _kahn(problem, chained),
-        "unfuseable-late": _kahn(problem, late),
-        "depth-first-unfuseable-late": _kahn(problem, chained_late),
+        "depth-first": _kahn_heap(graph, None, chained=True),
+        "unfuseable-late": _kahn_heap(graph, excluded, chained=False),
+        "depth-first-unfuseable-late": _kahn_heap(graph, excluded, chained=True),
     }
+
+
+def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
+    """A topological order (Kahn's algorithm, O(n log n)) taking, among ready operators, those not ``late``
+    first; among those, a successor of the last one taken if ``chained``; then the smallest index."""
+    successors = graph.successors
+    waiting = [len(p) for p in graph.predecessors]
+    ready = [False] * len(waiting)
+    heaps: tuple[list[int], list[int]] = ([], [])
+
+    def push(v: int) -> None:
+        ready[v] = True
+        heapq.heappush(heaps[1 if late is not None and late[v] else 0], v)
+
+    for v, n in enumerate(waiting):
+        if n == 0:
+            push(v)
+    order: list[int] = []
+    last: int | None = None
+    while True:
+        taken = None
+        for cls, heap in enumerate(heaps):
+            if chained and last is not None:
+                taken = min((s for s in successors[last]
+                             if ready[s] and (1 if late is not None and late[s] else 0) == cls), default=None)
+                if taken is not None:
+                    break
+            while heap and not ready[heap[0]]:
+                heapq.heappop(heap)  # taken earlier as a successor
+            if heap:
+                taken = heapq.heappop(heap)
+                break
+        if taken is None:
+            return order
+        ready[taken] = False
+        order.append(taken)
+        last = taken
+        for s in successors[taken]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                push(s)
 
 
 def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False,
