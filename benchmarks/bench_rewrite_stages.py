@@ -12,7 +12,9 @@ search builds them from the graph it expands:
   (``DramObjective.price_near``: set-up, orders, windows), and undo the substitution.
 
 Both paths give the same price for every candidate (checked here). Mean CPU milliseconds per candidate,
-written to ``benchmarks/results/rewrite_stages.json``. Run::
+and per expanded graph the CPU milliseconds of what the search does once for it (verify with onnxruntime,
+rebuild from the original, hash in full, find the sites, tabulate the orders), written to
+``benchmarks/results/rewrite_stages.json``. Run::
 
     nice -n 15 python benchmarks/bench_rewrite_stages.py [--models squeezenet ...] [--scheme lbdf] [--buffer-kb 256]
 """
@@ -58,9 +60,10 @@ def stages(source: str, scheme: str, buffer_kb: int, limit: int | None) -> dict:
     buffer = buffer_kb * 1024
     prices = GroupPrices()
     objective = DramObjective(scheme=scheme, buffer_bytes=buffer)
-    expansion = objective.expansion(working)
+    expansion = objective.expansion(working)  # prices the expanded graph's groups (shared by label) ...
     if expansion is None:
         raise SystemExit(f"{name}: the planner graph cannot be read from onnx-ir; both paths serialise it")
+    graph_dram(graph_from_ir(working), scheme, buffer, prices=prices)  # ... and so does the clone path, untimed
     for rule_name, site in sites:
         copy = timed("clone", working.clone)
         before = list(copy.graph)
@@ -80,13 +83,52 @@ def stages(source: str, scheme: str, buffer_kb: int, limit: int | None) -> dict:
             raise SystemExit(f"{name}: {rule_name} at {site}: window price {new} != full price {old}")
     count = max(len(sites), 1)
     ms = {stage: round(1000 * seconds / count, 2) for stage, seconds in total.items()}
+    per_expansion = expansion_stages(source, scheme, buffer, sites[0] if sites else None)
     # price_near reads the graph itself: its own reading is the read_memo stage, so count it once.
     entry = {"model": name, "scheme": scheme, "buffer_kb": buffer_kb, "candidates": len(sites), "cpu_ms": ms,
              "clone_path_ms": round(sum(ms[s] for s in CLONE_PATH), 2),
              "current_path_ms": round(sum(ms[s] for s in CURRENT_PATH if s != "read_memo"), 2),
+             "per_expansion_cpu_ms": per_expansion,
              "load_average": round(os.getloadavg()[0], 2)}
     print(entry, flush=True)
     return entry
+
+
+def expansion_stages(source: str, scheme: str, buffer: int, site, repeats: int = 3) -> dict:
+    """CPU ms of what the search does once per expanded graph (a graph one substitution from the original):
+    verify it with onnxruntime, rebuild it from the original, hash it in full, find every rule's sites, and
+    tabulate its orders for window pricing."""
+    from fuseplan.passes.verify import Verifier
+
+    path, name = model_path(source)
+    model = prepare_model(read_model(path), name)[0]
+    original = ir.from_proto(model)
+    steps = [] if site is None else [{"rule": site[0], "site": list(site[1])}]
+    objective = DramObjective(scheme=scheme, buffer_bytes=buffer)
+    start = time.process_time()
+    verifier = Verifier(model, seed=0)
+    setup = time.process_time() - start
+    total = dict.fromkeys(("verify", "rebuild", "full_hash", "sites", "tables"), 0.0)
+    for _ in range(repeats):
+        for stage, call in (("verify", lambda: verifier.check(steps)),
+                            ("rebuild", lambda: _rebuild(original, steps)),
+                            ("full_hash", lambda: HashState.of(graph.graph)),
+                            ("sites", lambda: [rule.sites(graph) for rule in load_rules().values()]),
+                            ("tables", lambda: objective.expansion(graph))):
+            begin = time.process_time()
+            result = call()
+            total[stage] += time.process_time() - begin
+            if stage == "rebuild":
+                graph = result
+    ms = {stage: round(1000 * seconds / repeats, 1) for stage, seconds in total.items()}
+    return {**ms, "total": round(sum(ms.values()), 1), "verifier_setup_once": round(1000 * setup, 1)}
+
+
+def _rebuild(original, steps):
+    working = original.clone()
+    for step in steps:
+        apply_in_place(working, step["rule"], step["site"])
+    return working
 
 
 def main() -> None:
