@@ -100,6 +100,8 @@ def _check_candidates(source: str, scheme: str, buffer_bytes: int, per_rule: int
     pytest.param("resnet18", "brr", 64, marks=pytest.mark.slow),
     pytest.param("efficientnet_b0", "lbdf", 64, marks=pytest.mark.slow),
     pytest.param("vgg16", "lbdf", 256, marks=pytest.mark.slow),
+    pytest.param("mobilenet_v2", "brr", 64, marks=pytest.mark.slow),
+    pytest.param("deeplabv3_mobilenet_v3_large", "lbdf", 256, marks=pytest.mark.slow),
 ])
 def test_windowed_prices_equal_total_dram_on_real_candidates(source, scheme, buffer_kb):
     seen = _check_candidates(source, scheme, buffer_kb * 1024, per_rule=3)

@@ -5,10 +5,11 @@ model. Serialising each to ONNX and importing it with
 :func:`~fuseplan.graph.onnx_import.graph_from_model` cost more than the
 substitution itself; :func:`graph_from_ir` reads the onnx-ir graph
 directly and gives the same graph. It handles the models a rewrite search
-sees (prepared: shapes known, constants and aliases folded) and returns
-``None`` for anything the importer would treat specially (a constant or
-alias node left over, a node without a name or with a duplicate one, an
-unused output or node, a weight passed as a model input, a ``Pad``, an
+sees (prepared: shapes known) and folds what the importer folds (``Constant``,
+``Shape`` and ``Size`` nodes and nodes reading only constants), and returns
+``None`` for anything else the importer would treat specially (an alias
+node left over, a node without a name or with a duplicate one, an unused
+output or operator, a weight passed as a model input, a ``Pad``, an
 operator outside the standard domain, a value whose shape is not static),
 so the caller imports the serialised model instead. Tests compare the two
 on every rule's candidates over several zoo models.
@@ -25,11 +26,12 @@ import onnx
 import onnx_ir as ir
 
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
-from fuseplan.graph.onnx_import import FLOAT_TYPES
+from fuseplan.graph.onnx_import import _SOURCE_OPS, FLOAT_TYPES
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, operator_macs, row_geometry
 from fuseplan.passes.prepare import ALIAS_OPS
 
-_FOLDED_OPS = ALIAS_OPS | {"Constant", "Shape", "Size", "Pad"}
+_LEFT_TO_IMPORTER = ALIAS_OPS | {"Pad"}  # aliases are resolved by the importer, a Pad's pads read from constants
+_STATIC_SOURCES = _SOURCE_OPS | {"Constant"}  # folded by the importer, as is any node reading only constants
 
 
 def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
@@ -72,20 +74,23 @@ def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, tupl
     from the one the memo was filled from, its nodes still alive.
     """
     graph = model.graph
-    nodes = list(graph)
     initializers = graph.initializers
     is_static = {id(v) for v in initializers.values()}
     names: set[str] = set()
-    for node in nodes:
-        if (not node.name or node.name in names or node.op_type in _FOLDED_OPS
+    nodes = []  # the operators the importer keeps
+    for node in graph:
+        if (not node.name or node.name in names or node.op_type in _LEFT_TO_IMPORTER
                 or node.domain not in ("", "ai.onnx") or not node.outputs):
             return None
         names.add(node.name)
-        if all(v is None or id(v) in is_static for v in node.inputs):
-            return None  # folded to a constant by the importer
         if any(a.type == ir.AttributeType.GRAPH or a.type == ir.AttributeType.GRAPHS
                for a in node.attributes.values()):
             return None
+        if node.op_type in _STATIC_SOURCES or all(v is None or id(v) in is_static for v in node.inputs):
+            is_static.update(id(v) for v in node.outputs)  # folded to a constant by the importer
+        else:
+            nodes.append(node)
+    kept = {id(node) for node in nodes}
     model_inputs = [v for v in graph.inputs if id(v) not in is_static]
     output_ids = {id(v) for v in graph.outputs}
     if any(id(v) in is_static or v.producer() is None and not v.is_graph_input() for v in graph.outputs):
@@ -94,10 +99,11 @@ def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, tupl
         uses = value.uses()
         if not uses or all(use.idx in WEIGHT_SLOTS.get(use.node.op_type, ()) for use in uses):
             return None
-    # Every output of every node is read by a node or is a model output; no dead node.
+    # Every output of every operator is read by an operator or is a model output; no dead operator (one read
+    # only by what folds to a constant, a Shape say, is dead to the importer).
     for node in nodes:
         for out in node.outputs:
-            if out.name and id(out) not in output_ids and not out.uses():
+            if out.name and id(out) not in output_ids and not any(id(use.node) in kept for use in out.uses()):
                 return None
 
     tensor_index: dict[int, int] = {}

@@ -14,13 +14,17 @@ result, so it is never worse than the greedy search. The budget counts
 expanded graphs. The result is the best verified graph and the exact
 sequence of substitutions that produced it.
 
-Graphs stay onnx-ir models while they are rewritten: each candidate is a
-clone of the expanded graph with one substitution applied and only the new
-values' shapes inferred, and a candidate reached by a set of
-substitutions already tried in another order is not built again. A
-candidate is hashed by updating its parent's hash around the rewrite
-(:class:`~fuseplan.passes.ir_hashing.HashState`), priced from the onnx-ir
-graph (:meth:`Objective.price_ir`) and never serialised: the queue holds a
+Graphs stay onnx-ir models while they are rewritten: each candidate is the
+expanded graph with one substitution applied in place (only the new values'
+shapes inferred), hashed, priced and then undone
+(:class:`~fuseplan.rewrite.trial.Undo`), so no candidate copies the graph;
+a candidate reached by a set of substitutions already tried in another
+order is not built again. A candidate is hashed by updating its parent's
+hash around the rewrite (:class:`~fuseplan.passes.ir_hashing.HashState`)
+and priced from the onnx-ir graph with what the objective kept of the
+expanded graph (:meth:`Objective.expansion`, :meth:`Objective.price_near`:
+the dram objective re-solves only the window of each order the
+substitution changed). Candidates are never serialised: the queue holds a
 graph's substitutions and its hash, and a graph popped to be expanded is
 rebuilt by replaying them on the original (names are deterministic, so the
 replay is the same graph; its hash is checked). Only a graph that becomes
