@@ -38,8 +38,11 @@ def _candidates(working, per_rule: int):
             yield name, site, copy
 
 
-@pytest.mark.parametrize("source", ["squeezenet", "resnet18", GOOGLENET])
-@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+@pytest.mark.parametrize("source,scheme", [
+    ("squeezenet", "lbdf"), ("resnet18", "brr"),
+    *[pytest.param(source, scheme, marks=pytest.mark.slow)
+      for source, scheme in [("squeezenet", "brr"), ("resnet18", "lbdf"), (GOOGLENET, "lbdf"), (GOOGLENET, "brr")]],
+])
 def test_interval_tables_hold_the_interval_dp_optimum_both_ways(source, scheme):
     graph = graph_from_ir(ir.from_proto(_prepared(source)))
     problem = FusionProblem(make_cost_model(scheme, graph, 64 * 1024))
@@ -94,7 +97,8 @@ def _check_candidates(source: str, scheme: str, buffer_bytes: int, per_rule: int
 
 
 @pytest.mark.parametrize("source,scheme,buffer_kb", [
-    ("squeezenet", "lbdf", 64), ("squeezenet", "brr", 256), (GOOGLENET, "lbdf", 256),
+    ("squeezenet", "lbdf", 64), (GOOGLENET, "lbdf", 256),
+    pytest.param("squeezenet", "brr", 256, marks=pytest.mark.slow),
     pytest.param(GOOGLENET, "brr", 64, marks=pytest.mark.slow),
     pytest.param("resnet18", "lbdf", 1024, marks=pytest.mark.slow),
     pytest.param("resnet18", "brr", 64, marks=pytest.mark.slow),
@@ -108,8 +112,11 @@ def test_windowed_prices_equal_total_dram_on_real_candidates(source, scheme, buf
     assert "split-conv-by-channels" in seen and len(seen) >= (1 if source == "vgg16" else 2)  # VGG: only splits
 
 
-@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
-@pytest.mark.parametrize("buffer_bytes", [200, 600, 4096])
+@pytest.mark.parametrize("scheme,buffer_bytes", [
+    ("lbdf", 600), ("brr", 200),
+    *[pytest.param(scheme, buffer, marks=pytest.mark.slow) for scheme, buffer in
+      [("lbdf", 200), ("lbdf", 4096), ("brr", 600), ("brr", 4096)]],
+])
 def test_windowed_prices_equal_total_dram_for_every_rule(scheme, buffer_bytes):
     seen = _check_candidates("every-rule", scheme, buffer_bytes, per_rule=2, depth=2)
     assert seen == set(load_rules()) - {"drop-identity-like"}
@@ -162,7 +169,7 @@ def _uses_match_inputs(graph) -> bool:
                for key, value in values.items())
 
 
-@pytest.mark.parametrize("source", ["every-rule", "squeezenet", GOOGLENET,
+@pytest.mark.parametrize("source", ["every-rule", "squeezenet", pytest.param(GOOGLENET, marks=pytest.mark.slow),
                                     pytest.param("resnet18", marks=pytest.mark.slow),
                                     pytest.param("mobilenet_v3_small", marks=pytest.mark.slow)])
 def test_a_substitution_tried_in_place_and_undone_leaves_the_graph_as_it_was(source):

@@ -85,7 +85,7 @@ def _kahn_by_priority(problem, priority):
     return order
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(graph=random_dags(max_nodes=14), buffer=st.sampled_from([1_000, 2_500, 10_000, 30_000]))
 def test_named_orders_follow_their_priorities(graph, buffer):
     from fuseplan.search.interval_dp import named_orders
@@ -106,7 +106,7 @@ def test_named_orders_follow_their_priorities(graph, buffer):
     assert named_orders(problem) == expected
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(graph=random_dags(max_nodes=14), buffer=st.sampled_from([1_000, 2_500, 10_000, 30_000]),
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
 def test_interval_tables_and_windows_give_the_interval_dp_optimum(graph, buffer, cut):

@@ -49,9 +49,10 @@ def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per
 def graph_dram(graph: CompGraph, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
                prices: GroupPrices | None = None) -> int:
     """:func:`total_dram` of a model already read as ``graph``."""
-    problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
+    cost = make_cost_model(scheme, graph, buffer_bytes, bytes_per_element)
     if prices is not None:
-        prices.attach(problem.cost)
+        prices.attach(cost)  # before the problem prices every operator alone
+    problem = FusionProblem(cost)
     alone = problem.cost.unfuseable_dram()
     if not problem.fuseable:
         return alone
@@ -191,6 +192,7 @@ class DramObjective(Objective):
         self.scheme, self.buffer_bytes, self.bytes_per_element = scheme, buffer_bytes, bytes_per_element
         self.prices = GroupPrices()  # the graphs one objective prices are mostly rewrites of each other
         self.alone: dict[int, int] = {}  # label of an unfuseable operator -> its DRAM run alone
+        self.fits_alone: dict[int, bool] = {}  # label of an operator -> whether it fits the buffer alone
 
     def __call__(self, model: onnx.ModelProto) -> float:
         return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
@@ -245,8 +247,21 @@ class DramObjective(Objective):
         return float(int(best) + alone)
 
     def _problem(self, graph: CompGraph) -> tuple[FusionProblem, list[int]]:
-        problem = FusionProblem(make_cost_model(self.scheme, graph, self.buffer_bytes, self.bytes_per_element))
-        return problem, self.prices.attach(problem.cost)
+        """The fusion problem of ``graph`` with shared group prices, and its operators' labels.
+
+        Whether an operator fits alone is a price of its own, so it is looked up by label too: the cost
+        model's ``unfuseable`` (a cached property) is filled in from those before the problem reads it."""
+        cost = make_cost_model(self.scheme, graph, self.buffer_bytes, self.bytes_per_element)
+        labels = self.prices.attach(cost)
+        excluded = []
+        for v, label in enumerate(labels):
+            fits = self.fits_alone.get(label)
+            if fits is None:
+                fits = self.fits_alone[label] = cost.fits(frozenset((v,)))
+            if not fits:
+                excluded.append(v)
+        cost.__dict__["unfuseable"] = tuple(excluded)
+        return FusionProblem(cost), labels
 
     def _alone(self, problem: FusionProblem, labels: list[int]) -> int:
         """DRAM of the unfuseable operators run alone, each looked up by its label (its price's inputs)."""
