@@ -89,12 +89,14 @@ def speed_table(path: Path = RESULTS / "rewrite_speed.json") -> None:
     """benchmarks/results/rewrite_speed.json as the speed table of docs/rewrite.md."""
     document = json.loads(path.read_text())
     print("| model | scheme | expanded | candidates | wall ms per candidate | CPU ms per candidate | "
-          "wall s | projected wall s for 300 expansions | load average |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "wall s | projected wall s for 300 expansions | projected CPU s | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in document["runs"]:
+        budget = r.get("budget", 300)
+        cpu = r["cpu_seconds"] if r["finished"] else r["cpu_seconds"] * budget / max(r["expanded"], 1)
         print(f"| {r['model']} | {r['scheme'].upper()} | {r['expanded']}{'' if r['finished'] else '*'} | "
               f"{r['generated']} | {r['wall_ms_per_candidate']:.0f} | {r['cpu_ms_per_candidate']:.0f} | "
-              f"{r['wall_seconds']:.0f} | {r['projected_seconds_for_budget']:.0f} | "
+              f"{r['wall_seconds']:.0f} | {r['projected_seconds_for_budget']:.0f} | {cpu:.0f} | "
               f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f} |")
 
 

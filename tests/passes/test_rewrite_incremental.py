@@ -162,7 +162,9 @@ def test_the_onnx_ir_hash_ignores_names_and_node_order_and_sees_attributes():
 
 
 @pytest.mark.parametrize("source", ["squeezenet", "resnet18",
-                                    pytest.param("tests/data/googlenet_opset13.onnx", marks=pytest.mark.slow)])
+                                    pytest.param("tests/data/googlenet_opset13.onnx", marks=pytest.mark.slow),
+                                    pytest.param("mobilenet_v2", marks=pytest.mark.slow),  # Constants into Clips
+                                    pytest.param("deeplabv3_mobilenet_v3_large", marks=pytest.mark.slow)])  # Shapes
 def test_graphs_read_from_onnx_ir_equal_the_importers(source):
     model = _prepared(source)
     read = 0
@@ -190,4 +192,12 @@ def test_graphs_the_importer_reads_differently_are_left_to_it():
     unnamed = ir.from_proto(model)
     next(iter(unnamed.graph)).name = ""
     assert graph_from_ir(unnamed) is None
+    read_by_a_shape_only = ir.from_proto(model)  # the importer folds the Shape and drops the Relu as dead
+    source = read_by_a_shape_only.graph.inputs[0]
+    relu = ir.node("Relu", [source], name="dead_relu")
+    relu.outputs[0].shape, relu.outputs[0].type = source.shape, source.type
+    shape = ir.node("Shape", [relu.outputs[0]], name="its_shape")
+    shape.outputs[0].shape, shape.outputs[0].type = ir.Shape([len(source.shape)]), ir.TensorType(ir.DataType.INT64)
+    read_by_a_shape_only.graph.insert_before(next(iter(read_by_a_shape_only.graph)), [relu, shape])
+    assert graph_from_ir(read_by_a_shape_only) is None
     assert graph_from_ir(ir.from_proto(model)).nodes == graph_from_model(model, "candidate", passes=[]).nodes

@@ -65,3 +65,58 @@ def test_dp_is_fast_and_valid_on_the_zoo(zoo_graphs):
     # (docs/search.md); everywhere else the reference runs.
     assert all(scheme == "brr" and kb == 2048 for _, scheme, kb in stopped), stopped
     assert len(stopped) <= 2, stopped
+
+
+def _kahn_by_priority(problem, priority):
+    """Kahn's algorithm taking, among ready operators, the smallest ``priority(v, last)`` (the definition)."""
+    graph = problem.graph
+    waiting = [len(p) for p in graph.predecessors]
+    ready = [v for v, n in enumerate(waiting) if n == 0]
+    order, last = [], None
+    while ready:
+        v = min(ready, key=lambda u: priority(u, last))
+        ready.remove(v)
+        order.append(v)
+        last = v
+        for s in graph.successors[v]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                ready.append(s)
+    return order
+
+
+@settings(max_examples=40, deadline=None)
+@given(graph=random_dags(max_nodes=14), buffer=st.sampled_from([1_000, 2_500, 10_000, 30_000]))
+def test_named_orders_follow_their_priorities(graph, buffer):
+    from fuseplan.search.interval_dp import named_orders
+
+    problem = FusionProblem(LBDFCostModel(graph, buffer))
+    excluded = set(problem.excluded)
+    succ = graph.successors
+
+    def chained(v, last):
+        return (0 if last is not None and v in succ[last] else 1, v)
+
+    expected = {
+        "model": list(range(len(graph))),
+        "depth-first": _kahn_by_priority(problem, chained),
+        "unfuseable-late": _kahn_by_priority(problem, lambda v, last: (v in excluded, v)),
+        "depth-first-unfuseable-late": _kahn_by_priority(problem, lambda v, last: (v in excluded, *chained(v, last))),
+    }
+    assert named_orders(problem) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(graph=random_dags(max_nodes=14), buffer=st.sampled_from([1_000, 2_500, 10_000, 30_000]),
+       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+def test_interval_tables_and_windows_give_the_interval_dp_optimum(graph, buffer, cut):
+    from fuseplan.search.interval_dp import interval_tables, window_dp
+
+    problem = FusionProblem(LBDFCostModel(graph, buffer))
+    for order in candidate_orders(problem).values():
+        tables = interval_tables(problem, order)
+        best = interval_dp(problem, order)[1]
+        assert tables.forward[-1] == tables.backward[0] == best
+        prefix = int(cut[0] * len(order))
+        suffix = int(cut[1] * (len(order) - prefix))
+        assert window_dp(problem, order, tables, prefix, suffix) == best

@@ -76,8 +76,10 @@ class _NodeLabels:
 class HashState:
     """The labels of one hashed onnx-ir graph (its nodes in graph order) and its digest."""
 
-    def __init__(self, graph: ir.Graph, nodes: Sequence[_NodeLabels], digest: str) -> None:
+    def __init__(self, graph: ir.Graph, nodes: Sequence[_NodeLabels], digest: str,
+                 initializers: dict[int, str] | None = None) -> None:
         self.graph, self.nodes, self.digest = graph, list(nodes), digest
+        self.initializers = initializers or {}  # id of an initializer -> its label
 
     @classmethod
     def of(cls, graph: ir.Graph) -> HashState:
@@ -94,10 +96,14 @@ class HashState:
         """
         previous = {id(node): labels for node, labels in zip(before, self.nodes)}
         dirty = frozenset(id(node) for node in touched)
-        return _hash(graph, previous, dirty)
+        return _hash(graph, previous, dirty, self.initializers)
 
 
-def _hash(graph: ir.Graph, previous: dict[int, _NodeLabels] | None, dirty: frozenset[int]) -> HashState:
+def _hash(graph: ir.Graph, previous: dict[int, _NodeLabels] | None, dirty: frozenset[int],
+          initializers: dict[int, str] | None = None) -> HashState:
+    """Label ``graph``; with ``previous`` (labels of the nodes of the graph it was edited from, by node id),
+    reuse the labels of nodes not ``dirty`` whose inputs kept their labels, and of ``initializers``
+    (labels of that graph's initializers, by id: rules never edit an initializer, they add new ones)."""
     labels: dict[int, str] = {}  # id(value) -> label
     position = 0
     for value in graph.inputs:
@@ -105,22 +111,23 @@ def _hash(graph: ir.Graph, previous: dict[int, _NodeLabels] | None, dirty: froze
             continue
         labels[id(value)] = _digest("input", position, _type_label(value))
         position += 1
+    known = initializers or {}
+    own: dict[int, str] = {}
     for value in graph.initializers.values():
-        labels[id(value)] = _digest("initializer", _type_label(value))
+        label = known.get(id(value))
+        own[id(value)] = labels[id(value)] = _digest("initializer", _type_label(value)) if label is None else label
     states: list[_NodeLabels] = []
     for node in graph:  # graph order is topological: rules insert a node before its first reader
         inputs = tuple("" if v is None else labels.get(id(v)) or f"free:{v.name}" for v in node.inputs)
-        output_types = tuple(_type_label(v) for v in node.outputs)
-        old = None if previous is None else previous.get(id(node))
-        if old is not None and id(node) not in dirty:
-            if old.inputs == inputs and old.output_types == output_types:
-                state = old
-            else:
-                label = _digest("node", node.domain or "ai.onnx", node.op_type, old.attributes, inputs)
-                state = _NodeLabels(old.attributes, inputs, label, output_types,
-                                    tuple(_digest(label, slot, t) for slot, t in enumerate(output_types)))
+        old = None if previous is None or id(node) in dirty else previous.get(id(node))
+        if old is not None and old.inputs == inputs and _complete(old.output_types):
+            # Same node, inputs with the same labels (types included), outputs fully typed: its outputs'
+            # types are as before (rules edit only the nodes they matched, and per-node inference only
+            # fills in what is unknown).
+            state = old
         else:
-            attributes = _attributes_label(node)
+            attributes = _attributes_label(node) if old is None else old.attributes
+            output_types = tuple(_type_label(v) for v in node.outputs)
             label = _digest("node", node.domain or "ai.onnx", node.op_type, attributes, inputs)
             state = _NodeLabels(attributes, inputs, label, output_types,
                                 tuple(_digest(label, slot, t) for slot, t in enumerate(output_types)))
@@ -129,7 +136,12 @@ def _hash(graph: ir.Graph, previous: dict[int, _NodeLabels] | None, dirty: froze
         states.append(state)
     outputs = tuple(labels.get(id(v), f"free:{v.name}") for v in graph.outputs)
     digest = _digest("graph", sorted(Counter(s.label for s in states).items()), outputs)
-    return HashState(graph, states, digest)
+    return HashState(graph, states, digest, own)
+
+
+def _complete(types: tuple) -> bool:
+    """Whether every output type label has an element type and only static dimensions."""
+    return all(dtype is not None and dims is not None and "?" not in dims for dtype, dims in types)
 
 
 def ir_structural_hash_of_graph(graph: ir.Graph) -> str:

@@ -11,7 +11,8 @@ import json
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from fuseplan.graph import CompGraph, graph_from_model
 from fuseplan.passes.prepare import known_shapes, node_attributes
 from fuseplan.plan import FusionProblem
 from fuseplan.search import candidate_orders, interval_dp
+from fuseplan.search.interval_dp import INF, IntervalTables, interval_tables, named_orders, window_dp
 
 
 def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
@@ -47,9 +49,10 @@ def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per
 def graph_dram(graph: CompGraph, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
                prices: GroupPrices | None = None) -> int:
     """:func:`total_dram` of a model already read as ``graph``."""
-    problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
+    cost = make_cost_model(scheme, graph, buffer_bytes, bytes_per_element)
     if prices is not None:
-        prices.attach(problem.cost)
+        prices.attach(cost)  # before the problem prices every operator alone
+    problem = FusionProblem(cost)
     alone = problem.cost.unfuseable_dram()
     if not problem.fuseable:
         return alone
@@ -91,8 +94,9 @@ class GroupPrices:
             ids.append(self.label_ids.setdefault(label, len(self.label_ids)))
         return ids
 
-    def attach(self, cost: CostModel) -> None:
-        """Make ``cost`` look its groups' prices up here before pricing them (and keep what it prices)."""
+    def attach(self, cost: CostModel) -> list[int]:
+        """Make ``cost`` look its groups' prices up here before pricing them (and keep what it prices);
+        the labels of its graph's operators."""
         labels, price = self.labels(cost.graph), cost.price
 
         label_of = labels.__getitem__
@@ -108,6 +112,27 @@ class GroupPrices:
             return found
 
         cost.price = shared
+        return labels
+
+
+@dataclass
+class _Expansion:
+    """What the dram objective keeps of an expanded graph to price its candidates."""
+
+    orders: dict[str, tuple[list[int], IntervalTables]]  # order name -> (labels in that order, tables)
+    memo: dict[int, tuple]  # id of an onnx-ir node -> what the planner reads from it
+
+
+def _common_ends(a: list[int], b: list[int]) -> tuple[int, int]:
+    """Lengths of the longest common prefix of ``a`` and ``b`` and of their longest common suffix after it."""
+    limit = min(len(a), len(b))
+    prefix = 0
+    while prefix < limit and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    return prefix, suffix
 
 
 def model_macs(model: onnx.ModelProto) -> int:
@@ -142,6 +167,17 @@ class Objective(ABC):
 
         return self(ir.to_proto(model))
 
+    def expansion(self, model: Any) -> Any:
+        """What pricing the graphs one substitution away from the onnx-ir ``model`` can reuse
+        (:meth:`price_near`); ``None``: nothing."""
+        return None
+
+    def price_near(self, expansion: Any, model: Any, changed: Collection[int] = ()) -> float:
+        """:meth:`price_ir` of ``model``, the graph ``expansion`` was made from with one substitution
+        applied in place (the same number, sooner where the objective reuses ``expansion``); ``changed``:
+        the ids of the nodes the substitution may have changed."""
+        return self.price_ir(model)
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "unit": self.unit}
 
@@ -155,6 +191,8 @@ class DramObjective(Objective):
                  **_: Any) -> None:
         self.scheme, self.buffer_bytes, self.bytes_per_element = scheme, buffer_bytes, bytes_per_element
         self.prices = GroupPrices()  # the graphs one objective prices are mostly rewrites of each other
+        self.alone: dict[int, int] = {}  # label of an unfuseable operator -> its DRAM run alone
+        self.fits_alone: dict[int, bool] = {}  # label of an operator -> whether it fits the buffer alone
 
     def __call__(self, model: onnx.ModelProto) -> float:
         return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
@@ -167,6 +205,73 @@ class DramObjective(Objective):
         if graph is None:
             return super().price_ir(model)
         return float(graph_dram(graph, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
+
+    def expansion(self, model: Any) -> _Expansion | None:
+        """For each named order of ``model``'s graph: its operators' labels and its interval tables; and
+        what each node of ``model`` reads as (:func:`graph_from_ir`'s memo)."""
+        from fuseplan.rewrite.ir_graph import graph_from_ir
+
+        memo: dict[int, tuple] = {}
+        graph = graph_from_ir(model, memo=memo)
+        if graph is None:
+            return None
+        problem, labels = self._problem(graph)
+        tables: dict[tuple[int, ...], IntervalTables] = {}
+        orders = {}
+        for name, order in named_orders(problem).items():
+            key = tuple(order)
+            if key not in tables:
+                tables[key] = interval_tables(problem, order)
+            orders[name] = ([labels[v] for v in order], tables[key])
+        return _Expansion(orders, memo)
+
+    def price_near(self, expansion: _Expansion | None, model: Any, changed: Collection[int] = ()) -> float:
+        """:func:`total_dram` of ``model``, re-solving each order only between the ends it shares (by
+        group-price label) with the same order of the expanded graph (:func:`window_dp`). ``model`` is
+        the expanded graph edited in place; ``changed`` holds the ids of the nodes the edit may have
+        changed (nodes it added are found as new)."""
+        from fuseplan.rewrite.ir_graph import graph_from_ir
+
+        graph = None if expansion is None else graph_from_ir(model, memo=expansion.memo, changed=changed)
+        if graph is None:
+            return self.price_ir(model)
+        problem, labels = self._problem(graph)
+        alone = self._alone(problem, labels)
+        if not problem.fuseable:
+            return float(alone)
+        best = INF
+        for name, order in candidate_orders(problem).items():
+            parent_labels, tables = expansion.orders[name]
+            prefix, suffix = _common_ends([labels[v] for v in order], parent_labels)
+            best = min(best, window_dp(problem, order, tables, prefix, suffix))
+        return float(int(best) + alone)
+
+    def _problem(self, graph: CompGraph) -> tuple[FusionProblem, list[int]]:
+        """The fusion problem of ``graph`` with shared group prices, and its operators' labels.
+
+        Whether an operator fits alone is a price of its own, so it is looked up by label too: the cost
+        model's ``unfuseable`` (a cached property) is filled in from those before the problem reads it."""
+        cost = make_cost_model(self.scheme, graph, self.buffer_bytes, self.bytes_per_element)
+        labels = self.prices.attach(cost)
+        excluded = []
+        for v, label in enumerate(labels):
+            fits = self.fits_alone.get(label)
+            if fits is None:
+                fits = self.fits_alone[label] = cost.fits(frozenset((v,)))
+            if not fits:
+                excluded.append(v)
+        cost.__dict__["unfuseable"] = tuple(excluded)
+        return FusionProblem(cost), labels
+
+    def _alone(self, problem: FusionProblem, labels: list[int]) -> int:
+        """DRAM of the unfuseable operators run alone, each looked up by its label (its price's inputs)."""
+        total = 0
+        for v in problem.excluded:
+            dram = self.alone.get(labels[v])
+            if dram is None:
+                dram = self.alone[labels[v]] = problem.cost.alone_dram(v)
+            total += dram
+        return total
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scheme": self.scheme, "buffer_bytes": self.buffer_bytes,

@@ -14,13 +14,17 @@ result, so it is never worse than the greedy search. The budget counts
 expanded graphs. The result is the best verified graph and the exact
 sequence of substitutions that produced it.
 
-Graphs stay onnx-ir models while they are rewritten: each candidate is a
-clone of the expanded graph with one substitution applied and only the new
-values' shapes inferred, and a candidate reached by a set of
-substitutions already tried in another order is not built again. A
-candidate is hashed by updating its parent's hash around the rewrite
-(:class:`~fuseplan.passes.ir_hashing.HashState`), priced from the onnx-ir
-graph (:meth:`Objective.price_ir`) and never serialised: the queue holds a
+Graphs stay onnx-ir models while they are rewritten: each candidate is the
+expanded graph with one substitution applied in place (only the new values'
+shapes inferred), hashed, priced and then undone
+(:class:`~fuseplan.rewrite.trial.Undo`), so no candidate copies the graph;
+a candidate reached by a set of substitutions already tried in another
+order is not built again. A candidate is hashed by updating its parent's
+hash around the rewrite (:class:`~fuseplan.passes.ir_hashing.HashState`)
+and priced from the onnx-ir graph with what the objective kept of the
+expanded graph (:meth:`Objective.expansion`, :meth:`Objective.price_near`:
+the dram objective re-solves only the window of each order the
+substitution changed). Candidates are never serialised: the queue holds a
 graph's substitutions and its hash, and a graph popped to be expanded is
 rebuilt by replaying them on the original (names are deterministic, so the
 replay is the same graph; its hash is checked). Only a graph that becomes
@@ -194,9 +198,9 @@ class _Search:
             self.costs[digest] = self.objective(model)
         return self.costs[digest]
 
-    def price_ir(self, model: Any, digest: str) -> float:
+    def price_near(self, expansion: Any, model: Any, digest: str, changed: frozenset[int]) -> float:
         if digest not in self.costs:
-            self.costs[digest] = self.objective.price_ir(model)
+            self.costs[digest] = self.objective.price_near(expansion, model, changed)
         return self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
@@ -218,6 +222,7 @@ class _Search:
         would keep if it verified each on the spot.
         """
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
+        from fuseplan.rewrite.trial import undo_for
 
         counters = self.counters
         queue = []
@@ -241,6 +246,7 @@ class _Search:
             hashed = HashState.of(working.graph)
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
+            expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
             for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
                 if self.out_of_time(deadline):
                     break
@@ -250,22 +256,22 @@ class _Search:
                     counters["duplicates"] += 1
                     continue
                 tried.add(key)
-                copy = working.clone()
-                before = list(copy.graph)  # kept alive until hashed, so no new node reuses an old one's id
-                matched = set(site)
-                touched = [node for node in before if node.outputs and node.outputs[0].name in matched]
+                before, touched, undo = undo_for(working, site)
                 try:
-                    apply_in_place(copy, name, site)
-                except FuseplanError:  # the site vanished or a check failed on the copy
-                    counters["refused"] += 1
-                    continue
-                counters["generated"] += 1
-                digest = model_digest(copy, hashed.update(copy.graph, before, touched))
-                if digest in seen:
-                    counters["duplicates"] += 1
-                    continue
-                seen.add(digest)
-                candidate_cost = self.price_ir(copy, digest)
+                    try:
+                        apply_in_place(working, name, site)
+                    except FuseplanError:  # the site vanished or a check failed
+                        counters["refused"] += 1
+                        continue
+                    counters["generated"] += 1
+                    digest = model_digest(working, hashed.update(working.graph, before, touched))
+                    if digest in seen:
+                        counters["duplicates"] += 1
+                        continue
+                    seen.add(digest)
+                    candidate_cost = self.price_near(expansion, working, digest, undo.changed)
+                finally:
+                    undo()  # the expanded graph again, for the next site
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue

@@ -24,8 +24,9 @@ answer is optimal among the interval plans of the order it reports.
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fuseplan.errors import FuseplanError
@@ -45,49 +46,67 @@ class IntervalDPTooLarge(Exception):
     """Raised when the interval DP would price more than its work limit."""
 
 
-def _kahn(problem: FusionProblem, priority: Callable[[int, int | None], tuple]) -> list[int]:
-    """A topological order taking, among ready operators, the smallest ``priority(v, last)``."""
-    graph = problem.graph
-    waiting = [len(p) for p in graph.predecessors]
-    ready = [v for v, n in enumerate(waiting) if n == 0]
-    order: list[int] = []
-    last: int | None = None
-    while ready:
-        v = min(ready, key=lambda u: priority(u, last))
-        ready.remove(v)
-        order.append(v)
-        last = v
-        for s in graph.successors[v]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                ready.append(s)
-    return order
-
-
 def candidate_orders(problem: FusionProblem) -> dict[str, list[int]]:
-    """Named topological orders the interval DP is run on."""
-    graph = problem.graph
-    excluded = set(problem.excluded)
-
-    def chained(v: int, last: int | None) -> tuple:
-        return (0 if last is not None and v in graph.successors[last] else 1, v)
-
-    def late(v: int, last: int | None) -> tuple:
-        return (v in excluded, v)
-
-    def chained_late(v: int, last: int | None) -> tuple:
-        return (v in excluded, *chained(v, last))
-
-    orders = {
-        "model": list(range(len(graph))),
-        "depth-first": _kahn(problem, chained),
-        "unfuseable-late": _kahn(problem, late),
-        "depth-first-unfuseable-late": _kahn(problem, chained_late),
-    }
+    """Named topological orders the interval DP is run on (an order two names share, under the first)."""
     unique: dict[tuple[int, ...], str] = {}
-    for name, order in orders.items():
+    for name, order in named_orders(problem).items():
         unique.setdefault(tuple(order), name)
     return {name: list(order) for order, name in unique.items()}
+
+
+def named_orders(problem: FusionProblem) -> dict[str, list[int]]:
+    """Every named order of :func:`candidate_orders`, equal ones included."""
+    graph = problem.graph
+    excluded = [False] * len(graph)
+    for v in problem.excluded:
+        excluded[v] = True
+    return {
+        "model": list(range(len(graph))),
+        "depth-first": _kahn_heap(graph, None, chained=True),
+        "unfuseable-late": _kahn_heap(graph, excluded, chained=False),
+        "depth-first-unfuseable-late": _kahn_heap(graph, excluded, chained=True),
+    }
+
+
+def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
+    """A topological order (Kahn's algorithm, O(n log n)) taking, among ready operators, those not ``late``
+    first; among those, a successor of the last one taken if ``chained``; then the smallest index."""
+    successors = graph.successors
+    waiting = [len(p) for p in graph.predecessors]
+    ready = [False] * len(waiting)
+    heaps: tuple[list[int], list[int]] = ([], [])
+
+    def push(v: int) -> None:
+        ready[v] = True
+        heapq.heappush(heaps[1 if late is not None and late[v] else 0], v)
+
+    for v, n in enumerate(waiting):
+        if n == 0:
+            push(v)
+    order: list[int] = []
+    last: int | None = None
+    while True:
+        taken = None
+        for cls, heap in enumerate(heaps):
+            if chained and last is not None:
+                taken = min((s for s in successors[last]
+                             if ready[s] and (1 if late is not None and late[s] else 0) == cls), default=None)
+                if taken is not None:
+                    break
+            while heap and not ready[heap[0]]:
+                heapq.heappop(heap)  # taken earlier as a successor
+            if heap:
+                taken = heapq.heappop(heap)
+                break
+        if taken is None:
+            return order
+        ready[taken] = False
+        order.append(taken)
+        last = taken
+        for s in successors[taken]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                push(s)
 
 
 def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False,
@@ -156,6 +175,111 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
         groups.extend(parts)
         j = i
     return Plan.from_groups(groups), best[n], priced
+
+
+def _runs(order: list[int], i: int, excluded: set[int] | frozenset[int], neighbours, evaluate,
+          beta: int) -> tuple[list[tuple[int, float]], int]:
+    """The runs ``order[i:j]`` :func:`interval_dp` scans from start ``i`` that fit, as ``(j, DRAM of their
+    components)``, and the last position the scan looked at (where it stopped)."""
+    if order[i] in excluded:
+        return [(i + 1, 0)], i
+    component: dict[int, int] = {}
+    members: dict[int, set[int]] = {}
+    costs: dict[int, int] = {}
+    total = 0
+    runs: list[tuple[int, float]] = []
+    for j in range(i, len(order)):
+        v = order[j]
+        if v in excluded:
+            return runs, j
+        merged = {v}
+        for c in {component[u] for u in neighbours[v] if u in component}:
+            merged |= members.pop(c)
+            total -= costs.pop(c)
+        for u in merged:
+            component[u] = v
+        buffer, dram = evaluate(frozenset(merged))
+        members[v], costs[v] = merged, dram
+        total += dram
+        if buffer >= beta:
+            return runs, j
+        runs.append((j + 1, total))
+    return runs, len(order) - 1
+
+
+@dataclass
+class IntervalTables:
+    """What a window of an order can be re-solved from (:func:`window_dp`).
+
+    ``forward[i]``: the cheapest interval plan of ``order[:i]``; ``backward[i]``: of ``order[i:]``;
+    ``first_reaching[p]``: the smallest start whose scan looked at position ``p`` (``p`` if none before it).
+    Each value depends only on what the operators of its part of the order are, which is what lets a
+    rewritten graph whose order agrees with this one at both ends reuse them.
+    """
+
+    forward: list[float]
+    backward: list[float]
+    first_reaching: list[int]
+
+    @property
+    def best(self) -> float:
+        return self.forward[-1]
+
+
+def interval_tables(problem: FusionProblem, order: list[int]) -> IntervalTables:
+    """The :class:`IntervalTables` of ``order``; ``forward[-1]`` is :func:`interval_dp`'s optimum."""
+    n = len(order)
+    excluded = set(problem.excluded)
+    neighbours, evaluate, beta = problem.graph.neighbours, problem.cost.evaluate, problem.buffer_bytes
+    scans = [_runs(order, i, excluded, neighbours, evaluate, beta) for i in range(n)]
+    forward = [INF] * (n + 1)
+    forward[0] = 0.0
+    for i, (runs, _) in enumerate(scans):
+        here = forward[i]
+        if here == INF:
+            continue
+        for end, dram in runs:
+            if here + dram < forward[end]:
+                forward[end] = here + dram
+    backward = [INF] * (n + 1)
+    backward[n] = 0.0
+    for i in range(n - 1, -1, -1):
+        backward[i] = min((dram + backward[end] for end, dram in scans[i][0]), default=INF)
+    first_reaching = list(range(n + 1))
+    for start, (_, reach) in enumerate(scans):
+        for p in range(start + 1, reach + 1):
+            if first_reaching[p] > start:
+                first_reaching[p] = start
+    return IntervalTables(forward, backward, first_reaching)
+
+
+def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, prefix: int, suffix: int) -> float:
+    """:func:`interval_dp`'s optimum for ``order``, re-solving only a window of it.
+
+    ``parent`` holds the tables of an order whose first ``prefix`` and last ``suffix`` operators are the
+    same as ``order``'s (same prices, same neighbours among themselves; ``prefix + suffix`` at most the
+    shorter length). Starts whose scan in the parent stayed inside the prefix scan the same here, so
+    only starts from ``parent.first_reaching[prefix]`` up to the suffix are scanned again; every plan
+    has a first cut ``k`` inside the suffix, after which it costs ``parent.backward`` at ``k``'s place.
+    """
+    n, n_parent = len(order), len(parent.forward) - 1
+    end_of_window = n - suffix
+    shift = n_parent - n
+    forward = parent.forward[:prefix + 1] + [INF] * (n - prefix)
+    excluded = set(problem.excluded)
+    neighbours, evaluate, beta = problem.graph.neighbours, problem.cost.evaluate, problem.buffer_bytes
+    furthest = end_of_window
+    for start in range(parent.first_reaching[prefix], end_of_window):
+        here = forward[start]
+        if here == INF:
+            continue
+        for end, dram in _runs(order, start, excluded, neighbours, evaluate, beta)[0]:
+            if here + dram < forward[end]:
+                forward[end] = here + dram
+                if end > furthest:
+                    furthest = end
+    backward = parent.backward
+    return min(forward[k] + backward[k + shift] for k in range(end_of_window, furthest + 1))
 
 
 def is_interval_plan(problem: FusionProblem, plan: Plan, order: list[int]) -> bool:

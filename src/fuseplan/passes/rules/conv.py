@@ -65,8 +65,9 @@ def _bias(node: ir.Node, out_channels: int) -> np.ndarray | None:
 
 
 def _conv(names: NameSource, like: ir.Node, inputs: list[ir.Value | None], stem: str) -> ir.Node:
-    """A new Conv with ``like``'s attributes."""
-    attributes = {name: attr.value for name, attr in like.attributes.items()}
+    """A new Conv with ``like``'s attributes (copied with their types: inferring a type from a value costs more
+    than the rest of a rewrite)."""
+    attributes = {name: ir.Attr(name, attr.type, attr.value) for name, attr in like.attributes.items()}
     return ir.node("Conv", inputs, attributes, name=names(stem))
 
 
