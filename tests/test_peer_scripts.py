@@ -8,27 +8,16 @@ message) in step with the library.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fuseplan.cost import LBDFCostModel
 from fuseplan.graph import graph_from_model
+from tests.scripts import BENCHMARKS, load_script
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
-
-def _script(name: str):
-    # The scripts import their shared helpers (benchmarks/peers.py) as a sibling module, as `python SCRIPT` allows.
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name, flag", [("compare_optimus", "--optimus"), ("compare_defines", "--defines")])
@@ -59,7 +48,7 @@ def test_optimus_network_rebuilt_with_its_sizes():
         {"name": "cat", "kind": "ConcatLayer", "channels": 12, "height": 8, "width": 8, "kernel": [1, 1],
          "stride": [1, 1], "prevs": ["sum", "b"]},
     ]}
-    graph = graph_from_model(_script("compare_optimus").onnx_from_optimus(net), name="tiny")
+    graph = graph_from_model(load_script("compare_optimus").onnx_from_optimus(net), name="tiny")
     assert [n.name for n in graph.nodes] == ["c1", "p1", "a", "sum", "b", "cat"]
     for layer in net["layers"][1:]:
         node = next(n for n in graph.nodes if n.name == layer["name"])
@@ -72,8 +61,8 @@ def test_optimus_network_rebuilt_with_its_sizes():
 def test_defines_stack_priced_as_a_line_buffer():
     # Three unpadded 3x3 convolutions on 16x58x58 (the first stack compared with DeFiNES), b = 1:
     # every input keeps 3 rows, the output 1 row, and all weights stay on chip.
-    stack = _script("compare_defines").STACKS["three 3x3 convolutions"]
-    graph = _script("compare_defines").stack_model(stack)
+    stack = load_script("compare_defines").STACKS["three 3x3 convolutions"]
+    graph = load_script("compare_defines").stack_model(stack)
     group = frozenset(range(len(graph.nodes)))
     weights = 16 * 32 * 9 + 32 * 32 * 9 + 32 * 16 * 9
     rows = 3 * 16 * 58 + 3 * 32 * 56 + 3 * 32 * 54 + 1 * 16 * 52
@@ -100,7 +89,7 @@ def _vgg_block() -> dict:
 def test_optimus_accounting_reproduces_its_figure_for_a_vgg_group():
     # Optimus plans conv3, conv4, pool2 of VGG16 as one group at its 256KB memory (131,072 16-bit elements)
     # and reports 802,816 input, 401,408 output and 2,826,240 weight elements for it.
-    optimus = _script("compare_optimus")
+    optimus = load_script("compare_optimus")
     graph = graph_from_model(optimus.onnx_from_optimus(_vgg_block()), name="vgg_block")
     group = frozenset(n.index for n in graph.nodes if n.name in ("conv3", "conv4", "pool2"))
     beta = 2 * 131072
@@ -125,7 +114,7 @@ def test_optimus_accounting_reproduces_its_figure_for_a_vgg_group():
 
 
 def test_optimus_accounting_rejects_what_optimus_rejects():
-    optimus = _script("compare_optimus")
+    optimus = load_script("compare_optimus")
     graph = graph_from_model(optimus.onnx_from_optimus(_vgg_block()), name="vgg_block")
     cost = optimus.optimus_accounting(graph, 2 * 131072)
     names = {n.name: n.index for n in graph.nodes}
@@ -143,7 +132,7 @@ def test_optimus_accounting_rejects_what_optimus_rejects():
 
 def test_what_if_variants_never_cost_more_than_brr():
     # Holding one filter tap of a weight block, or keeping some weights resident, only adds room or schedules.
-    optimus = _script("compare_optimus")
+    optimus = load_script("compare_optimus")
     graph = graph_from_model(optimus.onnx_from_optimus(_vgg_block()), name="vgg_block")
     names = {n.name: n.index for n in graph.nodes}
     groups = [frozenset(names[m] for m in members) for members in

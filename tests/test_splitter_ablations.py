@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 from fuseplan.cost import scheme_version
+from tests.scripts import load_script
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SQUEEZENET_LS = ("squeezenet", "brr", 128 * 1024, "ls", 2000)
 
 
-def _script(name: str):
-    # The scripts import their shared helpers (benchmarks/peers.py) as a sibling module, as `python SCRIPT` allows.
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_refined_control_cuts_brr_parts_and_records_the_version():
-    bench = _script("bench_splitters")
+    bench = load_script("bench_splitters")
     plain = bench.run(SQUEEZENET_LS, "random-edges", 0, merge=True, top_k=None)
     refined = bench.run(SQUEEZENET_LS, "random-edges", 0, merge=True, top_k=None, refine=True)
     assert (plain["refine"], refined["refine"]) == (False, True)
@@ -32,7 +19,7 @@ def test_refined_control_cuts_brr_parts_and_records_the_version():
 
 
 def test_refinement_never_fires_under_lbdf():
-    bench = _script("bench_splitters")
+    bench = load_script("bench_splitters")
     setup = ("squeezenet", "lbdf", 128 * 1024, "ls", 2000)
     plain = bench.run(setup, "random-edges", 1, merge=True, top_k=None)
     refined = bench.run(setup, "random-edges", 1, merge=True, top_k=None, refine=True)
@@ -47,7 +34,7 @@ def _row(splitter: str, seed: int, dram_mb: float, model: str = "vgg16") -> dict
 
 
 def test_summary_pairs_a_variant_with_the_defaults_by_seed():
-    summary = _script("summarize_splitters")
+    summary = load_script("summarize_splitters")
     control = summary.keyed([_row("random", s, 10.0) for s in range(3)]
                             + [_row("random-edges", s, 9.0) for s in range(3)])
     default = summary.keyed([_row("goat", s, 8.0 + s) for s in range(3)])
@@ -61,7 +48,7 @@ def test_summary_pairs_a_variant_with_the_defaults_by_seed():
 
 
 def test_summary_marks_a_control_higher_beyond_noise():
-    summary = _script("summarize_splitters")
+    summary = load_script("summarize_splitters")
     assert summary.marker([2.0, 2.1, 2.2], [1.0, 1.0, 1.0]) == " ↑!"
     assert summary.marker([1.0, 1.2, 0.9], [1.0, 1.0, 1.0]) == " ↑"
     assert summary.marker([0.5, 1.0, 1.0], [1.0, 1.0, 1.0]) == " ↓"
