@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from fuseplan.cost import scheme_version
 from tests.scripts import load_script
 
