@@ -14,6 +14,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--stages"]:
+        stages_table(*[Path(a) for a in sys.argv[2:3]])
+        return
     if sys.argv[1:2] == ["--speed"]:
         speed_table(*[Path(a) for a in sys.argv[2:3]])
         return
@@ -100,5 +103,21 @@ def speed_table(path: Path = RESULTS / "rewrite_speed.json") -> None:
               f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f} |")
 
 
+def stages_table(path: Path = RESULTS / "rewrite_stages.json") -> None:
+    """docs/rewrite.md's table of CPU ms per candidate and per expanded graph (``bench_rewrite_stages.py``)."""
+    runs = json.loads(path.read_text())["runs"]
+    print("| model | candidates | earlier path | current path | apply | hash | price by windows | record + undo "
+          "| verify (per expansion) | rest (per expansion) | 300 verifications (s) | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        ms, once = r["cpu_ms"], r["per_expansion_cpu_ms"]
+        print(f"| {r['model']} | {r['candidates']} | {r['clone_path_ms']:.1f} | {r['current_path_ms']:.1f} "
+              f"| {ms['apply_in_place']:.1f} | {ms['hash_update_in_place']:.1f} "
+              f"| {ms['price_window']:.1f} (read {ms['read_memo']:.1f}) | {ms['record_undo'] + ms['undo']:.2f} "
+              f"| {once['verify']:.0f} | {once['total'] - once['verify']:.0f} | {300 * once['verify'] / 1000:.0f} "
+              f"| {r['load_average']} |")
+
+
 if __name__ == "__main__":
     main()
+
