@@ -122,13 +122,18 @@ def light_model(model: onnx.ModelProto) -> Iterator[tuple[onnx.ModelProto, Path]
     structures, not for running after that.
     """
     with tempfile.TemporaryDirectory(prefix="fuseplan-weights-") as directory:
-        light = onnx.ModelProto()
-        light.CopyFrom(model)
-        convert_model_to_external_data(light, all_tensors_to_one_file=True, location=_WEIGHTS_FILE,
-                                       size_threshold=LIGHT_THRESHOLD, convert_attribute=False)
-        path = os.path.join(directory, "model.onnx")
-        onnx.save_model(light, path)
-        yield onnx.load(path, load_external_data=False), Path(directory)
+        yield save_light_model(model, Path(directory)), Path(directory)
+
+
+def save_light_model(model: onnx.ModelProto, directory: Path) -> onnx.ModelProto:
+    """Write ``model`` to ``directory`` with its initializers of :data:`LIGHT_THRESHOLD` bytes or more in a
+    file beside it; the light model, whose tensors refer to that file (``model`` is left as it is)."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    convert_model_to_external_data(light, all_tensors_to_one_file=True, location=_WEIGHTS_FILE,
+                                   size_threshold=LIGHT_THRESHOLD, convert_attribute=False)
+    onnx.save_model(light, directory / "model.onnx")
+    return onnx.load(directory / "model.onnx", load_external_data=False)
 
 
 class ExternalPass(Pass):

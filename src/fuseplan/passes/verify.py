@@ -12,10 +12,10 @@ output; a rewrite passes when every output's error is at most ``tolerance``
 A search verifies many rewrites of one model. Copying its weights into each
 (through onnx-ir, protobuf and onnxruntime) cost seconds per check on
 VGG-16, so the verifier keeps the weighted model's large initializers in a
-file once (ONNX external data, as :func:`~fuseplan.passes.external.light_model`
-does) and replays each rewrite on that light copy: unchanged weights stay
-references into the file, which onnxruntime reads; rules that compute new
-weights read the old ones from it.
+file once (ONNX external data,
+:func:`~fuseplan.passes.external.save_light_model`) and replays each rewrite
+on that light copy: unchanged weights stay references into the file, which
+onnxruntime reads; rules that compute new weights read the old ones from it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnx.external_data_helper import convert_model_to_external_data
 
 from fuseplan.errors import FuseplanError
+from fuseplan.passes.external import save_light_model
 from fuseplan.passes.rewrite import Rewrite, apply_in_place
 
 TOLERANCE = 1e-4
@@ -140,16 +140,9 @@ class Verifier:
         self.tolerance = tolerance
         self._checks = 0
         # The weighted model with its initializers of 64 KiB or more in a file (removed with the verifier).
-        from fuseplan.passes.external import LIGHT_THRESHOLD
-
         self.weights_dir = Path(tempfile.mkdtemp(prefix="fuseplan-verify-"))
         weakref.finalize(self, shutil.rmtree, self.weights_dir, True)
-        light = onnx.ModelProto()
-        light.CopyFrom(self.model)
-        convert_model_to_external_data(light, all_tensors_to_one_file=True, location="weights.bin",
-                                       size_threshold=LIGHT_THRESHOLD, convert_attribute=False)
-        onnx.save_model(light, self.weights_dir / "model.onnx")
-        self.light_model = onnx.load(self.weights_dir / "model.onnx", load_external_data=False)
+        self.light_model = save_light_model(self.model, self.weights_dir)
 
     def check(self, steps: Sequence[Mapping[str, Any]]) -> Verification:
         import onnx_ir as ir
@@ -161,7 +154,7 @@ class Verifier:
         for step in steps:
             apply_in_place(working, step["rule"], step["site"])
         self._checks += 1
-        path = directory / f"check-{self._checks}.onnx"  # beside weights.bin, which its references name
+        path = directory / f"check-{self._checks}.onnx"  # beside the weights file, which its references name
         path.write_bytes(ir.to_proto(working).SerializeToString())
         try:
             outputs = run(path, self.feeds)
