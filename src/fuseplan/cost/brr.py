@@ -351,12 +351,11 @@ class BRRCostModel(CostModel):
         fp = footprint(tables, group, None, self.in_place)
         weights, io_out = fp.weights, fp.outputs
         overlap = max(kernel - stride, 0.0)
-        # weights of one block of output channels for one input channel
-        per_input_channel = tables.node_weights[head] * min(1.0, self.channel_block / channels) / in_channels
+        # input channels streamed at a time -> the weights held for one block of output channels
+        one_channel = ceil(tables.node_weights[head] * min(1.0, self.channel_block / channels) / in_channels)
+        held = {1: one_channel, min(self.channel_block, in_channels): self._weight_block[head]}
         best: GroupCost | None = None
-        for c in sorted({min(self.channel_block, in_channels), 1}, reverse=True):
-            block = self._weight_block[head] if c == min(self.channel_block, in_channels) \
-                else ceil(per_input_channel * c)
+        for c, block in sorted(held.items(), reverse=True):
             room = (self.buffer_bytes - 1) / b - block
             for passes in range(1, channels + 1):
                 k = ceil(channels / passes)
