@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fuseplan.cost import SCHEMES
 from fuseplan.files import read_input
 from fuseplan.sweep.reproduce import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
                                       table2_paper, table34_paper)
@@ -521,6 +522,4 @@ def results_document(parts: Sequence[TargetResult], runs: list[dict[str, Any]], 
 
 
 def _scheme_versions() -> str:
-    from fuseplan.cost import SCHEMES
-
     return ", ".join(f"{name.upper()} priced as since version {cls.version}" for name, cls in SCHEMES.items())
