@@ -6,18 +6,25 @@ seconds of its relaxed phase (the greedy phase is cut at the same time with ``gr
 Each run records wall and CPU seconds, graphs expanded and candidates built, milliseconds per
 candidate, and the time 300 expansions would take at the measured rate where the run stopped early
 (the projection assumes later expansions cost what the measured ones did). The load average is
-recorded before and after each run. Run::
+recorded before and after each run.
+
+``--sections`` also records the CPU seconds spent in two parts no faster code around them can remove:
+the window DP that prices each candidate exactly (``window_dp``) and onnxruntime verification of each
+expanded graph (``Verifier.check``), and projects them to the budget: the time the search would still
+take if everything else cost nothing. Run::
 
     nice -n 15 python benchmarks/bench_rewrite_speed.py [--models squeezenet ...] [--time-limit 60]
-        [--schemes lbdf brr] [--output benchmarks/results/rewrite_speed.json]
+        [--schemes lbdf brr] [--sections] [--output benchmarks/results/rewrite_speed.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from peers import machine, write_results
@@ -29,12 +36,37 @@ from fuseplan.rewrite import backtracking_search, make_objective
 RESULTS = Path(__file__).resolve().parent / "results"
 GOOGLENET = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "googlenet_opset13.onnx")
 
+#: section name -> (module, attribute path) of the function whose CPU time it sums, looked up where the search calls it
+SECTIONS = {"window_dp": ("fuseplan.rewrite.objectives", "window_dp"),
+            "verification": ("fuseplan.passes.verify", "Verifier.check")}
+SECTION_CPU: Counter = Counter()
+
+
+def time_sections() -> None:
+    """Wrap each function of :data:`SECTIONS` so that the CPU seconds spent in it add up in :data:`SECTION_CPU`."""
+    for section, (module_name, path) in SECTIONS.items():
+        owner = importlib.import_module(module_name)
+        *parents, attribute = path.split(".")
+        for part in parents:
+            owner = getattr(owner, part)
+        function = getattr(owner, attribute)
+
+        def timed(*args, _function=function, _section=section, **kwargs):
+            start = time.process_time()
+            try:
+                return _function(*args, **kwargs)
+            finally:
+                SECTION_CPU[_section] += time.process_time() - start
+
+        setattr(owner, attribute, timed)
+
 
 def run(source: str, scheme: str, args) -> dict:
     path, name = model_path(source)
     model = prepare_model(read_model(path), name)[0]
     objective = make_objective("dram", scheme=scheme, buffer_bytes=args.buffer_kb * 1024)
     load_before = os.getloadavg()[0]
+    SECTION_CPU.clear()
     wall, cpu = time.perf_counter(), time.process_time()
     limit = args.time_limit if args.time_limit > 0 else None
     result = backtracking_search(model, objective, alpha=args.alpha, budget=args.budget, seed=args.seed,
@@ -51,6 +83,10 @@ def run(source: str, scheme: str, args) -> dict:
              "finished": finished,
              "projected_seconds_for_budget": round(wall if finished else wall * args.budget / max(result.expanded, 1), 1),
              "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    if args.sections:
+        scale = 1 if finished else args.budget / max(result.expanded, 1)
+        entry["section_cpu_seconds"] = {k: round(SECTION_CPU[k], 2) for k in SECTIONS}
+        entry["projected_floor_cpu_seconds"] = round(scale * sum(SECTION_CPU.values()), 1)
     print(json.dumps(entry), flush=True)
     return entry
 
@@ -64,9 +100,13 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds; 0 for none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sections", action="store_true",
+                        help="also record CPU time in the window DP and in verification (see the docstring)")
     parser.add_argument("--label", default=None, help="a note saying which code ran (e.g. a commit)")
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_speed.json")
     args = parser.parse_args()
+    if args.sections:
+        time_sections()
     sources = args.models or [*zoo.names(), GOOGLENET]
     document = {**machine(), "cpus": os.cpu_count(), "label": args.label, "settings": {k: v for k, v in vars(args).items()
                                                                  if k not in ("output", "models", "label")},
