@@ -145,6 +145,32 @@ def test_a_failing_rule_is_discarded_and_counted(monkeypatch):
     assert result.verification_failures >= 1 and result.steps == [] and result.cost == result.initial_cost
 
 
+@pytest.mark.slow
+def test_checking_while_expanding_finds_what_checking_first_finds(monkeypatch):
+    # Graphs split at conv1 fail their check: the expansions they started must leave no trace.
+    from fuseplan.passes.verify import Verification, Verifier
+    from fuseplan.rewrite import search as search_module
+
+    check = Verifier.check
+
+    def failing(self, steps):
+        if any(step["rule"] == "split-conv-by-channels" for step in steps[:1]):
+            return Verification(float("inf"), self.tolerance)
+        return check(self, steps)
+
+    monkeypatch.setattr(Verifier, "check", failing)
+    model = _prepared("resnet18")
+    records = []
+    for overlap in (True, False):
+        monkeypatch.setattr(search_module._Search, "overlap_verification", overlap)
+        result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=256 * 1024),
+                                     alpha=1.05, budget=6, seed=3)
+        records.append({k: v for k, v in result.record().items() if k not in ("wall_seconds", "greedy")})
+        records[-1]["greedy"] = {k: v for k, v in result.greedy.items() if k != "seconds"}
+    assert records[0]["verification_failures"] >= 1 and records[0]["expanded"] == 6
+    assert records[0] == records[1]
+
+
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypatch, corrupt):
     from fuseplan.passes.rules import conv as conv_rules

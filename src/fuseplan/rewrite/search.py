@@ -28,7 +28,10 @@ substitution changed). Candidates are never serialised: the queue holds a
 graph's substitutions and its hash, and a graph popped to be expanded is
 rebuilt by replaying them on the original (names are deterministic, so the
 replay is the same graph; its hash is checked). Only a graph that becomes
-the best is serialised.
+the best is serialised. A popped graph is checked with onnxruntime on a
+second thread while its candidates are built; they join the queue only once
+it passes, so the search finds what checking first would find, and on two
+cores the check costs almost no wall time.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +143,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                            deadline=None if time_limit is None else start + time_limit - earlier)
     except KeyboardInterrupt:
         search.interrupted = True
+    finally:
+        search.verifications.shutdown(wait=True, cancel_futures=True)
     return RewriteResult(model=search.best_model, steps=search.best_steps, initial_cost=search.initial,
                          cost=search.best_cost, max_error=search.best_error,
                          wall_seconds=earlier + time.perf_counter() - start, interrupted=search.interrupted,
@@ -158,6 +164,9 @@ def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str
 class _Search:
     """The state the greedy and the relaxed phase share: the best verified graph, counters, priced graphs."""
 
+    #: check a popped graph on a second thread while it is expanded (False: check it first, then expand it)
+    overlap_verification = True
+
     def __init__(self, model, objective, rules, seed, on_expand) -> None:
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
 
@@ -173,6 +182,7 @@ class _Search:
                              verification_failures=0)
         self.interrupted = self.timed_out = False
         self.pushed = 0
+        self.verifications = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fuseplan-verify")
 
     def adopt(self, greedy: RewriteResult) -> dict[str, Any]:
         """Take a finished greedy search's result as this search's first phase; its record."""
@@ -213,8 +223,8 @@ class _Search:
                 budget: int, deadline: float | None) -> None:
         """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best.
 
-        A graph is verified when it is popped to be expanded, not when it is
-        generated (most graphs a search keeps are never expanded); when the
+        A graph is verified when it is popped to be expanded (while it is
+        expanded; see the module docstring), not when it is generated (most graphs a search keeps are never expanded); when the
         phase ends, queued graphs cheaper than the best verified one are
         verified cheapest first until one passes, so the best is always a
         verified graph. ``bound`` is the cheapest graph kept so far, verified
@@ -239,8 +249,18 @@ class _Search:
         while queue and expanded < budget and not self.out_of_time(deadline):
             cost, _, _, steps, digest, verified = heapq.heappop(queue)
             working = self.rebuild(steps)
-            if not verified and not self.verify(cost, steps, working):
-                continue
+            if not verified and not self.overlap_verification:
+                if not self.verify(cost, steps, working):
+                    continue
+                verified = True
+            # An unverified graph is checked on the verification thread while it is expanded here (onnxruntime
+            # runs without the interpreter lock); what the expansion did is kept only once the check passes,
+            # and undone otherwise, so the search proceeds exactly as if it had checked first.
+            pending = None if verified else self.verifications.submit(self.verifier.check, steps)
+            before = None if pending is None else self._mark()
+            added_seen: list[str] = []
+            added_tried: list[frozenset] = []
+            pushes = []
             expanded += 1
             counters["expanded"] += 1
             hashed = HashState.of(working.graph)
@@ -256,7 +276,8 @@ class _Search:
                     counters["duplicates"] += 1
                     continue
                 tried.add(key)
-                before, touched, undo = undo_for(working, site)
+                added_tried.append(key)
+                before_site, touched, undo = undo_for(working, site)
                 try:
                     try:
                         apply_in_place(working, name, site)
@@ -264,11 +285,12 @@ class _Search:
                         counters["refused"] += 1
                         continue
                     counters["generated"] += 1
-                    digest = model_digest(working, hashed.update(working.graph, before, touched))
+                    digest = model_digest(working, hashed.update(working.graph, before_site, touched))
                     if digest in seen:
                         counters["duplicates"] += 1
                         continue
                     seen.add(digest)
+                    added_seen.append(digest)
                     candidate_cost = self.price_near(expansion, working, digest, undo.changed)
                 finally:
                     undo()  # the expanded graph again, for the next site
@@ -278,8 +300,19 @@ class _Search:
                 if not candidate_cost < alpha * self.bound:
                     continue
                 self.bound = min(self.bound, candidate_cost)
-                heapq.heappush(queue, (candidate_cost, self.rng.random(), self._tick(), candidate_steps, digest,
-                                       False))
+                pushes.append((candidate_cost, self.rng.random(), self._tick(), candidate_steps, digest, False))
+            if pending is not None:
+                verification = pending.result()
+                if not verification.passed:
+                    self._rewind(before)  # as if the graph had never been expanded
+                    expanded -= 1
+                    seen.difference_update(added_seen)
+                    tried.difference_update(added_tried)
+                self.judge(cost, steps, working, verification)
+                if not verification.passed:
+                    continue
+            for entry in pushes:
+                heapq.heappush(queue, entry)
             if self.on_expand is not None:
                 self.on_expand(counters["expanded"], self.bound)
         self.settle(queue)
@@ -288,10 +321,14 @@ class _Search:
         """Run ``steps`` with onnxruntime against the original; a graph that passes may become the best.
 
         ``graph`` is the onnx-ir graph of ``steps`` if already rebuilt."""
+        return self.judge(cost, steps, graph, self.verifier.check(steps))
+
+    def judge(self, cost: float, steps: list[dict[str, Any]], graph: Any, verification: Any) -> bool:
+        """Count the check of ``steps`` and make their graph the best if it passed and is cheaper; whether it
+        passed."""
         import onnx_ir as ir
 
         self.counters["verified"] += 1
-        verification = self.verifier.check(steps)
         if not verification.passed:
             self.counters["verification_failures"] += 1
             return False
@@ -300,6 +337,15 @@ class _Search:
                 cost, steps, ir.to_proto(graph if graph is not None else self.rebuild(steps)),
                 verification.max_error)
         return True
+
+    def _mark(self) -> tuple:
+        """What expanding a graph changes besides the seen sets and the queue (see :meth:`_rewind`)."""
+        return dict(self.counters), self.bound, self.rng.getstate(), self.pushed, self.timed_out
+
+    def _rewind(self, mark: tuple) -> None:
+        counters, self.bound, state, self.pushed, self.timed_out = mark
+        self.counters.update(counters)
+        self.rng.setstate(state)
 
     def settle(self, queue: list) -> None:
         """Verify the queued graphs cheaper than the best verified one, cheapest first, until one passes."""
