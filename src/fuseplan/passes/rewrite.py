@@ -38,7 +38,7 @@ def rule_names(text: str) -> list[str]:
     return names
 
 
-def infer_missing_shapes(model: Any) -> None:
+def infer_missing_shapes(model: Any, nodes: Sequence[Any] | None = None) -> None:
     """Give every node output of ``model`` (an onnx-ir model, nodes in topological order) that has no type or
     shape the ones ONNX's per-node inference gives it.
 
@@ -46,6 +46,8 @@ def infer_missing_shapes(model: Any) -> None:
     substitution local (re-inferring the whole model per candidate cost as
     much as the substitution itself). Small integer initializers (split
     sizes, shapes, pads) are passed as data, as whole-model inference would.
+    ``nodes`` (in topological order), when given, are the only nodes that
+    may lack a type or shape, which saves looking at the others.
     """
     import onnx_ir as ir
     from onnx import defs, shape_inference
@@ -53,7 +55,7 @@ def infer_missing_shapes(model: Any) -> None:
 
     opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
     versions = dict(model.opset_imports)
-    for node in model.graph:
+    for node in model.graph if nodes is None else nodes:
         missing = [v for v in node.outputs if v.name and (v.type is None or v.shape is None)]
         if not missing:
             continue
@@ -87,13 +89,21 @@ def infer_missing_shapes(model: Any) -> None:
 _DATA_LIMIT = 1 << 16  # elements of an integer initializer passed to per-node inference as data
 
 
-def apply_in_place(model: Any, rule: str, site: Sequence[str]) -> None:
-    """Apply ``rule`` at ``site`` to the onnx-ir ``model`` in place and infer the new values' shapes."""
+def apply_in_place(model: Any, rule: str, site: Sequence[str], index: Any = None) -> list[Any]:
+    """Apply ``rule`` at ``site`` to the onnx-ir ``model`` in place and infer the new values' shapes; the nodes
+    the rule inserted, in graph order.
+
+    ``index`` (a :class:`~fuseplan.passes.rules.base.GraphIndex` of the
+    model as it is now) makes the cost that of the change, not of the graph:
+    the site is looked up in it, and if every node output had a type and
+    shape before, only the inserted nodes are inferred.
+    """
     rules = load_rules()
     if rule not in rules:
         raise FuseplanError(f"unknown rule {rule!r}; the rules are {', '.join(rules)}")
-    rules[rule].apply(model, site)
-    infer_missing_shapes(model)
+    added = rules[rule].apply(model, site, index)
+    infer_missing_shapes(model, None if index is None or index.untyped else added)
+    return added
 
 
 def apply_sequence(model: onnx.ModelProto, steps: Sequence[Mapping[str, Any]], *,
