@@ -47,45 +47,101 @@ def infer_missing_shapes(model: Any, nodes: Sequence[Any] | None = None) -> None
     much as the substitution itself). Small integer initializers (split
     sizes, shapes, pads) are passed as data, as whole-model inference would.
     ``nodes`` (in topological order), when given, are the only nodes that
-    may lack a type or shape, which saves looking at the others.
+    may lack a type or shape, which saves looking at the others. A search
+    infers the same few operators again and again (a Conv over the same
+    input and weights, the Concat after it), so results are remembered by
+    everything inference reads of the node.
     """
+    from onnx_ir import serde
+
+    opsets = tuple(sorted(model.opset_imports.items()))
+    versions = dict(model.opset_imports)
+    for node in model.graph if nodes is None else nodes:
+        missing = {id(v) for v in node.outputs if v.name and (v.type is None or v.shape is None)}
+        if not missing:
+            continue
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        version = versions.get(domain, 1)
+        key = _inference_key(node, domain, version, opsets)
+        found = None if key is None else _INFERRED.get(key)
+        if found is None:
+            found = _infer_node(node, domain, version, opsets)
+            if key is not None:
+                if len(_INFERRED) >= _INFERRED_LIMIT:
+                    _INFERRED.clear()
+                _INFERRED[key] = found
+        for value, proto in zip(node.outputs, found):
+            if id(value) in missing and proto is not None and proto.HasField("tensor_type"):
+                value.type = serde.deserialize_type_proto_for_type(proto)
+                value.shape = serde.deserialize_type_proto_for_shape(proto)
+
+
+def _infer_node(node: Any, domain: str, version: int, opsets: tuple) -> tuple:
+    """ONNX's per-node inference of ``node``: a type proto (or ``None``) per output."""
     import onnx_ir as ir
     from onnx import defs, shape_inference
     from onnx_ir import serde
 
-    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
-    versions = dict(model.opset_imports)
-    for node in model.graph if nodes is None else nodes:
-        missing = [v for v in node.outputs if v.name and (v.type is None or v.shape is None)]
-        if not missing:
+    unknown = (None,) * len(node.outputs)
+    try:
+        schema = defs.get_schema(node.op_type, version, domain)
+    except defs.SchemaError:
+        return unknown  # an operator ONNX does not define: its outputs stay unknown, as with whole-model inference
+    types, data = {}, {}
+    for value in node.inputs:
+        if value is None or value.type is None:
             continue
-        domain = "" if node.domain in ("", "ai.onnx") else node.domain
-        try:
-            schema = defs.get_schema(node.op_type, versions.get(domain, 1), domain)
-        except defs.SchemaError:
-            continue  # an operator ONNX does not define: its outputs stay unknown, as with whole-model inference
-        types, data = {}, {}
-        for value in node.inputs:
-            if value is None or value.type is None:
-                continue
-            types[value.name] = serde.serialize_value(value).type
-            tensor = value.const_value
-            if (tensor is not None and value.is_initializer() and tensor.dtype in (ir.DataType.INT64, ir.DataType.INT32)
-                    and tensor.size <= _DATA_LIMIT):
-                data[value.name] = serde.serialize_tensor(tensor)
-        try:
-            inferred = shape_inference.infer_node_outputs(schema, serde.serialize_node(node), types, data,
-                                                          opset_imports=opsets)
-        except Exception:  # onnx raises its own inference errors; the value stays unknown and rules refuse
-            continue
-        for value in missing:
-            found = inferred.get(value.name)
-            if found is None or not found.HasField("tensor_type"):
-                continue
-            value.type = serde.deserialize_type_proto_for_type(found)
-            value.shape = serde.deserialize_type_proto_for_shape(found)
+        types[value.name] = serde.serialize_value(value).type
+        if _passed_as_data(value, ir):
+            data[value.name] = serde.serialize_tensor(value.const_value)
+    try:
+        inferred = shape_inference.infer_node_outputs(
+            schema, serde.serialize_node(node), types, data,
+            opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets])
+    except Exception:  # onnx raises its own inference errors; the value stays unknown and rules refuse
+        return unknown
+    return tuple(inferred.get(value.name) if value.name else None for value in node.outputs)
 
 
+def _passed_as_data(value: Any, ir: Any) -> bool:
+    tensor = value.const_value
+    return (tensor is not None and value.is_initializer() and tensor.dtype in (ir.DataType.INT64, ir.DataType.INT32)
+            and tensor.size <= _DATA_LIMIT)
+
+
+def _inference_key(node: Any, domain: str, version: int, opsets: tuple) -> tuple | None:
+    """Everything per-node inference reads of ``node``: operator, attributes, the inputs' types and shapes
+    (and data, for small integer initializers), the outputs named; ``None`` where that has no plain key
+    (subgraphs, attribute references, denotations), which leaves the node to be inferred each time."""
+    import onnx_ir as ir
+    from onnx_ir import serde
+
+    from fuseplan.passes.ir_hashing import _attributes_label
+
+    if any(attr.is_ref() or attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+           for attr in node.attributes.values()):
+        return None
+    inputs = []
+    for value in node.inputs:
+        if value is None or value.type is None:
+            inputs.append(value is None)
+            continue
+        kind, shape = value.type, value.shape
+        if type(kind) is not ir.TensorType or kind.denotation:
+            return None
+        dims = None
+        if shape is not None:
+            if any(shape.get_denotation(k) for k in range(len(shape))):
+                return None
+            dims = tuple(d if isinstance(d, int) else ("symbolic", d.value) for d in shape)
+        data = serde.serialize_tensor(value.const_value).SerializeToString() if _passed_as_data(value, ir) else None
+        inputs.append((int(kind.dtype), dims, data))
+    return (domain, node.op_type, version, opsets, _attributes_label(node), tuple(inputs),
+            tuple(bool(v.name) for v in node.outputs))
+
+
+_INFERRED: dict[tuple, tuple] = {}  # per-node inference results by _inference_key
+_INFERRED_LIMIT = 1 << 14  # results kept before starting afresh (a few MB)
 _DATA_LIMIT = 1 << 16  # elements of an integer initializer passed to per-node inference as data
 
 
