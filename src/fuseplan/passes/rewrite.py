@@ -6,6 +6,7 @@ is one clear error.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -110,18 +111,20 @@ def _passed_as_data(value: Any, ir: Any) -> bool:
 
 
 def _inference_key(node: Any, domain: str, version: int, opsets: tuple) -> tuple | None:
-    """Everything per-node inference reads of ``node``: operator, attributes, the inputs' types and shapes
-    (and data, for small integer initializers), the outputs named; ``None`` where that has no plain key
-    (subgraphs, attribute references, denotations), which leaves the node to be inferred each time."""
+    """Everything per-node inference reads of ``node``: operator, attributes, the inputs' types and static
+    shapes (and data, for small integer initializers), the outputs named; ``None`` where that has no plain
+    key (a tensor, graph or reference attribute, a symbolic dimension, a denotation), which leaves the node to
+    be inferred each time."""
     import onnx_ir as ir
-    from onnx_ir import serde
 
-    from fuseplan.passes.ir_hashing import _attributes_label
-
-    if any(attr.is_ref() or attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-           for attr in node.attributes.values()):
-        return None
-    inputs = []
+    plain = _plain_attributes()
+    attributes = []
+    for name, attr in node.attributes.items():
+        if attr.is_ref() or attr.type not in plain:
+            return None
+        value = attr.value
+        attributes.append((name, attr.type, tuple(value) if isinstance(value, list) else value))
+    inputs: list[object] = []
     for value in node.inputs:
         if value is None or value.type is None:
             inputs.append(value is None)
@@ -131,13 +134,28 @@ def _inference_key(node: Any, domain: str, version: int, opsets: tuple) -> tuple
             return None
         dims = None
         if shape is not None:
-            if any(shape.get_denotation(k) for k in range(len(shape))):
+            dims = tuple(shape)
+            if not all(type(d) is int for d in dims) or any(shape.get_denotation(k) for k in range(len(dims))):
                 return None
-            dims = tuple(d if isinstance(d, int) else ("symbolic", d.value) for d in shape)
-        data = serde.serialize_tensor(value.const_value).SerializeToString() if _passed_as_data(value, ir) else None
-        inputs.append((int(kind.dtype), dims, data))
-    return (domain, node.op_type, version, opsets, _attributes_label(node), tuple(inputs),
+        data = None
+        if _passed_as_data(value, ir):
+            tensor = value.const_value
+            try:
+                data = (tuple(tensor.shape), tensor.tobytes())
+            except Exception:  # no data to read (a stripped tensor): inferred each time
+                return None
+        inputs.append((kind.dtype, dims, data))
+    return (domain, node.op_type, version, opsets, tuple(attributes), tuple(inputs),
             tuple(bool(v.name) for v in node.outputs))
+
+
+@functools.cache
+def _plain_attributes() -> frozenset:
+    """Attribute kinds whose value is its own key (onnx-ir is imported only once rules are used)."""
+    import onnx_ir as ir
+
+    kinds = ir.AttributeType
+    return frozenset({kinds.FLOAT, kinds.INT, kinds.STRING, kinds.FLOATS, kinds.INTS, kinds.STRINGS})
 
 
 _INFERRED: dict[tuple, tuple] = {}  # per-node inference results by _inference_key
