@@ -219,8 +219,8 @@ def new_initializer(graph: ir.Graph, name: str, data: np.ndarray | None, shape: 
     if data is None:
         proto = onnx.TensorProto(name=name, data_type=int(dtype), dims=list(shape))
         tensor: ir.TensorProtocol = ir.TensorProtoTensor(proto)
-    else:
-        tensor = ir.tensor(np.ascontiguousarray(data), name=name)
+    else:  # what ir.tensor makes of an array, without its run-time protocol checks
+        tensor = ir.Tensor(np.ascontiguousarray(data), name=name)
     value = ir.Value(name=name, shape=ir.Shape(list(shape)), type=ir.TensorType(tensor.dtype), const_value=tensor)
     graph.register_initializer(value)
     return value
