@@ -132,15 +132,15 @@ class HashState:
         if order is None:  # not a DAG after all: let the full hash say what it is
             return HashState.of(graph).digest
         edited = {id(node) for node in matched}
-        own, values = self._by_node, self.values
+        own, values, templates, sha256 = self._by_node, self.values, self._templates, hashlib.sha256
         fresh: dict[int, str] = {}  # labels of the values the relabelled nodes compute
         dropped = [own[id(node)].label for node in removed]
         labels = []
         for node in order:
             key = id(node)
             old = own.get(key)
-            inputs = tuple("" if v is None else fresh.get(id(v)) or values.get(id(v)) or self._other_label(v)
-                           for v in node.inputs)
+            inputs = tuple(["" if v is None else fresh.get(id(v)) or values.get(id(v)) or self._other_label(v)
+                            for v in node.inputs])
             if old is None or key in edited or key in incomplete:  # labelled afresh, as update() does
                 state = _labels(node, old.attributes if old is not None and key not in edited
                                 else _attributes_label(node), inputs)
@@ -148,9 +148,9 @@ class HashState:
             elif old.inputs == inputs:  # a rewired reader that reads a value with the same label
                 label, outputs = old.label, old.outputs
             else:  # a node downstream of the rewrite: same attributes and (complete) output types, new inputs
-                prefix, suffixes = self._template(node, old)
-                label = hashlib.sha256(f"{prefix}{inputs!r})".encode()).hexdigest()
-                outputs = tuple(hashlib.sha256(f"('{label}'{suffix}".encode()).hexdigest() for suffix in suffixes)
+                prefix, suffixes = templates.get(key) or self._template(node, old)
+                label = sha256(f"{prefix}{inputs!r})".encode()).hexdigest()
+                outputs = [sha256(f"('{label}'{suffix}".encode()).hexdigest() for suffix in suffixes]
             for value, out in zip(node.outputs, outputs):
                 fresh[id(value)] = out
             if old is not None:
@@ -177,11 +177,9 @@ class HashState:
     def _template(self, node: ir.Node, labels: _NodeLabels) -> tuple[str, tuple[str, ...]]:
         """What ``_digest`` hashes for ``node`` but its inputs' labels, and for each output but the node's label
         (the same text: a tuple's repr is its items' reprs between brackets, and a label is plain hex)."""
-        template = self._templates.get(id(node))
-        if template is None:
-            prefix = repr(("node", node.domain or "ai.onnx", node.op_type, labels.attributes))[:-1] + ", "
-            suffixes = tuple(f", {slot!r}, {t!r})" for slot, t in enumerate(labels.output_types))
-            template = self._templates[id(node)] = (prefix, suffixes)
+        prefix = repr(("node", node.domain or "ai.onnx", node.op_type, labels.attributes))[:-1] + ", "
+        suffixes = tuple(f", {slot!r}, {t!r})" for slot, t in enumerate(labels.output_types))
+        template = self._templates[id(node)] = (prefix, suffixes)
         return template
 
     @cached_property
