@@ -140,3 +140,16 @@ def test_remembered_per_node_inference_gives_what_inferring_afresh_gives(source)
         apply_in_place(copy, name, site)
         assert _serialised(copy) == expected, (name, site)
     assert rewrite._INFERRED
+
+
+def test_an_index_of_another_graph_is_not_used():
+    from fuseplan.passes.rules.base import GraphIndex
+
+    working = _graph("every-rule")
+    stale = GraphIndex(working.clone().graph)  # the same names, other node objects
+    for name, rule in load_rules().items():
+        for site in rule.sites(working):
+            with_stale, plain = working.clone(), working.clone()
+            apply_in_place(with_stale, name, site, stale)
+            apply_in_place(plain, name, site)
+            assert _serialised(with_stale) == _serialised(plain), (name, site)

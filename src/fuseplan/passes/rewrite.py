@@ -175,6 +175,8 @@ def apply_in_place(model: Any, rule: str, site: Sequence[str], index: Any = None
     rules = load_rules()
     if rule not in rules:
         raise FuseplanError(f"unknown rule {rule!r}; the rules are {', '.join(rules)}")
+    if index is not None and index.graph is not model.graph:  # an index of another graph: scan this one
+        index = None
     added = rules[rule].apply(model, site, index)
     infer_missing_shapes(model, None if index is None or index.untyped else added)
     return added

@@ -88,6 +88,8 @@ class Rule:
         result is the list of nodes the rewrite inserted, in graph order.
         """
         graph = model.graph
+        if index is not None and index.graph is not graph:  # an index of another graph: look everything up
+            index = None
         nodes = find_site(graph, site, index)
         if not self.matches(graph, nodes, index):
             raise RuleRefused(f"{self.name}: no match at {list(site)}")
