@@ -7,7 +7,8 @@ applied in place, the state of what a rule can change, and puts it back:
 the graph's node order, inputs, outputs, initializers and name registry, and
 every slot of the matched nodes, of the nodes reading their outputs, and of
 the values those nodes read or write (their uses, names, shapes, types and
-graph flags). Rules only edit the nodes they matched and rewire the readers
+graph flags); the node order and initializers it puts back are those
+:class:`Trials` gathered once for the graph. Rules only edit the nodes they matched and rewire the readers
 of the values those nodes compute, which is what makes this enough; a value
 outside that neighbourhood that a new node read loses the new node's uses.
 Values without a shape anywhere in the graph are recorded too, since
