@@ -7,13 +7,15 @@ search builds them from the graph it expands:
 * clone path (the search before in-place trials and window pricing): clone the onnx-ir graph, apply the
   substitution, update the parent's hash, read the whole planner graph from onnx-ir, price it with the
   interval DP over every order (``graph_dram``, group prices shared across the candidates);
-* current path: record what the substitution may change, apply it in place, update the hash, read the planner
-  graph reusing the untouched nodes, price it by re-solving only the changed window of each order
-  (``DramObjective.price_near``: set-up, orders, windows), and undo the substitution.
+* current path: record what the substitution may change, apply it in place (with the expanded graph's index),
+  derive the hash from the parent's, read the planner graph reusing the untouched nodes, price it by
+  re-solving only the changed window of each order (``DramObjective.price_near``: set-up, orders, windows),
+  and undo the substitution.
 
 Both paths give the same price for every candidate (checked here). Mean CPU milliseconds per candidate,
 and per expanded graph the CPU milliseconds of what the search does once for it (verify with onnxruntime,
-rebuild from the original, hash in full, find the sites, tabulate the orders), written to
+rebuild from the original, hash in full, find the sites, gather what trials look up, tabulate the orders),
+written to
 ``benchmarks/results/rewrite_stages.json``. Run::
 
     nice -n 15 python benchmarks/bench_rewrite_stages.py [--models squeezenet ...] [--scheme lbdf] [--buffer-kb 256]
@@ -34,7 +36,7 @@ from fuseplan.passes.ir_hashing import HashState, model_digest
 from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.rewrite.ir_graph import graph_from_ir
 from fuseplan.rewrite.objectives import DramObjective, GroupPrices, graph_dram
-from fuseplan.rewrite.trial import undo_for
+from fuseplan.rewrite.trial import Trials
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOOGLENET = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "googlenet_opset13.onnx")
@@ -64,6 +66,7 @@ def stages(source: str, scheme: str, buffer_kb: int, limit: int | None) -> dict:
     if expansion is None:
         raise SystemExit(f"{name}: the planner graph cannot be read from onnx-ir; both paths serialise it")
     graph_dram(graph_from_ir(working), scheme, buffer, prices=prices)  # ... and so does the clone path, untimed
+    trials = Trials(working)  # once per expanded graph (timed with the per-expansion stages)
     for rule_name, site in sites:
         copy = timed("clone", working.clone)
         before = list(copy.graph)
@@ -73,12 +76,13 @@ def stages(source: str, scheme: str, buffer_kb: int, limit: int | None) -> dict:
         graph = timed("read", lambda: graph_from_ir(copy))
         old = timed("price_all_orders", lambda: graph_dram(graph, scheme, buffer, prices=prices))
 
-        before, touched, undo = timed("record_undo", lambda: undo_for(working, site))
-        timed("apply_in_place", lambda: apply_in_place(working, rule_name, site))
-        timed("hash_update_in_place", lambda: model_digest(working, parent.update(working.graph, before, touched)))
+        undo = timed("record_undo", lambda: trials.start(site))
+        added = timed("apply_in_place", lambda: apply_in_place(working, rule_name, site, trials.index))
+        timed("hash_update_in_place",
+              lambda: model_digest(working, parent.digest_after(undo.touched, undo.neighbourhood, added)))
         graph = timed("read_memo", lambda: graph_from_ir(working, memo=expansion.memo, changed=undo.changed))
         new = timed("price_window", lambda: objective.price_near(expansion, working, undo.changed))
-        timed("undo", undo)
+        timed("undo", lambda: undo(added))
         if new != old:
             raise SystemExit(f"{name}: {rule_name} at {site}: window price {new} != full price {old}")
     count = max(len(sites), 1)
@@ -108,12 +112,13 @@ def expansion_stages(source: str, scheme: str, buffer: int, site, repeats: int =
     start = time.process_time()
     verifier = Verifier(model, seed=0)
     setup = time.process_time() - start
-    total = dict.fromkeys(("verify", "rebuild", "full_hash", "sites", "tables"), 0.0)
+    total = dict.fromkeys(("verify", "rebuild", "full_hash", "sites", "trials", "tables"), 0.0)
     for _ in range(repeats):
         for stage, call in (("verify", lambda: verifier.check(steps)),
                             ("rebuild", lambda: _rebuild(original, steps)),
                             ("full_hash", lambda: HashState.of(graph.graph)),
                             ("sites", lambda: [rule.sites(graph) for rule in load_rules().values()]),
+                            ("trials", lambda: Trials(graph)),
                             ("tables", lambda: objective.expansion(graph))):
             begin = time.process_time()
             result = call()

@@ -6,6 +6,7 @@ is one clear error.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ def rule_names(text: str) -> list[str]:
     return names
 
 
-def infer_missing_shapes(model: Any) -> None:
+def infer_missing_shapes(model: Any, nodes: Sequence[Any] | None = None) -> None:
     """Give every node output of ``model`` (an onnx-ir model, nodes in topological order) that has no type or
     shape the ones ONNX's per-node inference gives it.
 
@@ -46,54 +47,139 @@ def infer_missing_shapes(model: Any) -> None:
     substitution local (re-inferring the whole model per candidate cost as
     much as the substitution itself). Small integer initializers (split
     sizes, shapes, pads) are passed as data, as whole-model inference would.
+    ``nodes`` (in topological order), when given, are the only nodes that
+    may lack a type or shape, which saves looking at the others. A search
+    infers the same few operators again and again (a Conv over the same
+    input and weights, the Concat after it), so results are remembered by
+    everything inference reads of the node.
     """
+    from onnx_ir import serde
+
+    opsets = tuple(sorted(model.opset_imports.items()))
+    versions = dict(model.opset_imports)
+    for node in model.graph if nodes is None else nodes:
+        missing = {id(v) for v in node.outputs if v.name and (v.type is None or v.shape is None)}
+        if not missing:
+            continue
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        version = versions.get(domain, 1)
+        key = _inference_key(node, domain, version, opsets)
+        found = None if key is None else _INFERRED.get(key)
+        if found is None:
+            found = _infer_node(node, domain, version, opsets)
+            if key is not None:
+                if len(_INFERRED) >= _INFERRED_LIMIT:
+                    _INFERRED.clear()
+                _INFERRED[key] = found
+        for value, proto in zip(node.outputs, found):
+            if id(value) in missing and proto is not None and proto.HasField("tensor_type"):
+                value.type = serde.deserialize_type_proto_for_type(proto)
+                value.shape = serde.deserialize_type_proto_for_shape(proto)
+
+
+def _infer_node(node: Any, domain: str, version: int, opsets: tuple) -> tuple:
+    """ONNX's per-node inference of ``node``: a type proto (or ``None``) per output."""
     import onnx_ir as ir
     from onnx import defs, shape_inference
     from onnx_ir import serde
 
-    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
-    versions = dict(model.opset_imports)
-    for node in model.graph:
-        missing = [v for v in node.outputs if v.name and (v.type is None or v.shape is None)]
-        if not missing:
+    unknown = (None,) * len(node.outputs)
+    try:
+        schema = defs.get_schema(node.op_type, version, domain)
+    except defs.SchemaError:
+        return unknown  # an operator ONNX does not define: its outputs stay unknown, as with whole-model inference
+    types, data = {}, {}
+    for value in node.inputs:
+        if value is None or value.type is None:
             continue
-        domain = "" if node.domain in ("", "ai.onnx") else node.domain
-        try:
-            schema = defs.get_schema(node.op_type, versions.get(domain, 1), domain)
-        except defs.SchemaError:
-            continue  # an operator ONNX does not define: its outputs stay unknown, as with whole-model inference
-        types, data = {}, {}
-        for value in node.inputs:
-            if value is None or value.type is None:
-                continue
-            types[value.name] = serde.serialize_value(value).type
+        types[value.name] = serde.serialize_value(value).type
+        if _passed_as_data(value, ir):
+            data[value.name] = serde.serialize_tensor(value.const_value)
+    try:
+        inferred = shape_inference.infer_node_outputs(
+            schema, serde.serialize_node(node), types, data,
+            opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets])
+    except Exception:  # onnx raises its own inference errors; the value stays unknown and rules refuse
+        return unknown
+    return tuple(inferred.get(value.name) if value.name else None for value in node.outputs)
+
+
+def _passed_as_data(value: Any, ir: Any) -> bool:
+    tensor = value.const_value
+    return (tensor is not None and value.is_initializer() and tensor.dtype in (ir.DataType.INT64, ir.DataType.INT32)
+            and tensor.size <= _DATA_LIMIT)
+
+
+def _inference_key(node: Any, domain: str, version: int, opsets: tuple) -> tuple | None:
+    """Everything per-node inference reads of ``node``: operator, attributes, the inputs' types and static
+    shapes (and data, for small integer initializers), the outputs named; ``None`` where that has no plain
+    key (a tensor, graph or reference attribute, a symbolic dimension, a denotation), which leaves the node to
+    be inferred each time."""
+    import onnx_ir as ir
+
+    plain = _plain_attributes()
+    attributes = []
+    for name, attr in node.attributes.items():
+        if attr.is_ref() or attr.type not in plain:
+            return None
+        value = attr.value
+        attributes.append((name, attr.type, tuple(value) if isinstance(value, list) else value))
+    inputs: list[object] = []
+    for value in node.inputs:
+        if value is None or value.type is None:
+            inputs.append(value is None)
+            continue
+        kind, shape = value.type, value.shape
+        if type(kind) is not ir.TensorType or kind.denotation:
+            return None
+        dims = None
+        if shape is not None:
+            dims = tuple(shape)
+            if not all(type(d) is int for d in dims) or any(shape.get_denotation(k) for k in range(len(dims))):
+                return None
+        data = None
+        if _passed_as_data(value, ir):
             tensor = value.const_value
-            if (tensor is not None and value.is_initializer() and tensor.dtype in (ir.DataType.INT64, ir.DataType.INT32)
-                    and tensor.size <= _DATA_LIMIT):
-                data[value.name] = serde.serialize_tensor(tensor)
-        try:
-            inferred = shape_inference.infer_node_outputs(schema, serde.serialize_node(node), types, data,
-                                                          opset_imports=opsets)
-        except Exception:  # onnx raises its own inference errors; the value stays unknown and rules refuse
-            continue
-        for value in missing:
-            found = inferred.get(value.name)
-            if found is None or not found.HasField("tensor_type"):
-                continue
-            value.type = serde.deserialize_type_proto_for_type(found)
-            value.shape = serde.deserialize_type_proto_for_shape(found)
+            try:
+                data = (tuple(tensor.shape), tensor.tobytes())
+            except Exception:  # no data to read (a stripped tensor): inferred each time
+                return None
+        inputs.append((kind.dtype, dims, data))
+    return (domain, node.op_type, version, opsets, tuple(attributes), tuple(inputs),
+            tuple(bool(v.name) for v in node.outputs))
 
 
+@functools.cache
+def _plain_attributes() -> frozenset:
+    """Attribute kinds whose value is its own key (onnx-ir is imported only once rules are used)."""
+    import onnx_ir as ir
+
+    kinds = ir.AttributeType
+    return frozenset({kinds.FLOAT, kinds.INT, kinds.STRING, kinds.FLOATS, kinds.INTS, kinds.STRINGS})
+
+
+_INFERRED: dict[tuple, tuple] = {}  # per-node inference results by _inference_key
+_INFERRED_LIMIT = 1 << 14  # results kept before starting afresh (a few MB)
 _DATA_LIMIT = 1 << 16  # elements of an integer initializer passed to per-node inference as data
 
 
-def apply_in_place(model: Any, rule: str, site: Sequence[str]) -> None:
-    """Apply ``rule`` at ``site`` to the onnx-ir ``model`` in place and infer the new values' shapes."""
+def apply_in_place(model: Any, rule: str, site: Sequence[str], index: Any = None) -> list[Any]:
+    """Apply ``rule`` at ``site`` to the onnx-ir ``model`` in place and infer the new values' shapes; the nodes
+    the rule inserted, in graph order.
+
+    ``index`` (a :class:`~fuseplan.passes.rules.base.GraphIndex` of the
+    model as it is now) makes the cost that of the change, not of the graph:
+    the site is looked up in it, and if every node output had a type and
+    shape before, only the inserted nodes are inferred.
+    """
     rules = load_rules()
     if rule not in rules:
         raise FuseplanError(f"unknown rule {rule!r}; the rules are {', '.join(rules)}")
-    rules[rule].apply(model, site)
-    infer_missing_shapes(model)
+    if index is not None and index.graph is not model.graph:  # an index of another graph: scan this one
+        index = None
+    added = rules[rule].apply(model, site, index)
+    infer_missing_shapes(model, None if index is None or index.untyped else added)
+    return added
 
 
 def apply_sequence(model: onnx.ModelProto, steps: Sequence[Mapping[str, Any]], *,

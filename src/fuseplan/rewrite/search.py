@@ -232,7 +232,7 @@ class _Search:
         would keep if it verified each on the spot.
         """
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
-        from fuseplan.rewrite.trial import undo_for
+        from fuseplan.rewrite.trial import Trials
 
         counters = self.counters
         queue = []
@@ -267,6 +267,7 @@ class _Search:
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
             expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
+            trials = Trials(working)  # what trying a substitution in place and undoing it looks up
             for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
                 if self.out_of_time(deadline):
                     break
@@ -277,15 +278,16 @@ class _Search:
                     continue
                 tried.add(key)
                 added_tried.append(key)
-                before_site, touched, undo = undo_for(working, site)
+                undo = trials.start(site)
+                added = None
                 try:
                     try:
-                        apply_in_place(working, name, site)
+                        added = apply_in_place(working, name, site, trials.index)
                     except FuseplanError:  # the site vanished or a check failed
                         counters["refused"] += 1
                         continue
                     counters["generated"] += 1
-                    digest = model_digest(working, hashed.update(working.graph, before_site, touched))
+                    digest = model_digest(working, hashed.digest_after(undo.touched, undo.neighbourhood, added))
                     if digest in seen:
                         counters["duplicates"] += 1
                         continue
@@ -293,7 +295,7 @@ class _Search:
                     added_seen.append(digest)
                     candidate_cost = self.price_near(expansion, working, digest, undo.changed)
                 finally:
-                    undo()  # the expanded graph again, for the next site
+                    undo(added)  # the expanded graph again, for the next site
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue

@@ -13,7 +13,7 @@ sequence replayed on a model with weights gives a runnable, checkable model.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -46,7 +46,10 @@ class Rule:
 
     Subclasses implement :meth:`candidates` (the pattern: node tuples by
     operator types and edges), :meth:`check` (``None`` or the reason the
-    rule refuses) and :meth:`rewrite` (edit the graph in place).
+    rule refuses) and :meth:`rewrite` (edit the graph in place and return
+    the nodes it inserted, in graph order). :meth:`matches` says whether
+    given nodes are one of the candidates; rules answer it by looking at
+    those nodes rather than enumerating every candidate of the graph.
     """
 
     name: ClassVar[str] = ""
@@ -55,10 +58,14 @@ class Rule:
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         raise NotImplementedError
 
+    def matches(self, graph: ir.Graph, nodes: tuple[ir.Node, ...], index: GraphIndex | None = None) -> bool:
+        """Whether :meth:`candidates` yields ``nodes`` (nodes of ``graph``)."""
+        return any(candidate == nodes for candidate in self.candidates(graph))
+
     def check(self, graph: ir.Graph, nodes: tuple[ir.Node, ...]) -> str | None:
         raise NotImplementedError
 
-    def rewrite(self, graph: ir.Graph, nodes: tuple[ir.Node, ...], names: NameSource) -> None:
+    def rewrite(self, graph: ir.Graph, nodes: tuple[ir.Node, ...], names: NameSource) -> list[ir.Node]:
         raise NotImplementedError
 
     def sites(self, model: ir.Model) -> list[Site]:
@@ -74,28 +81,56 @@ class Rule:
                 found[site_of(nodes)] = reason
         return found
 
-    def apply(self, model: ir.Model, site: Sequence[str]) -> None:
-        """Rewrite ``model`` in place at ``site``; :class:`RuleRefused` if the site is gone or the check fails."""
-        nodes = find_site(model.graph, site)
-        for candidate in self.candidates(model.graph):
-            if candidate == nodes:
-                break
-        else:
+    def apply(self, model: ir.Model, site: Sequence[str], index: GraphIndex | None = None) -> list[ir.Node]:
+        """Rewrite ``model`` in place at ``site``; :class:`RuleRefused` if the site is gone or the check fails.
+
+        ``index``, made of the graph as it is now, saves scanning it. The
+        result is the list of nodes the rewrite inserted, in graph order.
+        """
+        graph = model.graph
+        if index is not None and index.graph is not graph:  # an index of another graph: look everything up
+            index = None
+        nodes = find_site(graph, site, index)
+        if not self.matches(graph, nodes, index):
             raise RuleRefused(f"{self.name}: no match at {list(site)}")
-        reason = self.check(model.graph, nodes)
+        reason = self.check(graph, nodes)
         if reason is not None:
             raise RuleRefused(f"{self.name} at {list(site)}: {reason}")
         # Rewrites insert new nodes just before a node that reads what they compute, so the graph stays in
         # topological order without re-sorting it (sorting cost more than the rewrite itself).
-        self.rewrite(model.graph, nodes, NameSource(model.graph))
+        return self.rewrite(graph, nodes, NameSource(graph, None if index is None else index.names))
+
+
+class GraphIndex:
+    """What applying a rule looks up in a graph, gathered once: valid while the graph is left as it was.
+
+    A search tries many substitutions on one graph, each undone before the
+    next; with an index each one costs what it changes instead of a scan
+    of the graph (finding the site, the names taken, node positions).
+    """
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self.graph = graph
+        nodes = list(graph)
+        self.producers = {node.outputs[0].name: node for node in nodes if node.outputs}
+        self.position = {id(node): k for k, node in enumerate(nodes)}
+        self.names = frozenset(_taken_names(graph, nodes))
+        # whether a node output lacks a type or shape: per-node inference would try it again after a rewrite
+        self.untyped = any(v.name and (v.type is None or v.shape is None) for node in nodes for v in node.outputs)
+
+
+def positions(graph: ir.Graph, index: GraphIndex | None) -> dict[int, int]:
+    """Each node's place in ``graph`` by id (from ``index`` when given)."""
+    return index.position if index is not None else {id(node): k for k, node in enumerate(graph)}
 
 
 def site_of(nodes: Sequence[ir.Node]) -> Site:
     return tuple(node.outputs[0].name for node in nodes)
 
 
-def find_site(graph: ir.Graph, site: Sequence[str]) -> tuple[ir.Node, ...]:
-    producers = {node.outputs[0].name: node for node in graph if node.outputs}
+def find_site(graph: ir.Graph, site: Sequence[str], index: GraphIndex | None = None) -> tuple[ir.Node, ...]:
+    producers = index.producers if index is not None else {node.outputs[0].name: node for node in graph
+                                                           if node.outputs}
     missing = [name for name in site if name not in producers]
     if missing:
         raise RuleRefused(f"no node produces {missing[0]!r}")
@@ -103,21 +138,31 @@ def find_site(graph: ir.Graph, site: Sequence[str]) -> tuple[ir.Node, ...]:
 
 
 class NameSource:
-    """Fresh value and node names, derived from a stem and unique in the graph (and deterministic)."""
+    """Fresh value and node names, derived from a stem and unique in the graph (and deterministic).
 
-    def __init__(self, graph: ir.Graph) -> None:
-        self.taken = {v.name for v in graph.inputs} | set(graph.initializers)
-        for node in graph:
-            self.taken.add(node.name or "")
-            self.taken.update(v.name for v in node.outputs)
+    ``taken``, the names ``graph`` uses if already known (an index's), saves
+    collecting them."""
+
+    def __init__(self, graph: ir.Graph, taken: Set[str] | None = None) -> None:
+        self.existing = _taken_names(graph, graph) if taken is None else taken
+        self.taken: set[str] = set()  # names given out
 
     def __call__(self, stem: str) -> str:
         name, k = stem, 1
-        while name in self.taken:
+        while name in self.taken or name in self.existing:
             k += 1
             name = f"{stem}_{k}"
         self.taken.add(name)
         return name
+
+
+def _taken_names(graph: ir.Graph, nodes: Iterable[ir.Node]) -> set[str]:
+    """The names of ``graph``'s inputs, initializers, nodes (``nodes``) and node outputs."""
+    taken = {v.name for v in graph.inputs} | set(graph.initializers)
+    for node in nodes:
+        taken.add(node.name or "")
+        taken.update(v.name for v in node.outputs)
+    return taken
 
 
 # --- helpers shared by the rules ---------------------------------------------------------------------------------
@@ -176,8 +221,8 @@ def new_initializer(graph: ir.Graph, name: str, data: np.ndarray | None, shape: 
     if data is None:
         proto = onnx.TensorProto(name=name, data_type=int(dtype), dims=list(shape))
         tensor: ir.TensorProtocol = ir.TensorProtoTensor(proto)
-    else:
-        tensor = ir.tensor(np.ascontiguousarray(data), name=name)
+    else:  # what ir.tensor makes of an array, without its run-time protocol checks
+        tensor = ir.Tensor(np.ascontiguousarray(data), name=name)
     value = ir.Value(name=name, shape=ir.Shape(list(shape)), type=ir.TensorType(tensor.dtype), const_value=tensor)
     graph.register_initializer(value)
     return value

@@ -10,8 +10,8 @@ import numpy as np
 import onnx_ir as ir
 
 from fuseplan.passes.rules.base import (
-    NameSource, Rule, array, constant, int_attr, ints, new_initializer, only_used_by, opset, shape_of,
-    str_attr,
+    NameSource, Rule, array, constant, int_attr, ints, new_initializer, only_used_by, opset, positions,
+    shape_of, str_attr,
 )
 
 
@@ -111,6 +111,9 @@ class EnlargeConvKernel(Rule):
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         return ((node,) for node in graph if node.op_type == "Conv")
 
+    def matches(self, graph, nodes, index=None):
+        return len(nodes) == 1 and nodes[0].op_type == "Conv"
+
     def check(self, graph, nodes):
         params = conv_params(nodes[0])
         refusal = _common_refusal(params)
@@ -133,6 +136,7 @@ class EnlargeConvKernel(Rule):
         node.attributes["kernel_shape"] = ir.AttrInt64s("kernel_shape", [3, 3])
         node.attributes["pads"] = ir.AttrInt64s("pads", [p + 1 for p in params.pads])
         _drop_unused_initializers(graph, [old_weight])
+        return []
 
 
 class MergeParallelConvs(Rule):
@@ -143,7 +147,7 @@ class MergeParallelConvs(Rule):
     description = "Conv(x), Conv(x) -> Conv(x) + Split"
 
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
-        order = {id(node): k for k, node in enumerate(graph)}
+        order = positions(graph, None)
         seen: set[tuple[int, int]] = set()
         for node in graph:
             if node.op_type != "Conv" or not node.inputs or node.inputs[0] is None:
@@ -154,6 +158,16 @@ class MergeParallelConvs(Rule):
                 if (id(node), id(other)) not in seen:
                     seen.add((id(node), id(other)))
                     yield (node, other)
+
+    def matches(self, graph, nodes, index=None):
+        if len(nodes) != 2:
+            return False
+        node, other = nodes
+        if node.op_type != "Conv" or not node.inputs or node.inputs[0] is None or other.op_type != "Conv":
+            return False
+        order = positions(graph, index)
+        return (other.inputs[0] is node.inputs[0] and other in node.inputs[0].consumers()
+                and order[id(other)] > order[id(node)])
 
     def check(self, graph, nodes):
         a, b = (conv_params(n) for n in nodes)
@@ -200,6 +214,7 @@ class MergeParallelConvs(Rule):
         _replace(graph, second.outputs[0], split.outputs[1])
         graph.remove([first, second], safe=True)
         _drop_unused_initializers(graph, old)
+        return [merged, split]
 
 
 def _other_input(add: ir.Node, conv: ir.Node) -> ir.Value:
@@ -221,6 +236,13 @@ class FuseConvAdd(Rule):
                 producer = value.producer() if value is not None else None
                 if producer is not None and producer.op_type == "Conv":
                     yield (producer, node)
+
+    def matches(self, graph, nodes, index=None):
+        if len(nodes) != 2:
+            return False
+        conv, add = nodes
+        return (add.op_type == "Add" and len(add.inputs) == 2 and conv.op_type == "Conv"
+                and any(value is not None and value.producer() is conv for value in add.inputs))
 
     def check(self, graph, nodes):
         conv, add = nodes
@@ -268,6 +290,7 @@ class FuseConvAdd(Rule):
         _replace(graph, add.outputs[0], fused.outputs[0])
         graph.remove([add, conv], safe=True)
         _drop_unused_initializers(graph, old)
+        return [concat, fused]
 
 
 class SplitConvByChannels(Rule):
@@ -279,6 +302,9 @@ class SplitConvByChannels(Rule):
 
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         return ((node,) for node in graph if node.op_type == "Conv")
+
+    def matches(self, graph, nodes, index=None):
+        return len(nodes) == 1 and nodes[0].op_type == "Conv"
 
     def check(self, graph, nodes):
         params = conv_params(nodes[0])
@@ -317,6 +343,7 @@ class SplitConvByChannels(Rule):
         _replace(graph, node.outputs[0], concat.outputs[0])
         graph.remove(node, safe=True)
         _drop_unused_initializers(graph, old)
+        return [*parts, concat]
 
 
 class FoldBatchNorm(Rule):
@@ -332,6 +359,13 @@ class FoldBatchNorm(Rule):
                 producer = node.inputs[0].producer()
                 if producer is not None and producer.op_type == "Conv":
                     yield (producer, node)
+
+    def matches(self, graph, nodes, index=None):
+        if len(nodes) != 2:
+            return False
+        conv, bn = nodes
+        return (bn.op_type == "BatchNormalization" and bn.inputs[0] is not None and conv.op_type == "Conv"
+                and bn.inputs[0].producer() is conv)
 
     def check(self, graph, nodes):
         conv, bn = nodes
@@ -367,3 +401,4 @@ class FoldBatchNorm(Rule):
         _replace(graph, bn.outputs[0], fused.outputs[0])
         graph.remove([bn, conv], safe=True)
         _drop_unused_initializers(graph, old)
+        return [fused]

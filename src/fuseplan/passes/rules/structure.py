@@ -31,6 +31,13 @@ class MergeConcatOfSplits(Rule):
             if producer is not None and producer.op_type == "Split":
                 yield (producer, node)
 
+    def matches(self, graph, nodes, index=None):
+        if len(nodes) != 2:
+            return False
+        split, concat = nodes
+        return (concat.op_type == "Concat" and bool(concat.inputs) and concat.inputs[0] is not None
+                and split.op_type == "Split" and concat.inputs[0].producer() is split)
+
     def check(self, graph, nodes):
         split, concat = nodes
         if list(concat.inputs) != list(split.outputs):
@@ -50,6 +57,7 @@ class MergeConcatOfSplits(Rule):
         graph.remove(concat, safe=True)
         if not any(out.uses() or out.is_graph_output() for out in split.outputs):
             graph.remove(split, safe=True)
+        return []
 
 
 def _bypass(graph: ir.Graph, result: ir.Value, source: ir.Value) -> None:
@@ -113,6 +121,9 @@ class DropIdentityLike(Rule):
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         return ((node,) for node in graph if node.op_type in self._OPS)
 
+    def matches(self, graph, nodes, index=None):
+        return len(nodes) == 1 and nodes[0].op_type in self._OPS
+
     def check(self, graph, nodes):
         (node,) = nodes
         reason = _identity_like(node)
@@ -125,3 +136,4 @@ class DropIdentityLike(Rule):
         (node,) = nodes
         _bypass(graph, node.outputs[0], node.inputs[0])
         graph.remove(node, safe=True)
+        return []
