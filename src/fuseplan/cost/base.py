@@ -237,6 +237,14 @@ class CostModel(ABC):
         """Operators that do not fit the buffer even alone; excluded from search."""
         return tuple(i for i in range(len(self.graph.nodes)) if not self.fits(frozenset((i,))))
 
+    def known_unfuseable(self, operators: Iterable[int]) -> None:
+        """Take ``operators`` as :attr:`unfuseable` instead of pricing every operator alone: for a caller
+        that already knows which do not fit (from the same groups priced before). Before either
+        :attr:`unfuseable` or :attr:`fuseable` is read."""
+        if "unfuseable" in self.__dict__ or "fuseable" in self.__dict__:
+            raise ValueError("the unfuseable operators are already known")
+        self.__dict__["unfuseable"] = tuple(sorted(operators))  # what the cached property would hold
+
     @cached_property
     def fuseable(self) -> tuple[int, ...]:
         excluded = set(self.unfuseable)

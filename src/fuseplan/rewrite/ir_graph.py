@@ -18,6 +18,7 @@ on every rule's candidates over several zoo models.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from math import prod
 from typing import Any
 
@@ -62,35 +63,69 @@ _SKIPPED = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS, ir.AttributeType.TE
             ir.AttributeType.SPARSE_TENSOR)
 
 
-def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, tuple] | None = None,
+class NodeReading:
+    """What the planner read from one onnx-ir node, kept to read the node again in a graph rewritten
+    around it: its parts (attributes, weights, row geometry, MACs), its named outputs' static shapes,
+    and the operator and output tensors it was read as (reused where nothing about them moved)."""
+
+    __slots__ = ("parts", "out_shapes", "op", "tensors")
+
+    def __init__(self, parts: tuple, out_shapes: tuple[tuple[int, ...], ...]) -> None:
+        self.parts, self.out_shapes = parts, out_shapes
+        self.op: OpNode | None = None
+        self.tensors: tuple[Tensor, ...] = ()
+
+
+@dataclass(frozen=True)
+class IrReading:
+    """A graph read from onnx-ir (:func:`read_ir`) and which onnx-ir node each operator was read from."""
+
+    graph: CompGraph
+    node_ids: tuple[int, ...]  # ``id`` of the onnx-ir node of each operator, by index
+    fresh: tuple[int, ...]  # operators read afresh rather than from the memo, ascending
+
+
+def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReading] | None = None,
                   changed: Collection[int] = ()) -> CompGraph | None:
     """The graph ``graph_from_model(ir.to_proto(model), name, passes=[])`` gives, or ``None`` where it
-    might differ (see the module docstring).
+    might differ (see the module docstring). ``memo`` and ``changed``: as :func:`read_ir`."""
+    reading = read_ir(model, name, memo, changed)
+    return None if reading is None else reading.graph
 
-    ``memo`` keeps what each node reads as (its attributes, weights, row geometry, MACs), keyed by the
-    node's ``id``: an empty one is filled; a filled one is reused for every node except those in
-    ``changed`` (ids of nodes whose attributes, inputs or output shapes may differ since it was filled)
-    and nodes it does not hold, which are read afresh and not kept. Only for a graph edited in place
-    from the one the memo was filled from, its nodes still alive.
+
+def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReading] | None = None,
+            changed: Collection[int] = ()) -> IrReading | None:
+    """:func:`graph_from_ir`'s graph with the onnx-ir node each operator was read from.
+
+    ``memo`` keeps what each node reads as (:class:`NodeReading`), keyed by the node's ``id``: an
+    empty one is filled; a filled one is reused for every node except those in ``changed`` (ids of
+    nodes whose attributes, inputs or output shapes may differ since it was filled) and nodes it does
+    not hold, which are read afresh and not kept. Only for a graph edited in place from the one the
+    memo was filled from, its nodes still alive. A node taken from the memo keeps its operator and
+    output tensors (the same objects) when their indices and readers did not move.
     """
     graph = model.graph
     initializers = graph.initializers
     is_static = {id(v) for v in initializers.values()}
     names: set[str] = set()
     nodes = []  # the operators the importer keeps
+    known: list[NodeReading | None] = []  # their memo entries, None where read afresh
+    use_memo = memo is not None and bool(memo)
     for node in graph:
         if (not node.name or node.name in names or node.op_type in _LEFT_TO_IMPORTER
                 or node.domain not in ("", "ai.onnx") or not node.outputs):
             return None
         names.add(node.name)
-        if any(a.type == ir.AttributeType.GRAPH or a.type == ir.AttributeType.GRAPHS
-               for a in node.attributes.values()):
+        entry = memo.get(id(node)) if use_memo and id(node) not in changed else None
+        # A memo entry's attributes were read before: none is a graph.
+        if entry is None and any(a.type == ir.AttributeType.GRAPH or a.type == ir.AttributeType.GRAPHS
+                                 for a in node.attributes.values()):
             return None
         if node.op_type in _STATIC_SOURCES or all(v is None or id(v) in is_static for v in node.inputs):
             is_static.update(id(v) for v in node.outputs)  # folded to a constant by the importer
         else:
             nodes.append(node)
-    kept = {id(node) for node in nodes}
+            known.append(entry)
     model_inputs = [v for v in graph.inputs if id(v) not in is_static]
     output_ids = {id(v) for v in graph.outputs}
     if any(id(v) in is_static or v.producer() is None and not v.is_graph_input() for v in graph.outputs):
@@ -99,34 +134,26 @@ def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, tupl
         uses = value.uses()
         if not uses or all(use.idx in WEIGHT_SLOTS.get(use.node.op_type, ()) for use in uses):
             return None
-    # Every output of every operator is read by an operator or is a model output; no dead operator (one read
-    # only by what folds to a constant, a Shape say, is dead to the importer).
-    for node in nodes:
-        for out in node.outputs:
-            if out.name and id(out) not in output_ids and not any(id(use.node) in kept for use in out.uses()):
-                return None
 
     tensor_index: dict[int, int] = {}
     tensor_values: list[ir.Value] = []
     shapes: list[tuple[int, ...]] = []
     producers: list[int | None] = []
-
-    def add_tensor(value: ir.Value, producer: int | None) -> int | None:
+    earlier: list[Tensor | None] = []  # per tensor: the one a memo entry read it as, if any
+    for value in model_inputs:
         shape = _static_shape(value)
         if shape is None:
             return None
         tensor_index[id(value)] = len(tensor_values)
         tensor_values.append(value)
         shapes.append(shape)
-        producers.append(producer)
-        return tensor_index[id(value)]
-
-    for value in model_inputs:
-        if add_tensor(value, None) is None:
-            return None
+        producers.append(None)
+        earlier.append(None)
     built: list[OpNode] = []
+    fresh: list[int] = []
     filling = memo is not None and not memo
     for index, node in enumerate(nodes):
+        entry = known[index]
         act_in: list[int] = []
         for value in node.inputs:
             if value is None or not value.name or id(value) in is_static:
@@ -135,48 +162,71 @@ def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, tupl
             if t is None:
                 return None
             act_in.append(t)
-        outs: list[int] = []
-        for value in node.outputs:
-            if not value.name:
-                continue
-            t = add_tensor(value, index)
-            if t is None:
+        first_out = len(tensor_values)
+        named_outputs = [value for value in node.outputs if value.name]
+        if entry is None:
+            out_shapes = tuple(map(_static_shape, named_outputs))
+            if None in out_shapes:
                 return None
-            outs.append(t)
-        parts = None if memo is None or id(node) in changed else memo.get(id(node))
-        if parts is None:
-            parts = _node_parts(node, is_static, [shapes[t] for t in act_in], [shapes[t] for t in outs])
+            parts = _node_parts(node, is_static, [shapes[t] for t in act_in], list(out_shapes))
             if parts is None:
                 return None
+            fresh.append(index)
             if filling:
-                memo[id(node)] = parts
-        attrs, weights, weight_numel, geometry, known, macs = parts
-        built.append(OpNode(index=index, name=node.name, op_type=node.op_type, attributes=attrs,
-                            inputs=tuple(act_in), outputs=tuple(outs), input_geometry=geometry,
-                            weight_names=weights, weight_numel=weight_numel, macs=macs, known_op=known,
-                            onnx_name=None))
+                memo[id(node)] = NodeReading(parts, out_shapes)
+        else:
+            out_shapes, parts = entry.out_shapes, entry.parts  # the same outputs, so the same shapes
+        for value, shape in zip(named_outputs, out_shapes):
+            tensor_index[id(value)] = len(tensor_values)
+            tensor_values.append(value)
+            shapes.append(shape)
+            producers.append(index)
+        if entry is None or len(entry.tensors) != len(named_outputs):
+            earlier.extend([None] * len(named_outputs))
+        else:
+            earlier.extend(entry.tensors)
+        inputs, outputs = tuple(act_in), tuple(range(first_out, len(tensor_values)))
+        op = None if entry is None else entry.op
+        if (op is None or op.index != index or op.inputs != inputs or op.outputs != outputs
+                or op.name != node.name):
+            attrs, weights, weight_numel, geometry, known_op, macs = parts
+            op = OpNode(index=index, name=node.name, op_type=node.op_type, attributes=attrs, inputs=inputs,
+                        outputs=outputs, input_geometry=geometry, weight_names=weights, weight_numel=weight_numel,
+                        macs=macs, known_op=known_op, onnx_name=None)
+        built.append(op)
 
     consumers: list[list[int]] = [[] for _ in tensor_values]
     for op in built:
         for t in dict.fromkeys(op.inputs):
             consumers[t].append(op.index)
-    tensors = tuple(
-        Tensor(index=i, name=value.name, shape=shapes[i], producer=producers[i], consumers=tuple(consumers[i]),
-               is_model_output=id(value) in output_ids)
-        for i, value in enumerate(tensor_values)
-    )
+    tensors: list[Tensor] = []
+    for i, value in enumerate(tensor_values):
+        readers, is_output = tuple(consumers[i]), id(value) in output_ids
+        # Every output of every operator is read by an operator or is a model output, and so is every model
+        # input; the importer drops the rest (an operator read only by what folds, a Shape say, is dead to it).
+        if not readers and not is_output:
+            return None
+        same = earlier[i]  # the memo's tensor where nothing about it moved (its shape is the memo's)
+        if (same is None or same.index != i or same.producer != producers[i] or same.consumers != readers
+                or same.is_model_output != is_output or same.name != value.name):
+            same = Tensor(index=i, name=value.name, shape=shapes[i], producer=producers[i], consumers=readers,
+                          is_model_output=is_output)
+        tensors.append(same)
     outputs = []
     for value in graph.outputs:
         t = tensor_index.get(id(value))
         if t is None:
             return None
         outputs.append(t)
-    used = {t for op in built for t in op.inputs} | set(outputs)
-    if any(tensor_index[id(v)] not in used for v in model_inputs):
-        return None  # an unused model input: the importer drops it
-    return CompGraph(name=name, nodes=tuple(built), tensors=tensors,
-                     model_inputs=tuple(tensor_index[id(v)] for v in model_inputs),
-                     model_outputs=tuple(dict.fromkeys(outputs)), metadata=dict(model.metadata_props), passes=())
+    compgraph = CompGraph(name=name, nodes=tuple(built), tensors=tuple(tensors),
+                          model_inputs=tuple(range(len(model_inputs))), model_outputs=tuple(dict.fromkeys(outputs)),
+                          metadata=dict(model.metadata_props), passes=())
+    if filling:
+        for node, op in zip(nodes, built):
+            entry = memo[id(node)]
+            entry.op = op
+            entry.tensors = tuple(compgraph.tensors[t] for t in op.outputs)
+    return IrReading(compgraph, tuple(map(id, nodes)), tuple(fresh))
 
 
 def _node_parts(node: ir.Node, is_static: set[int], in_shapes: list[tuple[int, ...]],
