@@ -133,18 +133,26 @@ class CompGraph:
         return tuple(sorted(pairs))
 
     @cached_property
-    def successors(self) -> tuple[tuple[int, ...], ...]:
-        out: list[set[int]] = [set() for _ in self.nodes]
-        for i, j in self.edges:
-            out[i].add(j)
-        return tuple(tuple(sorted(s)) for s in out)
+    def _adjacent(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+        """(successors, predecessors) of every operator, from the tensors (as :attr:`edges` pairs them)
+        without building the sorted edge list."""
+        after: list[set[int]] = [set() for _ in self.nodes]
+        before: list[set[int]] = [set() for _ in self.nodes]
+        for tensor in self.tensors:
+            producer = tensor.producer
+            if producer is not None and tensor.consumers:
+                after[producer].update(tensor.consumers)
+                for consumer in tensor.consumers:
+                    before[consumer].add(producer)
+        return tuple(tuple(sorted(s)) for s in after), tuple(tuple(sorted(s)) for s in before)
 
-    @cached_property
+    @property
+    def successors(self) -> tuple[tuple[int, ...], ...]:
+        return self._adjacent[0]
+
+    @property
     def predecessors(self) -> tuple[tuple[int, ...], ...]:
-        out: list[set[int]] = [set() for _ in self.nodes]
-        for i, j in self.edges:
-            out[j].add(i)
-        return tuple(tuple(sorted(s)) for s in out)
+        return self._adjacent[1]
 
     @cached_property
     def neighbours(self) -> tuple[frozenset[int], ...]:

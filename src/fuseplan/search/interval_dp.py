@@ -57,12 +57,17 @@ def candidate_orders(problem: FusionProblem) -> dict[str, list[int]]:
 def named_orders(problem: FusionProblem) -> dict[str, list[int]]:
     """Every named order of :func:`candidate_orders`, equal ones included."""
     graph = problem.graph
+    model = list(range(len(graph)))
+    depth_first = _kahn_heap(graph, None, chained=True)
+    if not problem.excluded:  # nothing to schedule late: the orders without it (smallest index first is the model's)
+        return {"model": model, "depth-first": depth_first, "unfuseable-late": list(model),
+                "depth-first-unfuseable-late": list(depth_first)}
     excluded = [False] * len(graph)
     for v in problem.excluded:
         excluded[v] = True
     return {
-        "model": list(range(len(graph))),
-        "depth-first": _kahn_heap(graph, None, chained=True),
+        "model": model,
+        "depth-first": depth_first,
         "unfuseable-late": _kahn_heap(graph, excluded, chained=False),
         "depth-first-unfuseable-late": _kahn_heap(graph, excluded, chained=True),
     }
@@ -73,32 +78,25 @@ def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
     first; among those, a successor of the last one taken if ``chained``; then the smallest index."""
     successors = graph.successors
     waiting = [len(p) for p in graph.predecessors]
-    ready = [False] * len(waiting)
-    heaps: tuple[list[int], list[int]] = ([], [])
-
-    def push(v: int) -> None:
-        ready[v] = True
-        heapq.heappush(heaps[1 if late is not None and late[v] else 0], v)
-
-    for v, n in enumerate(waiting):
-        if n == 0:
-            push(v)
+    n = len(waiting)
+    # One heap of keys ordering (late, index): a late operator's key is its index plus n.
+    key = list(range(n)) if late is None else [v + n if late[v] else v for v in range(n)]
+    ready = [w == 0 for w in waiting]
+    heap = [key[v] for v in range(n) if ready[v]]
+    heapq.heapify(heap)
     order: list[int] = []
     last: int | None = None
     while True:
-        taken = None
-        for cls, heap in enumerate(heaps):
-            if chained and last is not None:
-                taken = min((s for s in successors[last]
-                             if ready[s] and (1 if late is not None and late[s] else 0) == cls), default=None)
-                if taken is not None:
-                    break
-            while heap and not ready[heap[0]]:
-                heapq.heappop(heap)  # taken earlier as a successor
-            if heap:
-                taken = heapq.heappop(heap)
-                break
-        if taken is None:
+        taken = -1
+        if chained and last is not None:
+            for s in successors[last]:  # the first ready successor by key (they are sorted by index)
+                if ready[s] and (taken < 0 or key[s] < key[taken]):
+                    taken = s
+        while heap and not ready[heap[0] % n]:
+            heapq.heappop(heap)  # taken earlier as a successor
+        if heap and (taken < 0 or heap[0] < n <= key[taken]):
+            taken = heapq.heappop(heap) % n  # no ready successor, or only a late one while another is not late
+        if taken < 0:
             return order
         ready[taken] = False
         order.append(taken)
@@ -106,7 +104,8 @@ def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
         for s in successors[taken]:
             waiting[s] -= 1
             if waiting[s] == 0:
-                push(s)
+                ready[s] = True
+                heapq.heappush(heap, key[s])
 
 
 def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False,
