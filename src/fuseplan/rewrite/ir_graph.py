@@ -76,6 +76,45 @@ class NodeReading:
         self.tensors: tuple[Tensor, ...] = ()
 
 
+class IrMemo:
+    """What :func:`read_ir` read from one onnx-ir graph, to read graphs edited in place from it sooner.
+
+    ``nodes`` holds each kept node's :class:`NodeReading` by the node's ``id``. The rest describes the
+    graph in node order, so that a graph edited in place takes over the reading of the nodes before
+    the first one the edit touched (its *prefix*) without walking them again: for every node, its
+    ``id``, its name, whether it was folded to a constant (with the ids of its outputs), and after it
+    how many operators and tensors were read.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, NodeReading] = {}
+        self.sequence: list[int] = []  # id of every node, in order
+        self.names: list[str] = []
+        self.folded: list[tuple[int, ...]] = []  # per node: ids of its outputs if it folds to a constant
+        self.operators_after: list[int] = []  # per node: operators read up to and including it
+        self.tensors_after: list[int] = []
+        self.initializers: dict[int, ir.Value] = {}  # by id
+        self.model_inputs: tuple[int, ...] = ()
+        self.values: list[ir.Value] = []  # each tensor's value, by tensor index
+        self.value_ids: list[int] = []
+        self.shapes: list[tuple[int, ...]] = []
+        self.producers: list[int | None] = []
+        self.reading: IrReading | None = None
+
+    def __bool__(self) -> bool:
+        return self.reading is not None
+
+    def prefix(self, graph: ir.Graph, changed: Collection[int]) -> int:
+        """How many nodes of ``graph`` from the start are the memo's, in the same place and unchanged."""
+        sequence, limit = self.sequence, len(self.sequence)
+        k = 0
+        for node in graph:
+            if k == limit or id(node) != sequence[k] or id(node) in changed:
+                break
+            k += 1
+        return k
+
+
 @dataclass(frozen=True)
 class IrReading:
     """A graph read from onnx-ir (:func:`read_ir`) and which onnx-ir node each operator was read from."""
@@ -85,7 +124,7 @@ class IrReading:
     fresh: tuple[int, ...]  # operators read afresh rather than from the memo, ascending
 
 
-def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReading] | None = None,
+def graph_from_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None,
                   changed: Collection[int] = ()) -> CompGraph | None:
     """The graph ``graph_from_model(ir.to_proto(model), name, passes=[])`` gives, or ``None`` where it
     might differ (see the module docstring). ``memo`` and ``changed``: as :func:`read_ir`."""
@@ -93,39 +132,59 @@ def graph_from_ir(model: ir.Model, name: str = "candidate", memo: dict[int, Node
     return None if reading is None else reading.graph
 
 
-def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReading] | None = None,
+def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None,
             changed: Collection[int] = ()) -> IrReading | None:
     """:func:`graph_from_ir`'s graph with the onnx-ir node each operator was read from.
 
-    ``memo`` keeps what each node reads as (:class:`NodeReading`), keyed by the node's ``id``: an
-    empty one is filled; a filled one is reused for every node except those in ``changed`` (ids of
-    nodes whose attributes, inputs or output shapes may differ since it was filled) and nodes it does
-    not hold, which are read afresh and not kept. Only for a graph edited in place from the one the
-    memo was filled from, its nodes still alive. A node taken from the memo keeps its operator and
-    output tensors (the same objects) when their indices and readers did not move.
+    An empty ``memo`` (:class:`IrMemo`) is filled. A filled one is reused for every node except those
+    in ``changed`` (ids of nodes whose attributes, inputs or output shapes may differ since it was
+    filled) and nodes it does not hold, which are read afresh and not kept: only for a graph edited in
+    place from the one the memo was filled from, its nodes still alive. A node taken from the memo keeps
+    its operator and output tensors (the same objects) when their indices and readers did not move;
+    the nodes before the first one that moved or changed are taken over without being walked.
     """
     graph = model.graph
     initializers = graph.initializers
-    is_static = {id(v) for v in initializers.values()}
-    names: set[str] = set()
-    nodes = []  # the operators the importer keeps
-    known: list[NodeReading | None] = []  # their memo entries, None where read afresh
-    use_memo = memo is not None and bool(memo)
-    for node in graph:
+    is_static = set(map(id, initializers.data.values()))  # (a UserDict: its data, sooner than its values())
+    filling = memo is not None and not memo
+    entries = None if memo is None or filling else memo.nodes
+    start = 0  # nodes taken over from the memo (its prefix)
+    if entries is not None and all(not v.uses() for k, v in memo.initializers.items() if k not in is_static):
+        start = memo.prefix(graph, changed)  # (an initializer dropped once unused was read by no node)
+    if start:
+        names = set(memo.names[:start])
+        for outputs in memo.folded[:start]:
+            is_static.update(outputs)
+        nodes: list[ir.Node] = []  # the operators the importer keeps, after the prefix
+    else:
+        names = set()
+        nodes = []
+    taken = memo.operators_after[start - 1] if start else 0  # operators of the prefix
+    known: list[NodeReading | None] = []  # memo entries of the operators after the prefix, None where fresh
+    for position, node in enumerate(graph):
+        if position < start:
+            continue
         if (not node.name or node.name in names or node.op_type in _LEFT_TO_IMPORTER
                 or node.domain not in ("", "ai.onnx") or not node.outputs):
             return None
         names.add(node.name)
-        entry = memo.get(id(node)) if use_memo and id(node) not in changed else None
+        entry = entries.get(id(node)) if entries is not None and id(node) not in changed else None
         # A memo entry's attributes were read before: none is a graph.
         if entry is None and any(a.type == ir.AttributeType.GRAPH or a.type == ir.AttributeType.GRAPHS
                                  for a in node.attributes.values()):
             return None
         if node.op_type in _STATIC_SOURCES or all(v is None or id(v) in is_static for v in node.inputs):
-            is_static.update(id(v) for v in node.outputs)  # folded to a constant by the importer
+            outputs = tuple(id(v) for v in node.outputs)
+            is_static.update(outputs)  # folded to a constant by the importer
         else:
+            outputs = ()
             nodes.append(node)
             known.append(entry)
+        if filling:
+            memo.sequence.append(id(node))
+            memo.names.append(node.name)
+            memo.folded.append(outputs)
+            memo.operators_after.append(len(nodes))
     model_inputs = [v for v in graph.inputs if id(v) not in is_static]
     output_ids = {id(v) for v in graph.outputs}
     if any(id(v) in is_static or v.producer() is None and not v.is_graph_input() for v in graph.outputs):
@@ -134,26 +193,39 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReadin
         uses = value.uses()
         if not uses or all(use.idx in WEIGHT_SLOTS.get(use.node.op_type, ()) for use in uses):
             return None
+    if start and tuple(map(id, model_inputs)) != memo.model_inputs:
+        return read_ir(model, name, memo, {*changed, *memo.sequence[:start]})  # inputs moved: walk every node
 
-    tensor_index: dict[int, int] = {}
-    tensor_values: list[ir.Value] = []
-    shapes: list[tuple[int, ...]] = []
-    producers: list[int | None] = []
-    earlier: list[Tensor | None] = []  # per tensor: the one a memo entry read it as, if any
-    for value in model_inputs:
-        shape = _static_shape(value)
-        if shape is None:
-            return None
-        tensor_index[id(value)] = len(tensor_values)
-        tensor_values.append(value)
-        shapes.append(shape)
-        producers.append(None)
-        earlier.append(None)
-    built: list[OpNode] = []
+    if start:  # the prefix's operators and tensors, as the memo read them
+        before = memo.reading
+        count = memo.tensors_after[start - 1]
+        tensor_values = memo.values[:count]
+        tensor_ids = memo.value_ids[:count]
+        tensor_index = dict(zip(tensor_ids, range(count)))
+        shapes, producers = memo.shapes[:count], memo.producers[:count]
+        earlier: list[Tensor | None] = list(before.graph.tensors[:count])
+        built = list(before.graph.nodes[:taken])
+        node_ids = list(before.node_ids[:taken])
+    else:
+        count = 0
+        tensor_values, tensor_ids, tensor_index, shapes, producers, earlier = [], [], {}, [], [], []
+        built, node_ids = [], []
+        for value in model_inputs:
+            shape = _static_shape(value)
+            if shape is None:
+                return None
+            tensor_index[id(value)] = len(tensor_ids)
+            tensor_values.append(value)
+            tensor_ids.append(id(value))
+            shapes.append(shape)
+            producers.append(None)
+            earlier.append(None)  # per tensor: the one a memo entry read it as, if any
+        if filling:
+            memo.model_inputs = tuple(tensor_ids)
+            memo.initializers = {id(v): v for v in initializers.data.values()}
     fresh: list[int] = []
-    filling = memo is not None and not memo
-    for index, node in enumerate(nodes):
-        entry = known[index]
+    for index, node in enumerate(nodes, start=taken):
+        entry = known[index - taken]
         act_in: list[int] = []
         for value in node.inputs:
             if value is None or not value.name or id(value) in is_static:
@@ -162,7 +234,7 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReadin
             if t is None:
                 return None
             act_in.append(t)
-        first_out = len(tensor_values)
+        first_out = len(tensor_ids)
         named_outputs = [value for value in node.outputs if value.name]
         if entry is None:
             out_shapes = tuple(map(_static_shape, named_outputs))
@@ -173,19 +245,20 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReadin
                 return None
             fresh.append(index)
             if filling:
-                memo[id(node)] = NodeReading(parts, out_shapes)
+                memo.nodes[id(node)] = NodeReading(parts, out_shapes)
         else:
             out_shapes, parts = entry.out_shapes, entry.parts  # the same outputs, so the same shapes
         for value, shape in zip(named_outputs, out_shapes):
-            tensor_index[id(value)] = len(tensor_values)
+            tensor_index[id(value)] = len(tensor_ids)
             tensor_values.append(value)
+            tensor_ids.append(id(value))
             shapes.append(shape)
             producers.append(index)
         if entry is None or len(entry.tensors) != len(named_outputs):
             earlier.extend([None] * len(named_outputs))
         else:
             earlier.extend(entry.tensors)
-        inputs, outputs = tuple(act_in), tuple(range(first_out, len(tensor_values)))
+        inputs, outputs = tuple(act_in), tuple(range(first_out, len(tensor_ids)))
         op = None if entry is None else entry.op
         if (op is None or op.index != index or op.inputs != inputs or op.outputs != outputs
                 or op.name != node.name):
@@ -194,21 +267,30 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReadin
                         outputs=outputs, input_geometry=geometry, weight_names=weights, weight_numel=weight_numel,
                         macs=macs, known_op=known_op, onnx_name=None)
         built.append(op)
+        node_ids.append(id(node))
 
-    consumers: list[list[int]] = [[] for _ in tensor_values]
-    for op in built:
+    consumers: list[list[int]] = [[] for _ in tensor_ids]  # readers after the prefix
+    for op in built[taken:]:
         for t in dict.fromkeys(op.inputs):
             consumers[t].append(op.index)
     tensors: list[Tensor] = []
-    for i, value in enumerate(tensor_values):
-        readers, is_output = tuple(consumers[i]), id(value) in output_ids
+    for i, value_id in enumerate(tensor_ids):
+        same, value, is_output = earlier[i], tensor_values[i], value_id in output_ids
+        if i < count:  # a tensor of the prefix: its readers in the prefix are the memo's (sorted)
+            readers = same.consumers
+            if readers and readers[-1] >= taken:
+                readers = tuple(c for c in readers if c < taken)
+            if consumers[i]:
+                readers += tuple(consumers[i])
+        else:
+            readers = tuple(consumers[i])
         # Every output of every operator is read by an operator or is a model output, and so is every model
         # input; the importer drops the rest (an operator read only by what folds, a Shape say, is dead to it).
         if not readers and not is_output:
             return None
-        same = earlier[i]  # the memo's tensor where nothing about it moved (its shape is the memo's)
+        # The memo's tensor where nothing about it moved.
         if (same is None or same.index != i or same.producer != producers[i] or same.consumers != readers
-                or same.is_model_output != is_output or same.name != value.name):
+                or same.is_model_output != is_output or same.name != value.name):  # a rule may rename a value
             same = Tensor(index=i, name=value.name, shape=shapes[i], producer=producers[i], consumers=readers,
                           is_model_output=is_output)
         tensors.append(same)
@@ -221,12 +303,19 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: dict[int, NodeReadin
     compgraph = CompGraph(name=name, nodes=tuple(built), tensors=tuple(tensors),
                           model_inputs=tuple(range(len(model_inputs))), model_outputs=tuple(dict.fromkeys(outputs)),
                           metadata=dict(model.metadata_props), passes=())
+    reading = IrReading(compgraph, tuple(node_ids), tuple(fresh))
     if filling:
         for node, op in zip(nodes, built):
-            entry = memo[id(node)]
+            entry = memo.nodes[id(node)]
             entry.op = op
             entry.tensors = tuple(compgraph.tensors[t] for t in op.outputs)
-    return IrReading(compgraph, tuple(map(id, nodes)), tuple(fresh))
+        tensors_after = [len(model_inputs)]
+        for op in built:
+            tensors_after.append(tensors_after[-1] + len(op.outputs))
+        memo.tensors_after = [tensors_after[k] for k in memo.operators_after]
+        memo.values, memo.value_ids, memo.shapes, memo.producers = tensor_values, tensor_ids, shapes, producers
+        memo.reading = reading
+    return reading
 
 
 def _node_parts(node: ir.Node, is_static: set[int], in_shapes: list[tuple[int, ...]],

@@ -29,7 +29,7 @@ from fuseplan.search import candidate_orders, interval_dp
 from fuseplan.search.interval_dp import INF, IntervalTables, interval_tables, named_orders, window_dp
 
 if TYPE_CHECKING:  # onnx-ir: the rewrite extra
-    from fuseplan.rewrite.ir_graph import IrReading, NodeReading
+    from fuseplan.rewrite.ir_graph import IrMemo, IrReading
 
 
 def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
@@ -128,7 +128,7 @@ class _Expansion:
     """What the dram objective keeps of an expanded graph to price its candidates."""
 
     orders: dict[str, tuple[list[int], IntervalTables]]  # order name -> (labels in that order, tables)
-    memo: dict[int, NodeReading]  # id of an onnx-ir node -> what the planner reads from it
+    memo: IrMemo  # what the planner read from the expanded graph, node by node
     reading: IrReading  # the expanded graph as the planner read it
     labels: dict[int, int]  # id of an onnx-ir node -> its operator's label
     index: dict[int, int]  # id of an onnx-ir node -> its operator's index
@@ -248,9 +248,9 @@ class DramObjective(Objective):
     def expansion(self, model: Any) -> _Expansion | None:
         """For each named order of ``model``'s graph: its operators' labels and its interval tables; and
         what each node of ``model`` reads as (:func:`read_ir`'s memo) and is labelled."""
-        from fuseplan.rewrite.ir_graph import read_ir
+        from fuseplan.rewrite.ir_graph import IrMemo, read_ir
 
-        memo: dict[int, NodeReading] = {}
+        memo = IrMemo()
         reading = read_ir(model, memo=memo)
         if reading is None:
             return None
