@@ -76,6 +76,8 @@ def named_orders(problem: FusionProblem) -> dict[str, list[int]]:
 def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
     """A topological order (Kahn's algorithm, O(n log n)) taking, among ready operators, those not ``late``
     first; among those, a successor of the last one taken if ``chained``; then the smallest index."""
+    if _takes_the_model_order(graph, late, chained=chained):
+        return list(range(len(graph)))
     successors = graph.successors
     waiting = [len(p) for p in graph.predecessors]
     n = len(waiting)
@@ -106,6 +108,39 @@ def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
             if waiting[s] == 0:
                 ready[s] = True
                 heapq.heappush(heap, key[s])
+
+
+def _takes_the_model_order(graph, late: list[bool] | None, *, chained: bool) -> bool:
+    """Whether :func:`_kahn_heap` takes the operators in index order (as it does on most exported models),
+    checked in O(edges) without running it.
+
+    Suppose it took ``0 .. v-1``. Then the ready operators are those from ``v`` on whose last predecessor
+    is below ``v``, ``v`` among them; the ready successors of ``v - 1`` are those whose last predecessor is
+    ``v - 1``. ``v`` is taken next unless a ready operator ranks before it: one not late while ``v`` is
+    late, or, if ``chained``, a ready successor of ``v - 1`` other than ``v`` in ``v``'s class.
+    """
+    n = len(graph)
+    predecessors, successors = graph.predecessors, graph.successors
+    last_before = [p[-1] if p else -1 for p in predecessors]
+    if late is not None:
+        # Per v: the earliest last predecessor of an operator after v that is not late (n if none).
+        soonest = [n] * (n + 1)
+        for u in range(n - 1, -1, -1):
+            soonest[u] = soonest[u + 1]
+            if u + 1 < n and not late[u + 1] and last_before[u + 1] < soonest[u]:
+                soonest[u] = last_before[u + 1]
+        for v in range(n):
+            if late[v] and soonest[v] < v:
+                return False  # an operator that is not late is ready while v is late
+    if chained:
+        for v in range(1, n):
+            lateness = late is not None and late[v]
+            for s in successors[v - 1]:  # ascending: the first ready one of v's class is taken
+                if last_before[s] == v - 1 and (late is None or late[s] == lateness):
+                    if s != v:
+                        return False
+                    break
+    return True
 
 
 def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False,
