@@ -260,8 +260,10 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
             earlier.extend(entry.tensors)
         inputs, outputs = tuple(act_in), tuple(range(first_out, len(tensor_ids)))
         op = None if entry is None else entry.op
-        if (op is None or op.index != index or op.inputs != inputs or op.outputs != outputs
-                or op.name != node.name):
+        if op is not None and op.name == node.name:
+            if op.index != index or op.inputs != inputs or op.outputs != outputs:
+                op = op.moved(index, inputs, outputs)  # the same operator elsewhere
+        else:
             attrs, weights, weight_numel, geometry, known_op, macs = parts
             op = OpNode(index=index, name=node.name, op_type=node.op_type, attributes=attrs, inputs=inputs,
                         outputs=outputs, input_geometry=geometry, weight_names=weights, weight_numel=weight_numel,
@@ -288,11 +290,13 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
         # input; the importer drops the rest (an operator read only by what folds, a Shape say, is dead to it).
         if not readers and not is_output:
             return None
-        # The memo's tensor where nothing about it moved.
-        if (same is None or same.index != i or same.producer != producers[i] or same.consumers != readers
-                or same.is_model_output != is_output or same.name != value.name):  # a rule may rename a value
+        if same is None:
             same = Tensor(index=i, name=value.name, shape=shapes[i], producer=producers[i], consumers=readers,
                           is_model_output=is_output)
+        elif (same.index != i or same.producer != producers[i] or same.consumers != readers
+              or same.is_model_output != is_output or same.name != value.name):  # a rule may rename a value
+            same = same.moved(index=i, name=value.name, producer=producers[i], consumers=readers,
+                              is_model_output=is_output)  # the memo's tensor (its shape) elsewhere
         tensors.append(same)
     outputs = []
     for value in graph.outputs:
