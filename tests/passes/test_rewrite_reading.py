@@ -101,7 +101,8 @@ def _check(source: str, depth: int) -> tuple[set[str], int]:
 @pytest.mark.parametrize("source", ["every-rule", "squeezenet", "resnet18",
                                     pytest.param(GOOGLENET, marks=pytest.mark.slow),
                                     pytest.param("mobilenet_v2", marks=pytest.mark.slow),
-                                    pytest.param("efficientnet_b0", marks=pytest.mark.slow)])
+                                    pytest.param("efficientnet_b0", marks=pytest.mark.slow),
+                                    pytest.param("deeplabv3_mobilenet_v3_large", marks=pytest.mark.slow)])  # Shapes
 def test_candidates_read_near_their_parent_equal_candidates_read_afresh(source):
     seen, reused = _check(source, depth=2)
     assert reused > 0

@@ -114,6 +114,16 @@ class IrMemo:
             k += 1
         return k
 
+    def suffix(self, graph: ir.Graph, changed: Collection[int], limit: int) -> int:
+        """How many nodes of ``graph`` from the end (at most ``limit``) are the memo's last ones, in the same
+        order and unchanged."""
+        sequence, k = self.sequence, 0
+        for node in reversed(graph):
+            if k == limit or id(node) != sequence[-1 - k] or id(node) in changed:
+                break
+            k += 1
+        return k
+
 
 @dataclass(frozen=True)
 class IrReading:
@@ -133,24 +143,32 @@ def graph_from_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None 
 
 
 def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None,
-            changed: Collection[int] = ()) -> IrReading | None:
+            changed: Collection[int] = (), *, ends: bool = True) -> IrReading | None:
     """:func:`graph_from_ir`'s graph with the onnx-ir node each operator was read from.
 
     An empty ``memo`` (:class:`IrMemo`) is filled. A filled one is reused for every node except those
     in ``changed`` (ids of nodes whose attributes, inputs or output shapes may differ since it was
     filled) and nodes it does not hold, which are read afresh and not kept: only for a graph edited in
     place from the one the memo was filled from, its nodes still alive. A node taken from the memo keeps
-    its operator and output tensors (the same objects) when their indices and readers did not move;
-    the nodes before the first one that moved or changed are taken over without being walked.
+    its operator and output tensors (the same objects) when their indices and readers did not move.
+    With ``ends``, the nodes before the first one that moved or changed (the prefix) are taken over
+    without being walked, and those after the last one (the suffix) are read from the memo's operators,
+    only their tensor indices brought up to date.
     """
     graph = model.graph
     initializers = graph.initializers
     is_static = set(map(id, initializers.data.values()))  # (a UserDict: its data, sooner than its values())
     filling = memo is not None and not memo
     entries = None if memo is None or filling else memo.nodes
-    start = 0  # nodes taken over from the memo (its prefix)
-    if entries is not None and all(not v.uses() for k, v in memo.initializers.items() if k not in is_static):
-        start = memo.prefix(graph, changed)  # (an initializer dropped once unused was read by no node)
+    start = end = 0  # nodes taken over from the memo at the start (its prefix) and at the end (its suffix)
+    if ends and entries is not None and all(not v.uses() for k, v in memo.initializers.items()
+                                            if k not in is_static):  # (one dropped once unused was read by none)
+        start = memo.prefix(graph, changed)
+        end = memo.suffix(graph, changed, min(len(graph), len(memo.sequence)) - start)
+    tail = len(memo.sequence) - end if end else 0  # where the suffix starts in the memo's graph
+    if end:  # taken over only while nothing between prefix and suffix folds to a constant, either side
+        if any(memo.folded[start:tail]):
+            return read_ir(model, name, memo, changed, ends=False)
     if start:
         names = set(memo.names[:start])
         for outputs in memo.folded[:start]:
@@ -160,10 +178,14 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
         names = set()
         nodes = []
     taken = memo.operators_after[start - 1] if start else 0  # operators of the prefix
+    names.update(memo.names[tail:] if end else ())
+    stop = len(graph) - end
     known: list[NodeReading | None] = []  # memo entries of the operators after the prefix, None where fresh
     for position, node in enumerate(graph):
         if position < start:
             continue
+        if position == stop:
+            break
         if (not node.name or node.name in names or node.op_type in _LEFT_TO_IMPORTER
                 or node.domain not in ("", "ai.onnx") or not node.outputs):
             return None
@@ -174,6 +196,8 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
                                  for a in node.attributes.values()):
             return None
         if node.op_type in _STATIC_SOURCES or all(v is None or id(v) in is_static for v in node.inputs):
+            if end:
+                return read_ir(model, name, memo, changed, ends=False)
             outputs = tuple(id(v) for v in node.outputs)
             is_static.update(outputs)  # folded to a constant by the importer
         else:
@@ -185,6 +209,8 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
             memo.names.append(node.name)
             memo.folded.append(outputs)
             memo.operators_after.append(len(nodes))
+    for outputs in memo.folded[tail:] if end else ():
+        is_static.update(outputs)
     model_inputs = [v for v in graph.inputs if id(v) not in is_static]
     output_ids = {id(v) for v in graph.outputs}
     if any(id(v) in is_static or v.producer() is None and not v.is_graph_input() for v in graph.outputs):
@@ -193,8 +219,8 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
         uses = value.uses()
         if not uses or all(use.idx in WEIGHT_SLOTS.get(use.node.op_type, ()) for use in uses):
             return None
-    if start and tuple(map(id, model_inputs)) != memo.model_inputs:
-        return read_ir(model, name, memo, {*changed, *memo.sequence[:start]})  # inputs moved: walk every node
+    if (start or end) and tuple(map(id, model_inputs)) != memo.model_inputs:
+        return read_ir(model, name, memo, changed, ends=False)  # the model inputs moved: walk every node
 
     if start:  # the prefix's operators and tensors, as the memo read them
         before = memo.reading
@@ -270,6 +296,29 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
                         macs=macs, known_op=known_op, onnx_name=None)
         built.append(op)
         node_ids.append(id(node))
+    if end:  # the suffix: the memo's operators, reading and writing the tensors' indices here
+        before = memo.reading
+        first = memo.operators_after[tail - 1] if tail else 0
+        values, value_ids, value_shapes, parent_ids = memo.values, memo.value_ids, memo.shapes, before.node_ids
+        parent_tensors = before.graph.tensors
+        for parent in before.graph.nodes[first:]:
+            index = len(built)
+            try:
+                inputs = tuple([tensor_index[value_ids[t]] for t in parent.inputs])
+            except KeyError:  # a value read here that is no tensor any more
+                return read_ir(model, name, memo, changed, ends=False)
+            first_out = len(tensor_ids)
+            for t in parent.outputs:
+                tensor_index[value_ids[t]] = len(tensor_ids)
+                tensor_values.append(values[t])
+                tensor_ids.append(value_ids[t])
+                shapes.append(value_shapes[t])
+                producers.append(index)
+                earlier.append(parent_tensors[t])
+            outputs = tuple(range(first_out, len(tensor_ids)))
+            same = parent.index == index and parent.inputs == inputs and parent.outputs == outputs
+            built.append(parent if same else parent.moved(index, inputs, outputs))
+            node_ids.append(parent_ids[parent.index])
 
     consumers: list[list[int]] = [[] for _ in tensor_ids]  # readers after the prefix
     for op in built[taken:]:
