@@ -62,16 +62,22 @@ class GraphTables:
             rows.append(height)
             row_numel.append(count // height)
             numel.append(count)
-        channels = []
+        channels, inputs, barriers = [], [], []
         for node in nodes:
             shape = tensors[node.outputs[0]].shape if node.outputs else ()
             channels.append(shape[1] if len(shape) > 1 else 1)
+            geometry = node.input_geometry
+            if len(geometry) == 1 == len(node.inputs):  # most operators: spelt out, twice as fast
+                g = geometry[0]
+                inputs.append(((node.inputs[0], g.kernel, g.stride, g.reach),))
+                barriers.append(g.barrier)
+            else:
+                inputs.append(tuple([(t, g.kernel, g.stride, g.reach) for t, g in zip(node.inputs, geometry)]))
+                barriers.append(any([g.barrier for g in geometry]))  # OpNode.is_barrier
         return cls(
-            node_inputs=tuple(
-                tuple((t, g.kernel, g.stride, g.reach) for t, g in zip(n.inputs, n.input_geometry)) for n in nodes
-            ),
+            node_inputs=tuple(inputs),
             node_outputs=tuple(n.outputs for n in nodes),
-            node_barrier=tuple(n.is_barrier for n in nodes),
+            node_barrier=tuple(barriers),
             node_weights=tuple(n.weight_numel for n in nodes),
             node_channels=tuple(channels),
             tensor_rows=tuple(rows),
