@@ -152,16 +152,22 @@ class CompGraph:
     @cached_property
     def _adjacent(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
         """(successors, predecessors) of every operator, from the tensors (as :attr:`edges` pairs them)
-        without building the sorted edge list."""
-        after: list[set[int]] = [set() for _ in self.nodes]
-        before: list[set[int]] = [set() for _ in self.nodes]
+        without building the sorted edge list; an operator's one tensor's readers, when sorted and
+        distinct (as graphs are read), are its successors as they stand."""
+        n = len(self.nodes)
+        after: list[tuple[int, ...]] = [()] * n
+        before: list[list[int]] = [[] for _ in range(n)]
         for tensor in self.tensors:
-            producer = tensor.producer
-            if producer is not None and tensor.consumers:
-                after[producer].update(tensor.consumers)
-                for consumer in tensor.consumers:
-                    before[consumer].add(producer)
-        return tuple(tuple(sorted(s)) for s in after), tuple(tuple(sorted(s)) for s in before)
+            producer, readers = tensor.producer, tensor.consumers
+            if producer is None or not readers:
+                continue
+            for consumer in readers:
+                before[consumer].append(producer)
+            if after[producer] or len(readers) > 1 and any(a >= b for a, b in zip(readers, readers[1:])):
+                after[producer] = tuple(sorted({*after[producer], *readers}))
+            else:
+                after[producer] = readers
+        return tuple(after), tuple(tuple(p) if len(p) < 2 else tuple(sorted(set(p))) for p in before)
 
     @property
     def successors(self) -> tuple[tuple[int, ...], ...]:

@@ -320,21 +320,25 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
             built.append(parent if same else parent.moved(index, inputs, outputs))
             node_ids.append(parent_ids[parent.index])
 
-    consumers: list[list[int]] = [[] for _ in tensor_ids]  # readers after the prefix
+    late: dict[int, list[int]] = {}  # tensor -> its readers after the prefix
     for op in built[taken:]:
-        for t in dict.fromkeys(op.inputs):
-            consumers[t].append(op.index)
+        for t in (op.inputs if len(op.inputs) < 2 else dict.fromkeys(op.inputs)):
+            if t in late:
+                late[t].append(op.index)
+            else:
+                late[t] = [op.index]
     tensors: list[Tensor] = []
     for i, value_id in enumerate(tensor_ids):
         same, value, is_output = earlier[i], tensor_values[i], value_id in output_ids
+        more = late.get(i)
         if i < count:  # a tensor of the prefix: its readers in the prefix are the memo's (sorted)
             readers = same.consumers
             if readers and readers[-1] >= taken:
                 readers = tuple(c for c in readers if c < taken)
-            if consumers[i]:
-                readers += tuple(consumers[i])
+            if more:
+                readers += tuple(more)
         else:
-            readers = tuple(consumers[i])
+            readers = tuple(more) if more else ()
         # Every output of every operator is read by an operator or is a model output, and so is every model
         # input; the importer drops the rest (an operator read only by what folds, a Shape say, is dead to it).
         if not readers and not is_output:
