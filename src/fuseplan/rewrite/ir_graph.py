@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import chain
 from math import prod
 from typing import Any
 
@@ -171,8 +172,7 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
             return read_ir(model, name, memo, changed, ends=False)
     if start:
         names = set(memo.names[:start])
-        for outputs in memo.folded[:start]:
-            is_static.update(outputs)
+        is_static.update(chain.from_iterable(memo.folded[:start]))
         nodes: list[ir.Node] = []  # the operators the importer keeps, after the prefix
     else:
         names = set()
@@ -209,8 +209,8 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
             memo.names.append(node.name)
             memo.folded.append(outputs)
             memo.operators_after.append(len(nodes))
-    for outputs in memo.folded[tail:] if end else ():
-        is_static.update(outputs)
+    if end:
+        is_static.update(chain.from_iterable(memo.folded[tail:]))
     model_inputs = [v for v in graph.inputs if id(v) not in is_static]
     output_ids = {id(v) for v in graph.outputs}
     if any(id(v) in is_static or v.producer() is None and not v.is_graph_input() for v in graph.outputs):
