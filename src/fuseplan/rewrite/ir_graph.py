@@ -17,7 +17,7 @@ on every rule's candidates over several zoo models.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from math import prod
@@ -105,15 +105,16 @@ class IrMemo:
     def __bool__(self) -> bool:
         return self.reading is not None
 
-    def prefix(self, graph: ir.Graph, changed: Collection[int]) -> int:
-        """How many nodes of ``graph`` from the start are the memo's, in the same place and unchanged."""
+    def prefix(self, walk: Iterator[ir.Node], changed: Collection[int]) -> tuple[int, ir.Node | None]:
+        """How many nodes ``walk`` (a graph's nodes in order) yields from the start that are the memo's, in
+        the same place and unchanged, and the node after them (``None`` at the end)."""
         sequence, limit = self.sequence, len(self.sequence)
         k = 0
-        for node in graph:
+        for node in walk:
             if k == limit or id(node) != sequence[k] or id(node) in changed:
-                break
+                return k, node
             k += 1
-        return k
+        return k, None
 
     def suffix(self, graph: ir.Graph, changed: Collection[int], limit: int) -> int:
         """How many nodes of ``graph`` from the end (at most ``limit``) are the memo's last ones, in the same
@@ -162,9 +163,11 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
     filling = memo is not None and not memo
     entries = None if memo is None or filling else memo.nodes
     start = end = 0  # nodes taken over from the memo at the start (its prefix) and at the end (its suffix)
+    walk: Iterator[ir.Node] = iter(graph)
     if ends and entries is not None and all(not v.uses() for k, v in memo.initializers.items()
                                             if k not in is_static):  # (one dropped once unused was read by none)
-        start = memo.prefix(graph, changed)
+        start, after = memo.prefix(walk, changed)
+        walk = walk if after is None else chain((after,), walk)  # the rest of the graph's nodes
         end = memo.suffix(graph, changed, min(len(graph), len(memo.sequence)) - start)
     tail = len(memo.sequence) - end if end else 0  # where the suffix starts in the memo's graph
     if end:  # taken over only while nothing between prefix and suffix folds to a constant, either side
@@ -181,9 +184,7 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
     names.update(memo.names[tail:] if end else ())
     stop = len(graph) - end
     known: list[NodeReading | None] = []  # memo entries of the operators after the prefix, None where fresh
-    for position, node in enumerate(graph):
-        if position < start:
-            continue
+    for position, node in enumerate(walk, start):
         if position == stop:
             break
         if (not node.name or node.name in names or node.op_type in _LEFT_TO_IMPORTER
@@ -357,9 +358,10 @@ def read_ir(model: ir.Model, name: str = "candidate", memo: IrMemo | None = None
         if t is None:
             return None
         outputs.append(t)
+    # Every operator reads tensors made before it (looked up as they were added): in topological order.
     compgraph = CompGraph(name=name, nodes=tuple(built), tensors=tuple(tensors),
                           model_inputs=tuple(range(len(model_inputs))), model_outputs=tuple(dict.fromkeys(outputs)),
-                          metadata=dict(model.metadata_props), passes=())
+                          metadata=dict(model.metadata_props), passes=(), check_order=False)
     reading = IrReading(compgraph, tuple(node_ids), tuple(fresh))
     if filling:
         for node, op in zip(nodes, built):
