@@ -62,20 +62,14 @@ class GraphTables:
             rows.append(height)
             row_numel.append(count // height)
             numel.append(count)
-        channels, inputs, barriers = [], [], []
+        channels, barriers = [], []
         for node in nodes:
             shape = tensors[node.outputs[0]].shape if node.outputs else ()
             channels.append(shape[1] if len(shape) > 1 else 1)
             geometry = node.input_geometry
-            if len(geometry) == 1 == len(node.inputs):  # most operators: spelt out, twice as fast
-                g = geometry[0]
-                inputs.append(((node.inputs[0], g.kernel, g.stride, g.reach),))
-                barriers.append(g.barrier)
-            else:
-                inputs.append(tuple([(t, g.kernel, g.stride, g.reach) for t, g in zip(node.inputs, geometry)]))
-                barriers.append(any([g.barrier for g in geometry]))  # OpNode.is_barrier
+            barriers.append(geometry[0].barrier if len(geometry) == 1 else any([g.barrier for g in geometry]))
         return cls(
-            node_inputs=tuple(inputs),
+            node_inputs=tuple([n.windows for n in nodes]),
             node_outputs=tuple(n.outputs for n in nodes),
             node_barrier=tuple(barriers),
             node_weights=tuple(n.weight_numel for n in nodes),
@@ -83,7 +77,7 @@ class GraphTables:
             tensor_rows=tuple(rows),
             tensor_row_numel=tuple(row_numel),
             tensor_numel=tuple(numel),
-            tensor_consumers=tuple(frozenset(t.consumers) for t in tensors),
+            tensor_consumers=tuple([t.consumer_set for t in tensors]),
             tensor_is_output=tuple(t.is_model_output for t in tensors),
         )
 

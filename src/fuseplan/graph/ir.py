@@ -43,12 +43,16 @@ class RowGeometry:
 POINTWISE = RowGeometry()
 
 
-def _replaced(item, changes: dict[str, Any]):
+def _replaced(item, changes: dict[str, Any], cached: tuple[str, ...]):
     """``dataclasses.replace(item, **changes)`` for a frozen dataclass of this module whose ``__init__``
     only assigns its fields, without running it (a quarter of the time: a rewrite search rebuilds graphs
-    thousands of times). The classes keep nothing else in their ``__dict__`` (no cached properties)."""
+    thousands of times). Its ``__dict__`` holds the fields and the cached properties ``cached``, which
+    are dropped (they may depend on what changed)."""
     new = object.__new__(type(item))
-    new.__dict__.update(item.__dict__, **changes)
+    state = new.__dict__
+    state.update(item.__dict__, **changes)
+    for name in cached:
+        state.pop(name, None)
     return new
 
 
@@ -80,9 +84,14 @@ class Tensor:
     def row_numel(self) -> int:
         return self.numel // self.rows
 
+    @cached_property
+    def consumer_set(self) -> frozenset[int]:
+        """:attr:`consumers` as a set (kept with the tensor, which a rewritten graph may share)."""
+        return frozenset(self.consumers)
+
     def moved(self, **changes: Any) -> Tensor:
         """This tensor with ``changes`` to its fields (``dataclasses.replace``, sooner)."""
-        return _replaced(self, changes)
+        return _replaced(self, changes, ("consumer_set",))
 
 
 @dataclass(frozen=True)
@@ -106,9 +115,15 @@ class OpNode:
     def is_barrier(self) -> bool:
         return any(g.barrier for g in self.input_geometry)
 
+    @cached_property
+    def windows(self) -> tuple[tuple[int, float, float, float], ...]:
+        """``(tensor, kernel, stride, reach)`` of each activation input (kept with the operator, which a
+        rewritten graph may share)."""
+        return tuple([(t, g.kernel, g.stride, g.reach) for t, g in zip(self.inputs, self.input_geometry)])
+
     def moved(self, index: int, inputs: tuple[int, ...], outputs: tuple[int, ...]) -> OpNode:
         """This operator at another index, reading and writing other tensor indices."""
-        return _replaced(self, {"index": index, "inputs": inputs, "outputs": outputs})
+        return _replaced(self, {"index": index, "inputs": inputs, "outputs": outputs}, ("windows",))
 
 
 @dataclass
