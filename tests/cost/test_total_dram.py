@@ -121,3 +121,19 @@ def test_version_1_plan_files_are_still_read(zoo_graphs, tmp_path):
     path.write_text(json.dumps(dict(document, version=3)))
     with pytest.raises(FuseplanError, match="version 3 is not supported"):
         read_plan_file(path)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_unfuseable_operators_handed_to_a_cost_model_stand_for_its_own(zoo_graphs, scheme):
+    graph = zoo_graphs["resnet18"]
+    found = make_cost_model(scheme, graph, 16 * KB)
+    assert found.unfuseable  # some operators do not fit 16 KB alone
+    given = make_cost_model(scheme, graph, 16 * KB)
+    given.known_unfuseable(reversed(found.unfuseable))
+    assert given.unfuseable == found.unfuseable and given.fuseable == found.fuseable
+    assert given.misses == 0  # nothing was priced alone to find them
+    assert FusionProblem(given).excluded == FusionProblem(found).excluded
+    with pytest.raises(ValueError):
+        given.known_unfuseable(())
+    with pytest.raises(ValueError):
+        found.known_unfuseable(found.unfuseable)

@@ -106,6 +106,24 @@ def test_named_orders_follow_their_priorities(graph, buffer):
     assert named_orders(problem) == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(graph=random_dags(max_nodes=12), data=st.data())
+def test_the_model_order_shortcut_says_exactly_when_kahn_takes_the_model_order(graph, data):
+    from fuseplan.search.interval_dp import _takes_the_model_order
+
+    late = data.draw(st.lists(st.booleans(), min_size=len(graph), max_size=len(graph)))
+    succ = graph.successors
+    for lateness in (None, late):
+        for chained in (False, True):
+            def priority(v, last):
+                return (bool(lateness and lateness[v]),
+                        0 if chained and last is not None and v in succ[last] else 1, v)
+
+            by_definition = _kahn_by_priority(FusionProblem(LBDFCostModel(graph, 10**9)), priority)
+            assert _takes_the_model_order(graph, lateness, chained=chained) == (
+                by_definition == list(range(len(graph)))), (lateness, chained)
+
+
 @settings(max_examples=40, deadline=None)
 @given(graph=random_dags(max_nodes=14), buffer=st.sampled_from([1_000, 2_500, 10_000, 30_000]),
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from math import prod
 from typing import ClassVar, NamedTuple
 
 from fuseplan.errors import FuseplanError
@@ -53,24 +54,31 @@ class GraphTables:
 
     @classmethod
     def from_graph(cls, graph: CompGraph) -> GraphTables:
+        nodes, tensors = graph.nodes, graph.tensors
+        rows, row_numel, numel = [], [], []
+        for tensor in tensors:  # Tensor.rows, .row_numel and .numel, the product taken once
+            shape = tensor.shape
+            count, height = prod(shape), shape[-2] if len(shape) >= 4 else 1
+            rows.append(height)
+            row_numel.append(count // height)
+            numel.append(count)
+        channels, barriers = [], []
+        for node in nodes:
+            shape = tensors[node.outputs[0]].shape if node.outputs else ()
+            channels.append(shape[1] if len(shape) > 1 else 1)
+            geometry = node.input_geometry
+            barriers.append(geometry[0].barrier if len(geometry) == 1 else any([g.barrier for g in geometry]))
         return cls(
-            node_inputs=tuple(
-                tuple((t, g.kernel, g.stride, g.reach) for t, g in zip(n.inputs, n.input_geometry))
-                for n in graph.nodes
-            ),
-            node_outputs=tuple(n.outputs for n in graph.nodes),
-            node_barrier=tuple(n.is_barrier for n in graph.nodes),
-            node_weights=tuple(n.weight_numel for n in graph.nodes),
-            node_channels=tuple(
-                graph.tensors[n.outputs[0]].shape[1] if n.outputs and len(graph.tensors[n.outputs[0]].shape) > 1
-                else 1
-                for n in graph.nodes
-            ),
-            tensor_rows=tuple(t.rows for t in graph.tensors),
-            tensor_row_numel=tuple(t.row_numel for t in graph.tensors),
-            tensor_numel=tuple(t.numel for t in graph.tensors),
-            tensor_consumers=tuple(frozenset(t.consumers) for t in graph.tensors),
-            tensor_is_output=tuple(t.is_model_output for t in graph.tensors),
+            node_inputs=tuple([n.windows for n in nodes]),
+            node_outputs=tuple(n.outputs for n in nodes),
+            node_barrier=tuple(barriers),
+            node_weights=tuple(n.weight_numel for n in nodes),
+            node_channels=tuple(channels),
+            tensor_rows=tuple(rows),
+            tensor_row_numel=tuple(row_numel),
+            tensor_numel=tuple(numel),
+            tensor_consumers=tuple([t.consumer_set for t in tensors]),
+            tensor_is_output=tuple(t.is_model_output for t in tensors),
         )
 
 
@@ -236,6 +244,14 @@ class CostModel(ABC):
     def unfuseable(self) -> tuple[int, ...]:
         """Operators that do not fit the buffer even alone; excluded from search."""
         return tuple(i for i in range(len(self.graph.nodes)) if not self.fits(frozenset((i,))))
+
+    def known_unfuseable(self, operators: Iterable[int]) -> None:
+        """Take ``operators`` as :attr:`unfuseable` instead of pricing every operator alone: for a caller
+        that already knows which do not fit (from the same groups priced before). Before either
+        :attr:`unfuseable` or :attr:`fuseable` is read."""
+        if "unfuseable" in self.__dict__ or "fuseable" in self.__dict__:
+            raise ValueError("the unfuseable operators are already known")
+        self.__dict__["unfuseable"] = tuple(sorted(operators))  # what the cached property would hold
 
     @cached_property
     def fuseable(self) -> tuple[int, ...]:

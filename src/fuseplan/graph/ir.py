@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from math import prod
 from types import MappingProxyType
@@ -41,6 +41,19 @@ class RowGeometry:
 
 
 POINTWISE = RowGeometry()
+
+
+def _replaced(item, changes: dict[str, Any], cached: tuple[str, ...]):
+    """``dataclasses.replace(item, **changes)`` for a frozen dataclass of this module whose ``__init__``
+    only assigns its fields, without running it (a quarter of the time: a rewrite search rebuilds graphs
+    thousands of times). Its ``__dict__`` holds the fields and the cached properties ``cached``, which
+    are dropped (they may depend on what changed)."""
+    new = object.__new__(type(item))
+    state = new.__dict__
+    state.update(item.__dict__, **changes)
+    for name in cached:
+        state.pop(name, None)
+    return new
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,15 @@ class Tensor:
     def row_numel(self) -> int:
         return self.numel // self.rows
 
+    @cached_property
+    def consumer_set(self) -> frozenset[int]:
+        """:attr:`consumers` as a set (kept with the tensor, which a rewritten graph may share)."""
+        return frozenset(self.consumers)
+
+    def moved(self, **changes: Any) -> Tensor:
+        """This tensor with ``changes`` to its fields (``dataclasses.replace``, sooner)."""
+        return _replaced(self, changes, ("consumer_set",))
+
 
 @dataclass(frozen=True)
 class OpNode:
@@ -93,6 +115,16 @@ class OpNode:
     def is_barrier(self) -> bool:
         return any(g.barrier for g in self.input_geometry)
 
+    @cached_property
+    def windows(self) -> tuple[tuple[int, float, float, float], ...]:
+        """``(tensor, kernel, stride, reach)`` of each activation input (kept with the operator, which a
+        rewritten graph may share)."""
+        return tuple([(t, g.kernel, g.stride, g.reach) for t, g in zip(self.inputs, self.input_geometry)])
+
+    def moved(self, index: int, inputs: tuple[int, ...], outputs: tuple[int, ...]) -> OpNode:
+        """This operator at another index, reading and writing other tensor indices."""
+        return _replaced(self, {"index": index, "inputs": inputs, "outputs": outputs}, ("windows",))
+
 
 @dataclass
 class CompGraph:
@@ -106,9 +138,13 @@ class CompGraph:
     metadata: Mapping[str, str] = field(default_factory=dict)
     # The passes that prepared the model before it was read, as plan.json records them (name, options, changed).
     passes: tuple[Mapping[str, Any], ...] = ()
+    # False only for a reader that builds the nodes in topological order by construction (checked by its tests).
+    check_order: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check_order: bool) -> None:
         self.metadata = MappingProxyType(dict(self.metadata))
+        if not check_order:
+            return
         for node in self.nodes:
             for t in node.inputs:
                 producer = self.tensors[t].producer
@@ -133,18 +169,32 @@ class CompGraph:
         return tuple(sorted(pairs))
 
     @cached_property
-    def successors(self) -> tuple[tuple[int, ...], ...]:
-        out: list[set[int]] = [set() for _ in self.nodes]
-        for i, j in self.edges:
-            out[i].add(j)
-        return tuple(tuple(sorted(s)) for s in out)
+    def _adjacent(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+        """(successors, predecessors) of every operator, from the tensors (as :attr:`edges` pairs them)
+        without building the sorted edge list; an operator's one tensor's readers, when sorted and
+        distinct (as graphs are read), are its successors as they stand."""
+        n = len(self.nodes)
+        after: list[tuple[int, ...]] = [()] * n
+        before: list[list[int]] = [[] for _ in range(n)]
+        for tensor in self.tensors:
+            producer, readers = tensor.producer, tensor.consumers
+            if producer is None or not readers:
+                continue
+            for consumer in readers:
+                before[consumer].append(producer)
+            if after[producer] or len(readers) > 1 and any(a >= b for a, b in zip(readers, readers[1:])):
+                after[producer] = tuple(sorted({*after[producer], *readers}))
+            else:
+                after[producer] = readers
+        return tuple(after), tuple(tuple(p) if len(p) < 2 else tuple(sorted(set(p))) for p in before)
 
-    @cached_property
+    @property
+    def successors(self) -> tuple[tuple[int, ...], ...]:
+        return self._adjacent[0]
+
+    @property
     def predecessors(self) -> tuple[tuple[int, ...], ...]:
-        out: list[set[int]] = [set() for _ in self.nodes]
-        for i, j in self.edges:
-            out[j].add(i)
-        return tuple(tuple(sorted(s)) for s in out)
+        return self._adjacent[1]
 
     @cached_property
     def neighbours(self) -> tuple[frozenset[int], ...]:

@@ -9,6 +9,7 @@ groups.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cached_property
 
 from fuseplan.cost.base import CostModel
 from fuseplan.graph.ir import CompGraph
@@ -28,10 +29,12 @@ class FusionProblem:
         self.graph: CompGraph = cost.graph
         self.excluded: tuple[int, ...] = cost.unfuseable
         self.fuseable: frozenset[int] = frozenset(cost.fuseable)
-        # Edges between fuseable operators: the ones a plan can keep inside a group.
-        self.fuseable_edges: tuple[tuple[int, int], ...] = tuple(
-            (i, j) for i, j in self.graph.edges if i in self.fuseable and j in self.fuseable
-        )
+
+    @cached_property
+    def fuseable_edges(self) -> tuple[tuple[int, int], ...]:
+        """Edges between fuseable operators: the ones a plan can keep inside a group."""
+        fuseable = self.fuseable
+        return tuple((i, j) for i, j in self.graph.edges if i in fuseable and j in fuseable)
 
     def __repr__(self) -> str:
         return (f"FusionProblem({self.graph.name!r}, {self.cost.name}, beta={self.cost.buffer_bytes}, "

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -27,6 +27,9 @@ from fuseplan.passes.prepare import known_shapes, node_attributes
 from fuseplan.plan import FusionProblem
 from fuseplan.search import candidate_orders, interval_dp
 from fuseplan.search.interval_dp import INF, IntervalTables, interval_tables, named_orders, window_dp
+
+if TYPE_CHECKING:  # onnx-ir: the rewrite extra
+    from fuseplan.rewrite.ir_graph import IrMemo, IrReading
 
 
 def total_dram(model: onnx.ModelProto, scheme: str, buffer_bytes: int, bytes_per_element: int = 1,
@@ -78,26 +81,31 @@ class GroupPrices:
         self.hits = self.misses = 0
 
     def labels(self, graph: CompGraph) -> list[int]:
+        return [self.label(graph, v) for v in range(len(graph.nodes))]
+
+    def label(self, graph: CompGraph, v: int) -> int:
+        """The label of operator ``v`` of ``graph``."""
         nodes, tensors = graph.nodes, graph.tensors
+        node = nodes[v]
+        inputs = []
+        for t in node.inputs:
+            tensor = tensors[t]
+            inputs.append((tensor.name, tensor.shape, None if tensor.producer is None else nodes[tensor.producer].name))
+        outputs = []
+        for t in node.outputs:
+            tensor = tensors[t]
+            outputs.append((tensor.name, tensor.shape, tuple(sorted(nodes[c].name for c in tensor.consumers)),
+                            tensor.is_model_output))
+        label = (node.name, node.op_type, repr(sorted(node.attributes.items())), node.input_geometry,
+                 node.weight_names, node.weight_numel, node.known_op, tuple(inputs), tuple(outputs))
+        return self.label_ids.setdefault(label, len(self.label_ids))
 
-        def name_of(index: int | None) -> str | None:
-            return None if index is None else nodes[index].name
-
-        ids = []
-        for node in nodes:
-            label = (node.name, node.op_type, repr(sorted(node.attributes.items())), node.input_geometry,
-                     node.weight_names, node.weight_numel, node.known_op,
-                     tuple((tensors[t].name, tensors[t].shape, name_of(tensors[t].producer)) for t in node.inputs),
-                     tuple((tensors[t].name, tensors[t].shape,
-                            tuple(sorted(nodes[c].name for c in tensors[t].consumers)), tensors[t].is_model_output)
-                           for t in node.outputs))
-            ids.append(self.label_ids.setdefault(label, len(self.label_ids)))
-        return ids
-
-    def attach(self, cost: CostModel) -> list[int]:
+    def attach(self, cost: CostModel, labels: list[int] | None = None) -> list[int]:
         """Make ``cost`` look its groups' prices up here before pricing them (and keep what it prices);
-        the labels of its graph's operators."""
-        labels, price = self.labels(cost.graph), cost.price
+        the labels of its graph's operators (``labels`` where the caller has them)."""
+        if labels is None:
+            labels = self.labels(cost.graph)
+        price = cost.price
 
         label_of = labels.__getitem__
 
@@ -120,7 +128,38 @@ class _Expansion:
     """What the dram objective keeps of an expanded graph to price its candidates."""
 
     orders: dict[str, tuple[list[int], IntervalTables]]  # order name -> (labels in that order, tables)
-    memo: dict[int, tuple]  # id of an onnx-ir node -> what the planner reads from it
+    memo: IrMemo  # what the planner read from the expanded graph, node by node
+    reading: IrReading  # the expanded graph as the planner read it
+    labels: dict[int, int]  # id of an onnx-ir node -> its operator's label
+    index: dict[int, int]  # id of an onnx-ir node -> its operator's index
+
+
+def _relabel(reading: IrReading, parent: _Expansion, changed: Collection[int]) -> set[int] | None:
+    """Ids of the onnx-ir nodes of ``reading`` whose labels may differ from ``parent``'s, or ``None`` if
+    every operator must be labelled afresh.
+
+    A label holds an operator's own reading and, for each of its tensors, the tensor's name, shape,
+    producer and readers. The operators read afresh (``reading.fresh``: the changed and the new) and,
+    in the parent, the changed ones are the only operators whose own reading or tensors a substitution
+    can have edited, so every other operator keeps its label unless it shares a tensor with one of them
+    on either side. That needs every unchanged operator of the parent to be still there (a rewrite that
+    makes one fold to a constant changes its readers' tensors): otherwise ``None``.
+    """
+    kept = len(reading.node_ids) - len(reading.fresh)
+    edited = [parent.index[i] for i in changed if i in parent.index]  # the parent's changed operators
+    if kept != len(parent.index) - len(edited):
+        return None
+    relabel: set[int] = set()
+    for graph, ids, operators in ((reading.graph, reading.node_ids, reading.fresh),
+                                  (parent.reading.graph, parent.reading.node_ids, edited)):
+        nodes, tensors = graph.nodes, graph.tensors
+        for v in operators:
+            for t in (*nodes[v].inputs, *nodes[v].outputs):
+                tensor = tensors[t]
+                if tensor.producer is not None:
+                    relabel.add(ids[tensor.producer])
+                relabel.update(ids[c] for c in tensor.consumers)
+    return relabel
 
 
 def _common_ends(a: list[int], b: list[int]) -> tuple[int, int]:
@@ -208,14 +247,15 @@ class DramObjective(Objective):
 
     def expansion(self, model: Any) -> _Expansion | None:
         """For each named order of ``model``'s graph: its operators' labels and its interval tables; and
-        what each node of ``model`` reads as (:func:`graph_from_ir`'s memo)."""
-        from fuseplan.rewrite.ir_graph import graph_from_ir
+        what each node of ``model`` reads as (:func:`read_ir`'s memo) and is labelled."""
+        from fuseplan.rewrite.ir_graph import IrMemo, read_ir
 
-        memo: dict[int, tuple] = {}
-        graph = graph_from_ir(model, memo=memo)
-        if graph is None:
+        memo = IrMemo()
+        reading = read_ir(model, memo=memo)
+        if reading is None:
             return None
-        problem, labels = self._problem(graph)
+        labels = self.prices.labels(reading.graph)
+        problem = self._problem(reading.graph, labels)
         tables: dict[tuple[int, ...], IntervalTables] = {}
         orders = {}
         for name, order in named_orders(problem).items():
@@ -223,19 +263,28 @@ class DramObjective(Objective):
             if key not in tables:
                 tables[key] = interval_tables(problem, order)
             orders[name] = ([labels[v] for v in order], tables[key])
-        return _Expansion(orders, memo)
+        return _Expansion(orders, memo, reading, dict(zip(reading.node_ids, labels)),
+                          {i: v for v, i in enumerate(reading.node_ids)})
 
     def price_near(self, expansion: _Expansion | None, model: Any, changed: Collection[int] = ()) -> float:
         """:func:`total_dram` of ``model``, re-solving each order only between the ends it shares (by
         group-price label) with the same order of the expanded graph (:func:`window_dp`). ``model`` is
         the expanded graph edited in place; ``changed`` holds the ids of the nodes the edit may have
-        changed (nodes it added are found as new)."""
-        from fuseplan.rewrite.ir_graph import graph_from_ir
+        changed (nodes it added are found as new). Operators away from the edit keep the expanded
+        graph's reading and labels (:func:`_relabel`)."""
+        from fuseplan.rewrite.ir_graph import read_ir
 
-        graph = None if expansion is None else graph_from_ir(model, memo=expansion.memo, changed=changed)
-        if graph is None:
+        reading = None if expansion is None else read_ir(model, memo=expansion.memo, changed=changed)
+        if reading is None:
             return self.price_ir(model)
-        problem, labels = self._problem(graph)
+        graph = reading.graph
+        relabel = _relabel(reading, expansion, changed)
+        if relabel is None:
+            labels = self.prices.labels(graph)
+        else:
+            kept, label = expansion.labels, self.prices.label
+            labels = [label(graph, v) if i in relabel else kept[i] for v, i in enumerate(reading.node_ids)]
+        problem = self._problem(graph, labels)
         alone = self._alone(problem, labels)
         if not problem.fuseable:
             return float(alone)
@@ -246,22 +295,23 @@ class DramObjective(Objective):
             best = min(best, window_dp(problem, order, tables, prefix, suffix))
         return float(int(best) + alone)
 
-    def _problem(self, graph: CompGraph) -> tuple[FusionProblem, list[int]]:
-        """The fusion problem of ``graph`` with shared group prices, and its operators' labels.
+    def _problem(self, graph: CompGraph, labels: list[int]) -> FusionProblem:
+        """The fusion problem of ``graph`` with shared group prices, its operators labelled ``labels``.
 
-        Whether an operator fits alone is a price of its own, so it is looked up by label too: the cost
-        model's ``unfuseable`` (a cached property) is filled in from those before the problem reads it."""
+        Whether an operator fits alone is a price of its own, so it is looked up by label too and handed
+        to the cost model as its unfuseable operators."""
         cost = make_cost_model(self.scheme, graph, self.buffer_bytes, self.bytes_per_element)
-        labels = self.prices.attach(cost)
+        self.prices.attach(cost, labels)
+        fits_alone = self.fits_alone
         excluded = []
         for v, label in enumerate(labels):
-            fits = self.fits_alone.get(label)
+            fits = fits_alone.get(label)
             if fits is None:
-                fits = self.fits_alone[label] = cost.fits(frozenset((v,)))
+                fits = fits_alone[label] = cost.fits(frozenset((v,)))
             if not fits:
                 excluded.append(v)
-        cost.__dict__["unfuseable"] = tuple(excluded)
-        return FusionProblem(cost), labels
+        cost.known_unfuseable(excluded)
+        return FusionProblem(cost)
 
     def _alone(self, problem: FusionProblem, labels: list[int]) -> int:
         """DRAM of the unfuseable operators run alone, each looked up by its label (its price's inputs)."""

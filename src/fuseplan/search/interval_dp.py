@@ -57,12 +57,17 @@ def candidate_orders(problem: FusionProblem) -> dict[str, list[int]]:
 def named_orders(problem: FusionProblem) -> dict[str, list[int]]:
     """Every named order of :func:`candidate_orders`, equal ones included."""
     graph = problem.graph
+    model = list(range(len(graph)))
+    depth_first = _kahn_heap(graph, None, chained=True)
+    if not problem.excluded:  # nothing to schedule late: the orders without it (smallest index first is the model's)
+        return {"model": model, "depth-first": depth_first, "unfuseable-late": list(model),
+                "depth-first-unfuseable-late": list(depth_first)}
     excluded = [False] * len(graph)
     for v in problem.excluded:
         excluded[v] = True
     return {
-        "model": list(range(len(graph))),
-        "depth-first": _kahn_heap(graph, None, chained=True),
+        "model": model,
+        "depth-first": depth_first,
         "unfuseable-late": _kahn_heap(graph, excluded, chained=False),
         "depth-first-unfuseable-late": _kahn_heap(graph, excluded, chained=True),
     }
@@ -71,34 +76,29 @@ def named_orders(problem: FusionProblem) -> dict[str, list[int]]:
 def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
     """A topological order (Kahn's algorithm, O(n log n)) taking, among ready operators, those not ``late``
     first; among those, a successor of the last one taken if ``chained``; then the smallest index."""
+    if _takes_the_model_order(graph, late, chained=chained):
+        return list(range(len(graph)))
     successors = graph.successors
     waiting = [len(p) for p in graph.predecessors]
-    ready = [False] * len(waiting)
-    heaps: tuple[list[int], list[int]] = ([], [])
-
-    def push(v: int) -> None:
-        ready[v] = True
-        heapq.heappush(heaps[1 if late is not None and late[v] else 0], v)
-
-    for v, n in enumerate(waiting):
-        if n == 0:
-            push(v)
+    n = len(waiting)
+    # One heap of keys ordering (late, index): a late operator's key is its index plus n.
+    key = list(range(n)) if late is None else [v + n if late[v] else v for v in range(n)]
+    ready = [w == 0 for w in waiting]
+    heap = [key[v] for v in range(n) if ready[v]]
+    heapq.heapify(heap)
     order: list[int] = []
     last: int | None = None
     while True:
-        taken = None
-        for cls, heap in enumerate(heaps):
-            if chained and last is not None:
-                taken = min((s for s in successors[last]
-                             if ready[s] and (1 if late is not None and late[s] else 0) == cls), default=None)
-                if taken is not None:
-                    break
-            while heap and not ready[heap[0]]:
-                heapq.heappop(heap)  # taken earlier as a successor
-            if heap:
-                taken = heapq.heappop(heap)
-                break
-        if taken is None:
+        taken = -1
+        if chained and last is not None:
+            for s in successors[last]:  # the first ready successor by key (they are sorted by index)
+                if ready[s] and (taken < 0 or key[s] < key[taken]):
+                    taken = s
+        while heap and not ready[heap[0] % n]:
+            heapq.heappop(heap)  # taken earlier as a successor
+        if heap and (taken < 0 or heap[0] < n <= key[taken]):
+            taken = heapq.heappop(heap) % n  # no ready successor, or only a late one while another is not late
+        if taken < 0:
             return order
         ready[taken] = False
         order.append(taken)
@@ -106,7 +106,41 @@ def _kahn_heap(graph, late: list[bool] | None, *, chained: bool) -> list[int]:
         for s in successors[taken]:
             waiting[s] -= 1
             if waiting[s] == 0:
-                push(s)
+                ready[s] = True
+                heapq.heappush(heap, key[s])
+
+
+def _takes_the_model_order(graph, late: list[bool] | None, *, chained: bool) -> bool:
+    """Whether :func:`_kahn_heap` takes the operators in index order (as it does on most exported models),
+    checked in O(edges) without running it.
+
+    Suppose it took ``0 .. v-1``. Then the ready operators are those from ``v`` on whose last predecessor
+    is below ``v``, ``v`` among them; the ready successors of ``v - 1`` are those whose last predecessor is
+    ``v - 1``. ``v`` is taken next unless a ready operator ranks before it: one not late while ``v`` is
+    late, or, if ``chained``, a ready successor of ``v - 1`` other than ``v`` in ``v``'s class.
+    """
+    n = len(graph)
+    predecessors, successors = graph.predecessors, graph.successors
+    last_before = [p[-1] if p else -1 for p in predecessors]
+    if late is not None:
+        # Per v: the earliest last predecessor of an operator after v that is not late (n if none).
+        soonest = [n] * (n + 1)
+        for u in range(n - 1, -1, -1):
+            soonest[u] = soonest[u + 1]
+            if u + 1 < n and not late[u + 1] and last_before[u + 1] < soonest[u]:
+                soonest[u] = last_before[u + 1]
+        for v in range(n):
+            if late[v] and soonest[v] < v:
+                return False  # an operator that is not late is ready while v is late
+    if chained:
+        for v in range(1, n):
+            lateness = late is not None and late[v]
+            for s in successors[v - 1]:  # ascending: the first ready one of v's class is taken
+                if last_before[s] == v - 1 and (late is None or late[s] == lateness):
+                    if s != v:
+                        return False
+                    break
+    return True
 
 
 def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = False,
