@@ -1,5 +1,5 @@
-"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md (``--speed``: the speed table
-from benchmarks/results/rewrite_speed.json)."""
+"""Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md (``--speed [FILE [PREVIOUS]]``:
+the speed table from benchmarks/results/rewrite_speed.json, beside an earlier run of the same benchmark)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def main() -> None:
         stages_table(*[Path(a) for a in sys.argv[2:3]])
         return
     if sys.argv[1:2] == ["--speed"]:
-        speed_table(*[Path(a) for a in sys.argv[2:3]])
+        speed_table(*[Path(a) for a in sys.argv[2:4]])
         return
     document = json.loads((Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "rewrite.json").read_text())
     runs = document["runs"]
@@ -88,18 +88,27 @@ def speed(runs: list[dict]) -> None:
               f"{generated / sum(expanded):.0f} | {1000 * sum(seconds) / max(generated, 1):.0f} |")
 
 
-def speed_table(path: Path = RESULTS / "rewrite_speed.json") -> None:
-    """benchmarks/results/rewrite_speed.json as the speed table of docs/rewrite.md."""
+def speed_table(path: Path = RESULTS / "rewrite_speed.json",
+                previous: Path = RESULTS / "rewrite_speed_e2d51e0.json") -> None:
+    """benchmarks/results/rewrite_speed.json as the speed table of docs/rewrite.md, with the projected wall time of
+    the ``previous`` run of the same search, and the CPU floor of window DP and verification where recorded."""
     document = json.loads(path.read_text())
+    before = {(r["model"], r["scheme"]): r for r in json.loads(previous.read_text())["runs"]}
     print("| model | scheme | expanded | candidates | wall ms per candidate | CPU ms per candidate | "
-          "wall s | projected wall s for 300 expansions | projected CPU s | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "projected wall s for 300 expansions | projected CPU s | × over 60 s | previous run (wall s) | "
+          "window DP + verification (CPU s) | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in document["runs"]:
         budget = r.get("budget", 300)
         cpu = r["cpu_seconds"] if r["finished"] else r["cpu_seconds"] * budget / max(r["expanded"], 1)
+        earlier = before.get((r["model"], r["scheme"]))
+        floor = r.get("projected_floor_cpu_seconds")
         print(f"| {r['model']} | {r['scheme'].upper()} | {r['expanded']}{'' if r['finished'] else '*'} | "
               f"{r['generated']} | {r['wall_ms_per_candidate']:.0f} | {r['cpu_ms_per_candidate']:.0f} | "
-              f"{r['wall_seconds']:.0f} | {r['projected_seconds_for_budget']:.0f} | {cpu:.0f} | "
+              f"{r['projected_seconds_for_budget']:.0f} | {cpu:.0f} | "
+              f"{r['projected_seconds_for_budget'] / 60:.1f}× | "
+              f"{'–' if earlier is None else format(earlier['projected_seconds_for_budget'], '.0f')} | "
+              f"{'–' if floor is None else format(floor, '.0f')} | "
               f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f} |")
 
 
