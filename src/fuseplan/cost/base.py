@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from fuseplan.errors import FuseplanError
 from fuseplan.graph.ir import CompGraph
@@ -102,6 +102,7 @@ class CostModel(ABC):
         self.bytes_per_element = int(bytes_per_element)
         self.tables = GraphTables.from_graph(graph)
         self._cache: dict[Group, GroupCost] = {}
+        self._states: dict[Group, Any] = {}  # group -> its pricing state, for the group grown by one operator
         self.hits = 0
         self.misses = 0
 
@@ -127,6 +128,38 @@ class CostModel(ABC):
     @abstractmethod
     def price(self, group: Group) -> GroupCost:
         """Price ``group`` from scratch (no cache). Subclasses implement the scheme."""
+
+    #: Whether :meth:`price` grows the pricing state of a group less its last operator when it kept one
+    #: (the same prices; ``False`` prices every group from scratch, for tests).
+    incremental: ClassVar[bool] = True
+    #: How many pricing states :meth:`pricing_state` keeps. Searches grow a group one operator at a time
+    #: and price each step at once, so the few most recent states are the ones grown.
+    kept_states: ClassVar[int] = 64
+
+    def new_state(self) -> Any:
+        """An empty pricing state (a scheme that prices incrementally says which)."""
+        raise NotImplementedError
+
+    def pricing_state(self, group: Group) -> Any:
+        """The pricing state of ``group`` (see :class:`~fuseplan.cost.streaming.StreamingState`), grown by
+        its last operator from that of the rest of the group where that was priced recently, else built
+        from scratch; kept for the groups that grow it next."""
+        states = self._states
+        state = None
+        if len(group) > 1:
+            last = max(group)
+            parent = states.get(group - {last})
+            if parent is not None:
+                state = parent.grown(last)
+        if state is None:
+            state = self.new_state()
+            for v in sorted(group):
+                state.add(v)
+            state.members = group
+        if len(states) >= self.kept_states:
+            del states[next(iter(states))]  # the oldest
+        states[group] = state
+        return state
 
     def buffer(self, group: Iterable[int]) -> int:
         """``F_beta``: on-chip bytes needed to execute ``group``."""
@@ -229,6 +262,7 @@ class CostModel(ABC):
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._states.clear()
         self.hits = self.misses = 0
 
     # -- whole-model figures ---------------------------------------------

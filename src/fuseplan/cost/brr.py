@@ -43,7 +43,7 @@ from functools import cached_property
 from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import footprint, in_place_operators, overwritable_tensors
+from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 
 DEFAULT_CHANNEL_BLOCK = 16
@@ -233,20 +233,31 @@ class BRRCostModel(CostModel):
         """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
         return dict(self._schedules(group))
 
-    def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
-        b = self.bytes_per_element
-        beta = self.buffer_bytes
+    def new_state(self) -> BRRState:
+        return BRRState(self)
+
+    def _tally(self, group: Group) -> tuple[Footprint, int, tuple[int, float, int, float] | None]:
+        """The group's footprint, the largest weight block of its operators, and what holding channel
+        blocks saves under each entry mode (:meth:`_held_savings`)."""
+        if self.incremental:
+            state = self.pricing_state(group)
+            return state.footprint(), state.block, state.savings()
         rows: dict[int, int] = {}
         streamed: set[int] = set()
         fp = footprint(self.tables, group, rows, self.in_place, streamed)
-        block_share = self._block_share
         block = max(map(self._weight_block.__getitem__, group))
-        weights, reference = fp.weights, fp.reference_rows
-        io = fp.inputs + fp.outputs
         # Only tensors with more channels than a block can hold less than all of them;
         # without a convolution in the group there is nothing to alternate.
-        narrow = [t for t in rows if block_share[t] < 1.0]
+        narrow = [t for t in rows if self._block_share[t] < 1.0]
         savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
+        return fp, block, savings
+
+    def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
+        b = self.bytes_per_element
+        beta = self.buffer_bytes
+        fp, block, savings = self._tally(group)
+        weights, reference = fp.weights, fp.reference_rows
+        io = fp.inputs + fp.outputs
         if savings is None:
             entries: tuple[tuple[str, int, float], ...] = (("row tiles", 0, 0.0),)
         else:
@@ -474,6 +485,106 @@ class BRRCostModel(CostModel):
         # With room for everything, weights are read once: no tiling reloads.
         fp = footprint(self.tables, frozenset(group), in_place=self.in_place)
         return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
+
+
+class BRRState(StreamingState):
+    """:class:`~fuseplan.cost.streaming.StreamingState` with what BRR adds: each operator's modes under
+    both entry choices, the largest weight block, and per tensor of more channels than a block what
+    holding it a block at a time saves (:meth:`BRRCostModel._held_savings`, re-counted only for the
+    tensors an added operator touches, as the streaming totals are).
+    """
+
+    __slots__ = ("cost", "bits", "block", "alternates", "saved_full", "saved_partial", "per_row")
+
+    def __init__(self, cost: BRRCostModel) -> None:
+        super().__init__(cost.tables, cost.in_place)
+        self.cost = cost
+        self.bits: dict[int, int] = {}  # operator -> bit 0: full under the full entry; bit 1: under the partial one
+        self.block = 0
+        self.alternates = False  # whether a blockable operator is in the group
+        self.saved_full = self.saved_partial = 0
+        # per tensor of more channels than a block, in streaming order: elements per tile row saved under the
+        # full entry and under the partial one (summed in this order, as _held_savings sums them)
+        self.per_row: dict[int, tuple[int, float, int, float]] = {}
+
+    def copy(self) -> BRRState:
+        other = super().copy()
+        other.cost, other.bits, other.block, other.alternates = self.cost, self.bits.copy(), self.block, self.alternates
+        other.saved_full, other.saved_partial, other.per_row = self.saved_full, self.saved_partial, self.per_row.copy()
+        return other
+
+    def add(self, v: int) -> None:
+        super().add(v)
+        cost, bits = self.cost, self.bits
+        blockable = cost.blockable
+        p = cost._single_producer[v]
+        m = bits.get(p) if p >= 0 else None
+        if m is not None:
+            bits[v] = m ^ cost._mode_flip[v]  # a blockable operator takes the opposite of its producer's modes
+        else:
+            inner = [bits[p] for p in cost._input_producers[v] if p in bits]
+            if blockable[v]:
+                bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
+            elif inner:
+                m = 0
+                for b in inner:
+                    m |= b
+                bits[v] = m
+            else:
+                bits[v] = 3
+        if cost._weight_block[v] > self.block:
+            self.block = cost._weight_block[v]
+        if blockable[v]:
+            self.alternates = True
+
+    def settle(self) -> list[int]:
+        touched = super().settle()
+        cost, bits, per_row, counted = self.cost, self.bits, self.per_row, self.counted
+        block_share, producer, blockable = cost._block_share, cost._producer, cost.blockable
+        consumers, row_numel, numel = cost.tables.tensor_consumers, cost.tables.tensor_row_numel, cost.tables.tensor_numel
+        for t in touched:
+            share = block_share[t]
+            if share >= 1.0:
+                continue
+            old = per_row.get(t)
+            if old is not None:
+                self.saved_full -= old[0]
+                self.saved_partial -= old[2]
+            ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
+            if ok:
+                for c in consumers[t]:
+                    m = bits.get(c)
+                    if m is None:  # a reader outside the group
+                        continue
+                    ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
+                    if not ok:
+                        break
+            if not ok:
+                per_row[t] = (0, 0.0, 0, 0.0)
+                continue
+            rows, streamed = counted[t][0], counted[t][1]
+            whole = rows * row_numel[t]
+            saved = whole - ceil(whole * share)
+            line = numel[t] * (1.0 - share) if streamed else 0.0
+            term = (saved, line, 0, 0.0) if ok == 1 else (0, 0.0, saved, line) if ok == 2 else (saved, line, saved, line)
+            per_row[t] = term
+            self.saved_full += term[0]
+            self.saved_partial += term[2]
+        return touched
+
+    def savings(self) -> tuple[int, float, int, float] | None:
+        """What :meth:`BRRCostModel._held_savings` returns for the group (``None`` also without a tensor
+        of more channels than a block)."""
+        if self.dirty:
+            self.settle()
+        if not self.per_row or not self.alternates:
+            return None
+        # floats, summed in the order _held_savings sums them: the same bits
+        line_full = line_partial = 0.0
+        for _sf, full, _sp, partial in self.per_row.values():
+            line_full += full
+            line_partial += partial
+        return self.saved_full, line_full, self.saved_partial, line_partial
 
 
 def _better(a: GroupCost, b: GroupCost, beta: int) -> GroupCost:

@@ -217,3 +217,199 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
         outputs=outputs_numel,
     )
 
+
+
+class StreamingState:
+    """The streaming analysis of a group, kept so that the group grown by one more operator is priced
+    from it instead of from scratch.
+
+    :func:`footprint` streams a group's operators in index (topological)
+    order. Adding an operator that comes after every member changes only the
+    tensors it reads and writes: the others keep their positions, windows and
+    rows, and still have the same readers inside the group. So the state keeps
+    each tensor's share of the totals and, after :meth:`add`, re-counts only
+    the tensors the new operator touched. :meth:`grown` copies the state
+    first, leaving this one valid for other extensions. The totals are the
+    ones :func:`footprint` returns for the same group, exactly (integers,
+    re-counted per tensor).
+    """
+
+    __slots__ = ("tables", "in_place", "members", "pos", "phase", "low", "full", "external", "aliased",
+                 "weights", "counted", "dirty", "features", "line", "inputs", "outputs", "heights")
+
+    def __init__(self, tables: GraphTables, in_place: tuple[bool, ...] | None = None) -> None:
+        self.tables, self.in_place = tables, in_place
+        self.members: frozenset[int] = frozenset()
+        self.pos: dict[int, float] = {}
+        self.phase: dict[int, int] = {}
+        self.low: dict[int, float] = {}
+        self.full: set[int] = set()
+        self.external: set[int] = set()
+        self.aliased: set[int] = set()
+        self.weights = 0
+        # per tensor, in the order the streaming first touched it: (rows, streamed, its feature elements,
+        # its input elements, its output elements)
+        self.counted: dict[int, tuple[int, bool, int, int, int]] = {}
+        self.dirty: dict[int, None] = {}  # tensors touched since the totals were last brought up to date
+        self.features = self.line = self.inputs = self.outputs = 0
+        self.heights: dict[int, int] = {}  # height -> how many streamed tensors have it
+
+    def grown(self, v: int) -> StreamingState:
+        """A copy of this state with operator ``v`` added (``v`` after every member)."""
+        other = self.copy()
+        other.members = self.members | {v}
+        other.add(v)
+        return other
+
+    def copy(self) -> StreamingState:
+        other = type(self).__new__(type(self))
+        other.tables, other.in_place = self.tables, self.in_place
+        other.members = self.members
+        other.pos, other.phase, other.low = self.pos.copy(), self.phase.copy(), self.low.copy()
+        other.full, other.external, other.aliased = self.full.copy(), self.external.copy(), self.aliased.copy()
+        other.weights = self.weights
+        other.counted, other.dirty = self.counted.copy(), self.dirty.copy()
+        other.features, other.line, other.inputs, other.outputs = self.features, self.line, self.inputs, self.outputs
+        other.heights = self.heights.copy()
+        return other
+
+    def add(self, v: int) -> None:
+        """Stream operator ``v`` after the operators added so far (the loop body of :func:`footprint`);
+        the caller keeps :attr:`members` up to date."""
+        tables = self.tables
+        pos, phase, low, full, external, aliased = (self.pos, self.phase, self.low, self.full, self.external,
+                                                    self.aliased)
+        consumers, is_output, in_place = tables.tensor_consumers, tables.tensor_is_output, self.in_place
+        dirty = self.dirty
+        inputs = tables.node_inputs[v]
+        barrier = tables.node_barrier[v]
+        if len(inputs) == 1:
+            t, k, s, reach = inputs[0]
+            dirty[t] = None
+            p = pos.get(t)
+            if p is None:
+                p = pos[t] = 0.0
+                cphase = phase[t] = 0
+                external.add(t)
+            else:
+                cphase = phase[t]
+            r = (p - reach) / s
+            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
+                    and len(consumers[t]) == 1:
+                aliased.add(t)
+            elif r == inf:
+                r = 0.0
+            start = (p if barrier else s * r + reach) - k + 1
+            if start < low.get(t, inf):
+                low[t] = start
+        else:
+            cphase = 0
+            for t, _k, _s, _r in inputs:
+                dirty[t] = None
+                if t not in pos:
+                    pos[t] = 0.0
+                    phase[t] = 0
+                    external.add(t)
+                elif phase[t] > cphase:
+                    cphase = phase[t]
+            r = inf
+            for t, _k, s, reach in inputs:
+                if phase[t] == cphase:
+                    q = (pos[t] - reach) / s
+                    if q < r:
+                        r = q
+            for t, _k, _s, _r in inputs:
+                if phase[t] < cphase:
+                    full.add(t)
+            overwritten = False
+            if in_place is not None and in_place[v]:
+                out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
+                for t, _k, _s, _r in inputs:
+                    if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
+                            and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
+                        aliased.add(t)
+                        overwritten = True
+                        break
+            if r == inf and not overwritten:
+                r = 0.0
+            for t, k, s, reach in inputs:
+                if t in full:
+                    continue
+                start = (pos[t] if barrier else s * r + reach) - k + 1
+                if start < low.get(t, inf):
+                    low[t] = start
+        if barrier:
+            out_phase, out_pos = cphase + 1, inf
+        else:
+            out_phase, out_pos = cphase, r
+        for t in tables.node_outputs[v]:
+            dirty[t] = None
+            phase[t] = out_phase
+            pos[t] = out_pos
+        self.weights += tables.node_weights[v]
+
+    def settle(self) -> list[int]:
+        """Bring the totals up to date: re-count every tensor touched since the last call (the tail of
+        :func:`footprint`); those tensors, in the order they were first touched."""
+        tables = self.tables
+        rows_of, row_numel, numel = tables.tensor_rows, tables.tensor_row_numel, tables.tensor_numel
+        consumers, is_output = tables.tensor_consumers, tables.tensor_is_output
+        pos, low, full, external, aliased = self.pos, self.low, self.full, self.external, self.aliased
+        counted, heights, group = self.counted, self.heights, self.members
+        touched = list(self.dirty)
+        self.dirty = {}
+        for t in touched:
+            old = counted.get(t)
+            if old is not None:
+                self._uncount(t, old)
+            height = rows_of[t]
+            streamed = False
+            if t in aliased:
+                counted[t] = (0, False, 0, 0, 0)
+                continue
+            p = pos[t]
+            if p == inf or t in full:
+                rows = height
+            elif t in low:
+                rows = ceil(p - low[t] + 1 - 1e-9)
+                if rows >= height:
+                    rows = height
+                else:
+                    streamed = True
+            else:
+                rows, streamed = 1, True
+            features = rows * row_numel[t]
+            read = numel[t] if t in external else 0
+            written = numel[t] if not read and (is_output[t] or not consumers[t] <= group) else 0
+            counted[t] = (rows, streamed, features, read, written)
+            self.features += features
+            self.inputs += read
+            self.outputs += written
+            if streamed:
+                self.line += numel[t]
+                heights[height] = heights.get(height, 0) + 1
+        return touched
+
+    def _uncount(self, t: int, old: tuple[int, bool, int, int, int]) -> None:
+        _rows, streamed, features, read, written = old
+        self.features -= features
+        self.inputs -= read
+        self.outputs -= written
+        if streamed:
+            self.line -= self.tables.tensor_numel[t]
+            height = self.tables.tensor_rows[t]
+            left = self.heights[height] - 1
+            if left:
+                self.heights[height] = left
+            else:
+                del self.heights[height]
+
+    def footprint(self) -> Footprint:
+        """The group's :class:`Footprint` (what :func:`footprint` returns for it)."""
+        if self.dirty:
+            self.settle()
+        reference = max(self.heights, default=1)
+        if reference < 1:
+            reference = 1
+        return Footprint(weights=self.weights, features=self.features, line=self.line / reference,
+                         reference_rows=reference, inputs=self.inputs, outputs=self.outputs)
