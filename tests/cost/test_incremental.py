@@ -97,13 +97,13 @@ def test_a_grown_streaming_state_keeps_the_rows_footprint_finds(name):
         state.add(members[0])
         state.members = frozenset(members[:1])
         for size in range(1, len(members) + 1):
-            if size > 1:
-                state = state.grown(members[size - 1])
             group = frozenset(members[:size])
+            if size > 1:
+                state = state.grown(members[size - 1], group)
             rows: dict[int, int] = {}
             streamed: set[int] = set()
             expected = footprint(cost.tables, group, rows, cost.in_place, streamed)
             assert state.footprint() == expected
-            assert {t: c[0] for t, c in state.counted.items()} == rows
-            assert {t for t, c in state.counted.items() if c[1]} == streamed
-            assert list(state.counted) == list(rows)  # the same order, which BRR's float sums rely on
+            assert state.rows() == rows
+            assert list(state.rows()) == list(rows)  # the same order, which BRR's float sums rely on
+            assert state.streamed() == streamed

@@ -150,7 +150,7 @@ class CostModel(ABC):
             last = max(group)
             parent = states.get(group - {last})
             if parent is not None:
-                state = parent.grown(last)
+                state = parent.grown(last, group)
         if state is None:
             state = self.new_state()
             for v in sorted(group):

@@ -39,8 +39,9 @@ differences from the Optimus code and worked examples are in
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, reduce
 from math import ceil
+from operator import add
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
@@ -494,7 +495,8 @@ class BRRState(StreamingState):
     tensors an added operator touches, as the streaming totals are).
     """
 
-    __slots__ = ("cost", "bits", "block", "alternates", "saved_full", "saved_partial", "per_row")
+    __slots__ = ("cost", "bits", "block", "alternates", "saved_full", "saved_partial", "held", "line_full",
+                 "line_partial")
 
     def __init__(self, cost: BRRCostModel) -> None:
         super().__init__(cost.tables, cost.in_place)
@@ -503,14 +505,18 @@ class BRRState(StreamingState):
         self.block = 0
         self.alternates = False  # whether a blockable operator is in the group
         self.saved_full = self.saved_partial = 0
-        # per tensor of more channels than a block, in streaming order: elements per tile row saved under the
-        # full entry and under the partial one (summed in this order, as _held_savings sums them)
-        self.per_row: dict[int, tuple[int, float, int, float]] = {}
+        # per tensor of more channels than a block, in streaming order: elements saved << 2 | the entries
+        # (bit 0 full, bit 1 partial) that hold it a block at a time; and the elements per tile row saved
+        # under each entry, summed in this order as _held_savings sums them
+        self.held: dict[int, int] = {}
+        self.line_full: dict[int, float] = {}
+        self.line_partial: dict[int, float] = {}
 
     def copy(self) -> BRRState:
         other = super().copy()
         other.cost, other.bits, other.block, other.alternates = self.cost, self.bits.copy(), self.block, self.alternates
-        other.saved_full, other.saved_partial, other.per_row = self.saved_full, self.saved_partial, self.per_row.copy()
+        other.saved_full, other.saved_partial = self.saved_full, self.saved_partial
+        other.held, other.line_full, other.line_partial = self.held.copy(), self.line_full.copy(), self.line_partial.copy()
         return other
 
     def add(self, v: int) -> None:
@@ -539,17 +545,19 @@ class BRRState(StreamingState):
 
     def settle(self) -> list[int]:
         touched = super().settle()
-        cost, bits, per_row, counted = self.cost, self.bits, self.per_row, self.counted
+        cost, bits, held, counted = self.cost, self.bits, self.held, self.counted
         block_share, producer, blockable = cost._block_share, cost._producer, cost.blockable
         consumers, row_numel, numel = cost.tables.tensor_consumers, cost.tables.tensor_row_numel, cost.tables.tensor_numel
         for t in touched:
             share = block_share[t]
             if share >= 1.0:
                 continue
-            old = per_row.get(t)
+            old = held.get(t)
             if old is not None:
-                self.saved_full -= old[0]
-                self.saved_partial -= old[2]
+                if old & 1:
+                    self.saved_full -= old >> 2
+                if old & 2:
+                    self.saved_partial -= old >> 2
             ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
             if ok:
                 for c in consumers[t]:
@@ -559,17 +567,20 @@ class BRRState(StreamingState):
                     ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
                     if not ok:
                         break
-            if not ok:
-                per_row[t] = (0, 0.0, 0, 0.0)
-                continue
-            rows, streamed = counted[t][0], counted[t][1]
-            whole = rows * row_numel[t]
-            saved = whole - ceil(whole * share)
-            line = numel[t] * (1.0 - share) if streamed else 0.0
-            term = (saved, line, 0, 0.0) if ok == 1 else (0, 0.0, saved, line) if ok == 2 else (saved, line, saved, line)
-            per_row[t] = term
-            self.saved_full += term[0]
-            self.saved_partial += term[2]
+            saved, line = 0, 0.0
+            if ok:
+                whole = (counted[t] >> 2) * row_numel[t]
+                saved = whole - ceil(whole * share)
+                if counted[t] & 2:  # streamed
+                    line = numel[t] * (1.0 - share)
+                if ok & 1:
+                    self.saved_full += saved
+                if ok & 2:
+                    self.saved_partial += saved
+            held[t] = saved << 2 | ok
+            # adding 0.0 leaves a sum of non-negative terms as it is: the same as not adding it
+            self.line_full[t] = line if ok & 1 else 0.0
+            self.line_partial[t] = line if ok & 2 else 0.0
         return touched
 
     def savings(self) -> tuple[int, float, int, float] | None:
@@ -577,14 +588,11 @@ class BRRState(StreamingState):
         of more channels than a block)."""
         if self.dirty:
             self.settle()
-        if not self.per_row or not self.alternates:
+        if not self.held or not self.alternates:
             return None
-        # floats, summed in the order _held_savings sums them: the same bits
-        line_full = line_partial = 0.0
-        for _sf, full, _sp, partial in self.per_row.values():
-            line_full += full
-            line_partial += partial
-        return self.saved_full, line_full, self.saved_partial, line_partial
+        # one float addition after another, in the same order as _held_savings: the same bits
+        return (self.saved_full, reduce(add, self.line_full.values(), 0.0),
+                self.saved_partial, reduce(add, self.line_partial.values(), 0.0))
 
 
 def _better(a: GroupCost, b: GroupCost, beta: int) -> GroupCost:

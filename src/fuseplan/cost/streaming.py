@@ -243,21 +243,23 @@ class StreamingState:
         self.pos: dict[int, float] = {}
         self.phase: dict[int, int] = {}
         self.low: dict[int, float] = {}
-        self.full: set[int] = set()
-        self.external: set[int] = set()
-        self.aliased: set[int] = set()
+        # frozen, so that a grown copy shares them until the new operator adds to one
+        self.full: frozenset[int] = frozenset()
+        self.external: frozenset[int] = frozenset()
+        self.aliased: frozenset[int] = frozenset()
         self.weights = 0
-        # per tensor, in the order the streaming first touched it: (rows, streamed, its feature elements,
-        # its input elements, its output elements)
-        self.counted: dict[int, tuple[int, bool, int, int, int]] = {}
+        # per tensor, in the order the streaming first touched it: rows << 2 | streamed << 1 | written back
+        # (plain integers keep these dicts, copied at every step, out of the garbage collector's sight)
+        self.counted: dict[int, int] = {}
         self.dirty: dict[int, None] = {}  # tensors touched since the totals were last brought up to date
         self.features = self.line = self.inputs = self.outputs = 0
         self.heights: dict[int, int] = {}  # height -> how many streamed tensors have it
 
-    def grown(self, v: int) -> StreamingState:
-        """A copy of this state with operator ``v`` added (``v`` after every member)."""
+    def grown(self, v: int, members: frozenset[int]) -> StreamingState:
+        """A copy of this state with operator ``v`` added (``v`` after every member), for the group
+        ``members`` (the members and ``v``)."""
         other = self.copy()
-        other.members = self.members | {v}
+        other.members = members
         other.add(v)
         return other
 
@@ -266,9 +268,9 @@ class StreamingState:
         other.tables, other.in_place = self.tables, self.in_place
         other.members = self.members
         other.pos, other.phase, other.low = self.pos.copy(), self.phase.copy(), self.low.copy()
-        other.full, other.external, other.aliased = self.full.copy(), self.external.copy(), self.aliased.copy()
+        other.full, other.external, other.aliased = self.full, self.external, self.aliased
         other.weights = self.weights
-        other.counted, other.dirty = self.counted.copy(), self.dirty.copy()
+        other.counted, other.dirty = self.counted.copy(), self.dirty.copy() if self.dirty else {}
         other.features, other.line, other.inputs, other.outputs = self.features, self.line, self.inputs, self.outputs
         other.heights = self.heights.copy()
         return other
@@ -277,8 +279,7 @@ class StreamingState:
         """Stream operator ``v`` after the operators added so far (the loop body of :func:`footprint`);
         the caller keeps :attr:`members` up to date."""
         tables = self.tables
-        pos, phase, low, full, external, aliased = (self.pos, self.phase, self.low, self.full, self.external,
-                                                    self.aliased)
+        pos, phase, low, full, external = self.pos, self.phase, self.low, self.full, self.external
         consumers, is_output, in_place = tables.tensor_consumers, tables.tensor_is_output, self.in_place
         dirty = self.dirty
         inputs = tables.node_inputs[v]
@@ -290,13 +291,13 @@ class StreamingState:
             if p is None:
                 p = pos[t] = 0.0
                 cphase = phase[t] = 0
-                external.add(t)
+                self.external = external = external | {t}
             else:
                 cphase = phase[t]
             r = (p - reach) / s
             if in_place is not None and in_place[v] and t not in external and not is_output[t] \
                     and len(consumers[t]) == 1:
-                aliased.add(t)
+                self.aliased = self.aliased | {t}
             elif r == inf:
                 r = 0.0
             start = (p if barrier else s * r + reach) - k + 1
@@ -309,7 +310,7 @@ class StreamingState:
                 if t not in pos:
                     pos[t] = 0.0
                     phase[t] = 0
-                    external.add(t)
+                    self.external = external = external | {t}
                 elif phase[t] > cphase:
                     cphase = phase[t]
             r = inf
@@ -320,14 +321,14 @@ class StreamingState:
                         r = q
             for t, _k, _s, _r in inputs:
                 if phase[t] < cphase:
-                    full.add(t)
+                    self.full = full = full | {t}
             overwritten = False
             if in_place is not None and in_place[v]:
                 out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
                 for t, _k, _s, _r in inputs:
                     if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
                             and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
-                        aliased.add(t)
+                        self.aliased = self.aliased | {t}
                         overwritten = True
                         break
             if r == inf and not overwritten:
@@ -362,47 +363,58 @@ class StreamingState:
             old = counted.get(t)
             if old is not None:
                 self._uncount(t, old)
-            height = rows_of[t]
-            streamed = False
-            if t in aliased:
-                counted[t] = (0, False, 0, 0, 0)
+            if t in aliased:  # read from DRAM or written back never, by the conditions of aliasing
+                counted[t] = 0
                 continue
+            height = rows_of[t]
             p = pos[t]
             if p == inf or t in full:
-                rows = height
+                code = height << 2
             elif t in low:
                 rows = ceil(p - low[t] + 1 - 1e-9)
-                if rows >= height:
-                    rows = height
-                else:
-                    streamed = True
+                code = height << 2 if rows >= height else rows << 2 | 2
             else:
-                rows, streamed = 1, True
-            features = rows * row_numel[t]
-            read = numel[t] if t in external else 0
-            written = numel[t] if not read and (is_output[t] or not consumers[t] <= group) else 0
-            counted[t] = (rows, streamed, features, read, written)
-            self.features += features
-            self.inputs += read
-            self.outputs += written
-            if streamed:
+                code = 1 << 2 | 2
+            self.features += (code >> 2) * row_numel[t]
+            if t in external:  # a tensor is read from DRAM from the first time it is touched on
+                self.inputs += numel[t]
+            elif is_output[t] or not consumers[t] <= group:
+                code |= 1
+                self.outputs += numel[t]
+            if code & 2:
                 self.line += numel[t]
                 heights[height] = heights.get(height, 0) + 1
+            counted[t] = code
         return touched
 
-    def _uncount(self, t: int, old: tuple[int, bool, int, int, int]) -> None:
-        _rows, streamed, features, read, written = old
-        self.features -= features
-        self.inputs -= read
-        self.outputs -= written
-        if streamed:
-            self.line -= self.tables.tensor_numel[t]
-            height = self.tables.tensor_rows[t]
+    def _uncount(self, t: int, code: int) -> None:
+        tables = self.tables
+        self.features -= (code >> 2) * tables.tensor_row_numel[t]
+        if code & 1:
+            self.outputs -= tables.tensor_numel[t]
+        elif t in self.external:
+            self.inputs -= tables.tensor_numel[t]
+        if code & 2:
+            self.line -= tables.tensor_numel[t]
+            height = tables.tensor_rows[t]
             left = self.heights[height] - 1
             if left:
                 self.heights[height] = left
             else:
                 del self.heights[height]
+
+    def rows(self) -> dict[int, int]:
+        """Rows each tensor the group touches keeps (0 where rewritten in place), as :func:`footprint`'s
+        ``rows_out``."""
+        if self.dirty:
+            self.settle()
+        return {t: code >> 2 for t, code in self.counted.items()}
+
+    def streamed(self) -> set[int]:
+        """The tensors holding rows in proportion to a tile's height, as :func:`footprint`'s ``streamed_out``."""
+        if self.dirty:
+            self.settle()
+        return {t for t, code in self.counted.items() if code & 2}
 
     def footprint(self) -> Footprint:
         """The group's :class:`Footprint` (what :func:`footprint` returns for it)."""
