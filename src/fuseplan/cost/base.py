@@ -141,16 +141,21 @@ class CostModel(ABC):
         raise NotImplementedError
 
     def pricing_state(self, group: Group) -> Any:
-        """The pricing state of ``group`` (see :class:`~fuseplan.cost.streaming.StreamingState`), grown by
-        its last operator from that of the rest of the group where that was priced recently, else built
-        from scratch; kept for the groups that grow it next."""
+        """The pricing state of ``group`` (see :class:`~fuseplan.cost.streaming.StreamingState`), kept for
+        the group grown by one more operator.
+
+        Grown in place by its last operator from the state of the rest of the group, where that was
+        priced recently, else built from scratch. The searches grow a group by one operator only (a
+        group already priced is found in the cache), so the state of the smaller group is handed on
+        rather than copied; should it be wanted again, it is built from scratch (the same prices).
+        """
         states = self._states
         state = None
         if len(group) > 1:
             last = max(group)
-            parent = states.get(group - {last})
-            if parent is not None:
-                state = parent.grown(last, group)
+            state = states.pop(group - {last}, None)
+            if state is not None:
+                state.grow(last, group)
         if state is None:
             state = self.new_state()
             for v in sorted(group):

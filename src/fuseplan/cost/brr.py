@@ -42,8 +42,9 @@ from __future__ import annotations
 from functools import cached_property, reduce
 from math import ceil
 from operator import add
+from typing import NamedTuple
 
-from fuseplan.cost.base import CostModel, Group, GroupCost
+from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 
@@ -89,6 +90,18 @@ def blockable_operators(graph: CompGraph) -> tuple[bool, ...]:
     )
 
 
+class ModeTables(NamedTuple):
+    """Per operator and per tensor, what :class:`BRRState` reads to alternate modes and hold channel blocks."""
+
+    blockable: tuple[bool, ...]
+    single_producer: tuple[int, ...]  # an operator's only producer, -1 if not exactly one
+    mode_flip: tuple[int, ...]  # 3 for a blockable operator (it flips both entries' modes), else 0
+    input_producers: tuple[tuple[int, ...], ...]
+    weight_block: tuple[int, ...]
+    block_share: tuple[float, ...]  # per tensor: min(1, k / C)
+    producer: tuple[int | None, ...]  # per tensor
+
+
 class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
@@ -118,6 +131,8 @@ class BRRCostModel(CostModel):
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
             for t in graph.tensors
         )
+        self.mode_tables = ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
+                                      self._weight_block, self._block_share, self._producer)
 
     # -- the full/partial alternation ------------------------------------------------------
     def modes(self, group: Group, entry: bool) -> dict[int, bool]:
@@ -235,7 +250,7 @@ class BRRCostModel(CostModel):
         return dict(self._schedules(group))
 
     def new_state(self) -> BRRState:
-        return BRRState(self)
+        return BRRState(self.tables, self.in_place, self.mode_tables)
 
     def _tally(self, group: Group) -> tuple[Footprint, int, tuple[int, float, int, float] | None]:
         """The group's footprint, the largest weight block of its operators, and what holding channel
@@ -495,12 +510,14 @@ class BRRState(StreamingState):
     tensors an added operator touches, as the streaming totals are).
     """
 
-    __slots__ = ("cost", "bits", "block", "alternates", "saved_full", "saved_partial", "held", "line_full",
+    __slots__ = ("modes", "bits", "block", "alternates", "saved_full", "saved_partial", "held", "line_full",
                  "line_partial")
 
-    def __init__(self, cost: BRRCostModel) -> None:
-        super().__init__(cost.tables, cost.in_place)
-        self.cost = cost
+    def __init__(self, tables: GraphTables, in_place: tuple[bool, ...], modes: ModeTables) -> None:
+        # the tables, not the cost model: the model keeps its states, and a cycle would leave each
+        # model to the garbage collector
+        super().__init__(tables, in_place)
+        self.modes = modes
         self.bits: dict[int, int] = {}  # operator -> bit 0: full under the full entry; bit 1: under the partial one
         self.block = 0
         self.alternates = False  # whether a blockable operator is in the group
@@ -512,23 +529,16 @@ class BRRState(StreamingState):
         self.line_full: dict[int, float] = {}
         self.line_partial: dict[int, float] = {}
 
-    def copy(self) -> BRRState:
-        other = super().copy()
-        other.cost, other.bits, other.block, other.alternates = self.cost, self.bits.copy(), self.block, self.alternates
-        other.saved_full, other.saved_partial = self.saved_full, self.saved_partial
-        other.held, other.line_full, other.line_partial = self.held.copy(), self.line_full.copy(), self.line_partial.copy()
-        return other
-
     def add(self, v: int) -> None:
         super().add(v)
-        cost, bits = self.cost, self.bits
-        blockable = cost.blockable
-        p = cost._single_producer[v]
+        modes, bits = self.modes, self.bits
+        blockable = modes.blockable
+        p = modes.single_producer[v]
         m = bits.get(p) if p >= 0 else None
         if m is not None:
-            bits[v] = m ^ cost._mode_flip[v]  # a blockable operator takes the opposite of its producer's modes
+            bits[v] = m ^ modes.mode_flip[v]  # a blockable operator takes the opposite of its producer's modes
         else:
-            inner = [bits[p] for p in cost._input_producers[v] if p in bits]
+            inner = [bits[p] for p in modes.input_producers[v] if p in bits]
             if blockable[v]:
                 bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
             elif inner:
@@ -538,16 +548,17 @@ class BRRState(StreamingState):
                 bits[v] = m
             else:
                 bits[v] = 3
-        if cost._weight_block[v] > self.block:
-            self.block = cost._weight_block[v]
+        if modes.weight_block[v] > self.block:
+            self.block = modes.weight_block[v]
         if blockable[v]:
             self.alternates = True
 
     def settle(self) -> list[int]:
         touched = super().settle()
-        cost, bits, held, counted = self.cost, self.bits, self.held, self.counted
-        block_share, producer, blockable = cost._block_share, cost._producer, cost.blockable
-        consumers, row_numel, numel = cost.tables.tensor_consumers, cost.tables.tensor_row_numel, cost.tables.tensor_numel
+        modes, bits, held, counted = self.modes, self.bits, self.held, self.counted
+        block_share, producer, blockable = modes.block_share, modes.producer, modes.blockable
+        tables = self.tables
+        consumers, row_numel, numel = tables.tensor_consumers, tables.tensor_row_numel, tables.tensor_numel
         for t in touched:
             share = block_share[t]
             if share >= 1.0:

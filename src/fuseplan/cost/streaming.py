@@ -228,9 +228,8 @@ class StreamingState:
     tensors it reads and writes: the others keep their positions, windows and
     rows, and still have the same readers inside the group. So the state keeps
     each tensor's share of the totals and, after :meth:`add`, re-counts only
-    the tensors the new operator touched. :meth:`grown` copies the state
-    first, leaving this one valid for other extensions. The totals are the
-    ones :func:`footprint` returns for the same group, exactly (integers,
+    the tensors the new operator touched. The totals are the ones
+    :func:`footprint` returns for the same group, exactly (integers,
     re-counted per tensor).
     """
 
@@ -243,10 +242,9 @@ class StreamingState:
         self.pos: dict[int, float] = {}
         self.phase: dict[int, int] = {}
         self.low: dict[int, float] = {}
-        # frozen, so that a grown copy shares them until the new operator adds to one
-        self.full: frozenset[int] = frozenset()
-        self.external: frozenset[int] = frozenset()
-        self.aliased: frozenset[int] = frozenset()
+        self.full: set[int] = set()
+        self.external: set[int] = set()
+        self.aliased: set[int] = set()
         self.weights = 0
         # per tensor, in the order the streaming first touched it: rows << 2 | streamed << 1 | written back
         # (plain integers keep these dicts, copied at every step, out of the garbage collector's sight)
@@ -255,31 +253,18 @@ class StreamingState:
         self.features = self.line = self.inputs = self.outputs = 0
         self.heights: dict[int, int] = {}  # height -> how many streamed tensors have it
 
-    def grown(self, v: int, members: frozenset[int]) -> StreamingState:
-        """A copy of this state with operator ``v`` added (``v`` after every member), for the group
-        ``members`` (the members and ``v``)."""
-        other = self.copy()
-        other.members = members
-        other.add(v)
-        return other
-
-    def copy(self) -> StreamingState:
-        other = type(self).__new__(type(self))
-        other.tables, other.in_place = self.tables, self.in_place
-        other.members = self.members
-        other.pos, other.phase, other.low = self.pos.copy(), self.phase.copy(), self.low.copy()
-        other.full, other.external, other.aliased = self.full, self.external, self.aliased
-        other.weights = self.weights
-        other.counted, other.dirty = self.counted.copy(), self.dirty.copy() if self.dirty else {}
-        other.features, other.line, other.inputs, other.outputs = self.features, self.line, self.inputs, self.outputs
-        other.heights = self.heights.copy()
-        return other
+    def grow(self, v: int, members: frozenset[int]) -> None:
+        """Add operator ``v`` (after every member) in place, making this the state of ``members`` (the
+        members and ``v``)."""
+        self.members = members
+        self.add(v)
 
     def add(self, v: int) -> None:
         """Stream operator ``v`` after the operators added so far (the loop body of :func:`footprint`);
         the caller keeps :attr:`members` up to date."""
         tables = self.tables
-        pos, phase, low, full, external = self.pos, self.phase, self.low, self.full, self.external
+        pos, phase, low, full, external, aliased = (self.pos, self.phase, self.low, self.full, self.external,
+                                                    self.aliased)
         consumers, is_output, in_place = tables.tensor_consumers, tables.tensor_is_output, self.in_place
         dirty = self.dirty
         inputs = tables.node_inputs[v]
@@ -291,13 +276,13 @@ class StreamingState:
             if p is None:
                 p = pos[t] = 0.0
                 cphase = phase[t] = 0
-                self.external = external = external | {t}
+                external.add(t)
             else:
                 cphase = phase[t]
             r = (p - reach) / s
             if in_place is not None and in_place[v] and t not in external and not is_output[t] \
                     and len(consumers[t]) == 1:
-                self.aliased = self.aliased | {t}
+                aliased.add(t)
             elif r == inf:
                 r = 0.0
             start = (p if barrier else s * r + reach) - k + 1
@@ -310,7 +295,7 @@ class StreamingState:
                 if t not in pos:
                     pos[t] = 0.0
                     phase[t] = 0
-                    self.external = external = external | {t}
+                    external.add(t)
                 elif phase[t] > cphase:
                     cphase = phase[t]
             r = inf
@@ -321,14 +306,14 @@ class StreamingState:
                         r = q
             for t, _k, _s, _r in inputs:
                 if phase[t] < cphase:
-                    self.full = full = full | {t}
+                    full.add(t)
             overwritten = False
             if in_place is not None and in_place[v]:
                 out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
                 for t, _k, _s, _r in inputs:
                     if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
                             and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
-                        self.aliased = self.aliased | {t}
+                        aliased.add(t)
                         overwritten = True
                         break
             if r == inf and not overwritten:
