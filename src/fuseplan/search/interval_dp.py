@@ -227,15 +227,19 @@ def _join(v: int, touching: set[int], component: dict[int, int], members: dict[i
         members[v] = {v}
         component[v] = v
         return v
-    kept = max(touching, key=lambda c: len(members[c]))
-    merged = members[kept]
-    for c in touching:
-        if c != kept:
-            other = members.pop(c)
-            merged |= other
-            for u in other:
-                component[u] = kept
-    merged.add(v)
+    if len(touching) == 1:  # the common case: v extends one component
+        (kept,) = touching
+        members[kept].add(v)
+    else:
+        kept = max(touching, key=lambda c: len(members[c]))
+        merged = members[kept]
+        for c in touching:
+            if c != kept:
+                other = members.pop(c)
+                merged |= other
+                for u in other:
+                    component[u] = kept
+        merged.add(v)
     component[v] = kept
     return kept
 
@@ -246,8 +250,9 @@ class IntervalTables:
 
     ``forward[i]``: the cheapest interval plan of ``order[:i]``; ``backward[i]``: of ``order[i:]``;
     ``first_reaching[p]``: the smallest start whose scan looked at position ``p`` (``p`` if none before it);
-    ``runs[i]``: the runs that fit found by the scan from start ``i`` (:func:`_runs`). Each value depends only on what the operators of its part of the order are, which is what lets a
-    rewritten graph whose order agrees with this one at both ends reuse them.
+    ``runs[i]``: the runs that fit found by the scan from start ``i`` (:func:`_runs`). Each value depends
+    only on what the operators of its part of the order are, which is what lets a rewritten graph whose
+    order agrees with this one at both ends reuse them.
     """
 
     forward: list[float]
