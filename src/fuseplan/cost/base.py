@@ -131,7 +131,7 @@ class CostModel(ABC):
 
     #: Whether :meth:`price` grows the pricing state of a group less its last operator when it kept one
     #: (the same prices; ``False`` prices every group from scratch, for tests).
-    incremental: ClassVar[bool] = True
+    incremental: bool = True
     #: How many pricing states :meth:`pricing_state` keeps. Searches grow a group one operator at a time
     #: and price each step at once, so the few most recent states are the ones grown.
     kept_states: ClassVar[int] = 64
@@ -149,6 +149,8 @@ class CostModel(ABC):
         group already priced is found in the cache), so the state of the smaller group is handed on
         rather than copied; should it be wanted again, it is built from scratch (the same prices).
         """
+        if not isinstance(group, frozenset):
+            group = frozenset(group)
         states = self._states
         state = None
         if len(group) > 1:

@@ -131,8 +131,6 @@ class BRRCostModel(CostModel):
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
             for t in graph.tensors
         )
-        self.mode_tables = ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
-                                      self._weight_block, self._block_share, self._producer)
 
     # -- the full/partial alternation ------------------------------------------------------
     def modes(self, group: Group, entry: bool) -> dict[int, bool]:
@@ -248,6 +246,12 @@ class BRRCostModel(CostModel):
     def schedules(self, group: Group) -> dict[str, GroupCost]:
         """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
         return dict(self._schedules(group))
+
+    @cached_property
+    def mode_tables(self) -> ModeTables:
+        # built when first priced, after any subclass has set its tables (weight blocks, say)
+        return ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
+                          self._weight_block, self._block_share, self._producer)
 
     def new_state(self) -> BRRState:
         return BRRState(self.tables, self.in_place, self.mode_tables)
