@@ -129,8 +129,8 @@ class CostModel(ABC):
     def price(self, group: Group) -> GroupCost:
         """Price ``group`` from scratch (no cache). Subclasses implement the scheme."""
 
-    #: Whether :meth:`price` grows the pricing state of a group less its last operator when it kept one
-    #: (the same prices; ``False`` prices every group from scratch, for tests).
+    #: Whether :meth:`price` prices a group from a pricing state where it can (:meth:`pricing_state`;
+    #: the same prices; ``False`` prices every group from scratch, for tests).
     incremental: bool = True
     #: How many pricing states :meth:`pricing_state` keeps. Searches grow a group one operator at a time
     #: and price each step at once, so the few most recent states are the ones grown.
@@ -142,27 +142,32 @@ class CostModel(ABC):
 
     def pricing_state(self, group: Group) -> Any:
         """The pricing state of ``group`` (see :class:`~fuseplan.cost.streaming.StreamingState`), kept for
-        the group grown by one more operator.
+        the group grown by one more operator; ``None`` where pricing ``group`` without one is better.
 
-        Grown in place by its last operator from the state of the rest of the group, where that was
-        priced recently, else built from scratch. The searches grow a group by one operator only (a
-        group already priced is found in the cache), so the state of the smaller group is handed on
-        rather than copied; should it be wanted again, it is built from scratch (the same prices).
+        A state is grown in place by the group's last operator from the state of the rest of the group,
+        where that was kept. The searches grow a group by one operator only (a group already priced is
+        found in the cache), so the state of the smaller group is handed on rather than copied; should
+        it be wanted again, it is built from scratch. Building a state costs more than pricing without
+        one, so a state is built from scratch only where the rest of the group has been priced: the
+        caller is growing groups an operator at a time.
         """
+        if len(group) < 2:
+            return None
         if not isinstance(group, frozenset):
             group = frozenset(group)
         states = self._states
-        state = None
-        if len(group) > 1:
-            last = max(group)
-            state = states.pop(group - {last}, None)
-            if state is not None:
-                state.grow(last, group)
-        if state is None:
+        last = max(group)
+        rest = group - {last}
+        state = states.pop(rest, None)
+        if state is not None:
+            state.grow(last, group)
+        elif rest in self._cache:
             state = self.new_state()
             for v in sorted(group):
                 state.add(v)
             state.members = group
+        else:
+            return None
         if len(states) >= self.kept_states:
             del states[next(iter(states))]  # the oldest
         states[group] = state

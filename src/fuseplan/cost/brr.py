@@ -259,8 +259,8 @@ class BRRCostModel(CostModel):
     def _tally(self, group: Group) -> tuple[Footprint, int, tuple[int, float, int, float] | None]:
         """The group's footprint, the largest weight block of its operators, and what holding channel
         blocks saves under each entry mode (:meth:`_held_savings`)."""
-        if self.incremental:
-            state = self.pricing_state(group)
+        state = self.pricing_state(group) if self.incremental else None
+        if state is not None:
             return state.footprint(), state.block, state.savings()
         rows: dict[int, int] = {}
         streamed: set[int] = set()

@@ -36,10 +36,8 @@ class LBDFCostModel(CostModel):
         return StreamingState(self.tables, self.in_place)
 
     def price(self, group: Group) -> GroupCost:
-        if self.incremental:
-            fp = self.pricing_state(group).footprint()
-        else:
-            fp = footprint(self.tables, group, in_place=self.in_place)
+        state = self.pricing_state(group) if self.incremental else None
+        fp = footprint(self.tables, group, in_place=self.in_place) if state is None else state.footprint()
         b = self.bytes_per_element
         return GroupCost(
             buffer=b * (fp.weights + fp.features),
