@@ -247,7 +247,7 @@ class StreamingState:
         self.aliased: set[int] = set()
         self.weights = 0
         # per tensor, in the order the streaming first touched it: rows << 2 | streamed << 1 | written back
-        # (plain integers keep these dicts, copied at every step, out of the garbage collector's sight)
+        # (plain integers: no tuple per tensor for the garbage collector to track)
         self.counted: dict[int, int] = {}
         self.dirty: dict[int, None] = {}  # tensors touched since the totals were last brought up to date
         self.features = self.line = self.inputs = self.outputs = 0
