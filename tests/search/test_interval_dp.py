@@ -138,3 +138,26 @@ def test_interval_tables_and_windows_give_the_interval_dp_optimum(graph, buffer,
         prefix = int(cut[0] * len(order))
         suffix = int(cut[1] * (len(order) - prefix))
         assert window_dp(problem, order, tables, prefix, suffix) == best
+
+
+@pytest.mark.parametrize(("name", "scheme", "buffer_kb"), [("resnet18", "brr", 256), ("squeezenet", "lbdf", 64),
+                                                           ("tests/data/googlenet_opset13.onnx", "brr", 128)])
+def test_a_scan_resumed_from_known_runs_finds_the_rest_of_them(name, scheme, buffer_kb):
+    # what window_dp does for a start inside the shared prefix: join the operators before p without
+    # pricing them, start from the DRAM of order[i:p], price a component only when a later operator joins it
+    from fuseplan.graph import load_graph
+    from fuseplan.search.interval_dp import _runs, named_orders
+
+    graph = load_graph(name)
+    problem = FusionProblem(make_cost_model(scheme, graph, buffer_kb * 1024))
+    excluded = set(problem.excluded)
+    resumed = 0
+    for order in named_orders(problem).values():
+        for i in range(0, len(order), 3):
+            runs, reach = _runs(order, i, excluded, graph.neighbours, problem.cost.evaluate, problem.buffer_bytes)
+            for known_end, total in runs[:-1:4]:
+                rest, where = _runs(order, i, excluded, graph.neighbours, problem.cost.evaluate,
+                                    problem.buffer_bytes, known=(known_end, total))
+                assert rest == [run for run in runs if run[0] > known_end] and where == reach
+                resumed += 1
+    assert resumed > 100

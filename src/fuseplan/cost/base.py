@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from fuseplan.errors import FuseplanError
 from fuseplan.graph.ir import CompGraph
@@ -110,6 +110,7 @@ class CostModel(ABC):
         self.bytes_per_element = int(bytes_per_element)
         self.tables = GraphTables.from_graph(graph)
         self._cache: dict[Group, GroupCost] = {}
+        self._states: dict[Group, Any] = {}  # group -> its pricing state, for the group grown by one operator
         self.hits = 0
         self.misses = 0
 
@@ -135,6 +136,50 @@ class CostModel(ABC):
     @abstractmethod
     def price(self, group: Group) -> GroupCost:
         """Price ``group`` from scratch (no cache). Subclasses implement the scheme."""
+
+    #: Whether :meth:`price` prices a group from a pricing state where it can (:meth:`pricing_state`;
+    #: the same prices; ``False`` prices every group from scratch, for tests).
+    incremental: bool = True
+    #: How many pricing states :meth:`pricing_state` keeps. Searches grow a group one operator at a time
+    #: and price each step at once, so the few most recent states are the ones grown.
+    kept_states: ClassVar[int] = 64
+
+    def new_state(self) -> Any:
+        """An empty pricing state (a scheme that prices incrementally says which)."""
+        raise NotImplementedError
+
+    def pricing_state(self, group: Group) -> Any:
+        """The pricing state of ``group`` (see :class:`~fuseplan.cost.streaming.StreamingState`), kept for
+        the group grown by one more operator; ``None`` where pricing ``group`` without one is better.
+
+        A state is grown in place by the group's last operator from the state of the rest of the group,
+        where that was kept. The searches grow a group by one operator only (a group already priced is
+        found in the cache), so the state of the smaller group is handed on rather than copied; should
+        it be wanted again, it is built from scratch. Building a state costs more than pricing without
+        one, so a state is built from scratch only where the rest of the group has been priced: the
+        caller is growing groups an operator at a time.
+        """
+        if len(group) < 2:
+            return None
+        if not isinstance(group, frozenset):
+            group = frozenset(group)
+        states = self._states
+        last = max(group)
+        rest = group - {last}
+        state = states.pop(rest, None)
+        if state is not None:
+            state.grow(last, group)
+        elif rest in self._cache:
+            state = self.new_state()
+            for v in sorted(group):
+                state.add(v)
+            state.members = group
+        else:
+            return None
+        if len(states) >= self.kept_states:
+            del states[next(iter(states))]  # the oldest
+        states[group] = state
+        return state
 
     def buffer(self, group: Iterable[int]) -> int:
         """``F_beta``: on-chip bytes needed to execute ``group``."""
@@ -237,6 +282,7 @@ class CostModel(ABC):
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._states.clear()
         self.hits = self.misses = 0
 
     # -- whole-model figures ---------------------------------------------

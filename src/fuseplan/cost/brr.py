@@ -39,11 +39,13 @@ differences from the Optimus code and worked examples are in
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, reduce
 from math import ceil
+from operator import add
+from typing import NamedTuple
 
-from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import footprint, in_place_operators, overwritable_tensors
+from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
+from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 
 DEFAULT_CHANNEL_BLOCK = 16
@@ -86,6 +88,18 @@ def blockable_operators(graph: CompGraph) -> tuple[bool, ...]:
         and int(node.attributes.get("group", 1)) == 1
         for node in graph.nodes
     )
+
+
+class ModeTables(NamedTuple):
+    """Per operator and per tensor, what :class:`BRRState` reads to alternate modes and hold channel blocks."""
+
+    blockable: tuple[bool, ...]
+    single_producer: tuple[int, ...]  # an operator's only producer, -1 if not exactly one
+    mode_flip: tuple[int, ...]  # 3 for a blockable operator (it flips both entries' modes), else 0
+    input_producers: tuple[tuple[int, ...], ...]
+    weight_block: tuple[int, ...]
+    block_share: tuple[float, ...]  # per tensor: min(1, k / C)
+    producer: tuple[int | None, ...]  # per tensor
 
 
 class BRRCostModel(CostModel):
@@ -233,20 +247,37 @@ class BRRCostModel(CostModel):
         """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
         return dict(self._schedules(group))
 
-    def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
-        b = self.bytes_per_element
-        beta = self.buffer_bytes
+    @cached_property
+    def mode_tables(self) -> ModeTables:
+        # built when first priced, after any subclass has set its tables (weight blocks, say)
+        return ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
+                          self._weight_block, self._block_share, self._producer)
+
+    def new_state(self) -> BRRState:
+        return BRRState(self.tables, self.in_place, self.mode_tables)
+
+    def _tally(self, group: Group) -> tuple[Footprint, int, tuple[int, float, int, float] | None]:
+        """The group's footprint, the largest weight block of its operators, and what holding channel
+        blocks saves under each entry mode (:meth:`_held_savings`)."""
+        state = self.pricing_state(group) if self.incremental else None
+        if state is not None:
+            return state.footprint(), state.block, state.savings()
         rows: dict[int, int] = {}
         streamed: set[int] = set()
         fp = footprint(self.tables, group, rows, self.in_place, streamed)
-        block_share = self._block_share
         block = max(map(self._weight_block.__getitem__, group))
-        weights, reference = fp.weights, fp.reference_rows
-        io = fp.inputs + fp.outputs
         # Only tensors with more channels than a block can hold less than all of them;
         # without a convolution in the group there is nothing to alternate.
-        narrow = [t for t in rows if block_share[t] < 1.0]
+        narrow = [t for t in rows if self._block_share[t] < 1.0]
         savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
+        return fp, block, savings
+
+    def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
+        b = self.bytes_per_element
+        beta = self.buffer_bytes
+        fp, block, savings = self._tally(group)
+        weights, reference = fp.weights, fp.reference_rows
+        io = fp.inputs + fp.outputs
         if savings is None:
             entries: tuple[tuple[str, int, float], ...] = (("row tiles", 0, 0.0),)
         else:
@@ -474,6 +505,109 @@ class BRRCostModel(CostModel):
         # With room for everything, weights are read once: no tiling reloads.
         fp = footprint(self.tables, frozenset(group), in_place=self.in_place)
         return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
+
+
+class BRRState(StreamingState):
+    """:class:`~fuseplan.cost.streaming.StreamingState` with what BRR adds: each operator's modes under
+    both entry choices, the largest weight block, and per tensor of more channels than a block what
+    holding it a block at a time saves (:meth:`BRRCostModel._held_savings`, re-counted only for the
+    tensors an added operator touches, as the streaming totals are).
+    """
+
+    __slots__ = ("modes", "bits", "block", "alternates", "saved_full", "saved_partial", "held", "line_full",
+                 "line_partial")
+
+    def __init__(self, tables: GraphTables, in_place: tuple[bool, ...], modes: ModeTables) -> None:
+        # the tables, not the cost model: the model keeps its states, and a cycle would leave each
+        # model to the garbage collector
+        super().__init__(tables, in_place)
+        self.modes = modes
+        self.bits: dict[int, int] = {}  # operator -> bit 0: full under the full entry; bit 1: under the partial one
+        self.block = 0
+        self.alternates = False  # whether a blockable operator is in the group
+        self.saved_full = self.saved_partial = 0
+        # per tensor of more channels than a block, in streaming order: elements saved << 2 | the entries
+        # (bit 0 full, bit 1 partial) that hold it a block at a time; and the elements per tile row saved
+        # under each entry, summed in this order as _held_savings sums them
+        self.held: dict[int, int] = {}
+        self.line_full: dict[int, float] = {}
+        self.line_partial: dict[int, float] = {}
+
+    def add(self, v: int) -> None:
+        super().add(v)
+        modes, bits = self.modes, self.bits
+        blockable = modes.blockable
+        p = modes.single_producer[v]
+        m = bits.get(p) if p >= 0 else None
+        if m is not None:
+            bits[v] = m ^ modes.mode_flip[v]  # a blockable operator takes the opposite of its producer's modes
+        else:
+            inner = [bits[p] for p in modes.input_producers[v] if p in bits]
+            if blockable[v]:
+                bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
+            elif inner:
+                m = 0
+                for b in inner:
+                    m |= b
+                bits[v] = m
+            else:
+                bits[v] = 3
+        if modes.weight_block[v] > self.block:
+            self.block = modes.weight_block[v]
+        if blockable[v]:
+            self.alternates = True
+
+    def settle(self) -> list[int]:
+        touched = super().settle()
+        modes, bits, held, counted = self.modes, self.bits, self.held, self.counted
+        block_share, producer, blockable = modes.block_share, modes.producer, modes.blockable
+        tables = self.tables
+        consumers, row_numel, numel = tables.tensor_consumers, tables.tensor_row_numel, tables.tensor_numel
+        for t in touched:
+            share = block_share[t]
+            if share >= 1.0:
+                continue
+            old = held.get(t)
+            if old is not None:
+                if old & 1:
+                    self.saved_full -= old >> 2
+                if old & 2:
+                    self.saved_partial -= old >> 2
+            ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
+            if ok:
+                for c in consumers[t]:
+                    m = bits.get(c)
+                    if m is None:  # a reader outside the group
+                        continue
+                    ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
+                    if not ok:
+                        break
+            saved, line = 0, 0.0
+            if ok:
+                whole = (counted[t] >> 2) * row_numel[t]
+                saved = whole - ceil(whole * share)
+                if counted[t] & 2:  # streamed
+                    line = numel[t] * (1.0 - share)
+                if ok & 1:
+                    self.saved_full += saved
+                if ok & 2:
+                    self.saved_partial += saved
+            held[t] = saved << 2 | ok
+            # adding 0.0 leaves a sum of non-negative terms as it is: the same as not adding it
+            self.line_full[t] = line if ok & 1 else 0.0
+            self.line_partial[t] = line if ok & 2 else 0.0
+        return touched
+
+    def savings(self) -> tuple[int, float, int, float] | None:
+        """What :meth:`BRRCostModel._held_savings` returns for the group (``None`` also without a tensor
+        of more channels than a block)."""
+        if self.dirty:
+            self.settle()
+        if not self.held or not self.alternates:
+            return None
+        # one float addition after another, in the same order as _held_savings: the same bits
+        return (self.saved_full, reduce(add, self.line_full.values(), 0.0),
+                self.saved_partial, reduce(add, self.line_partial.values(), 0.0))
 
 
 def _better(a: GroupCost, b: GroupCost, beta: int) -> GroupCost:

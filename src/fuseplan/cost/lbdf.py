@@ -18,7 +18,7 @@ from functools import cached_property
 from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import footprint, in_place_operators, overwritable_tensors
+from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 
 
@@ -32,8 +32,12 @@ class LBDFCostModel(CostModel):
         super().__init__(graph, buffer_bytes, bytes_per_element)
         self.in_place = in_place_operators(graph)
 
+    def new_state(self) -> StreamingState:
+        return StreamingState(self.tables, self.in_place)
+
     def price(self, group: Group) -> GroupCost:
-        fp = footprint(self.tables, group, in_place=self.in_place)
+        state = self.pricing_state(group) if self.incremental else None
+        fp = footprint(self.tables, group, in_place=self.in_place) if state is None else state.footprint()
         b = self.bytes_per_element
         return GroupCost(
             buffer=b * (fp.weights + fp.features),

@@ -217,3 +217,196 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
         outputs=outputs_numel,
     )
 
+
+
+class StreamingState:
+    """The streaming analysis of a group, kept so that the group grown by one more operator is priced
+    from it instead of from scratch.
+
+    :func:`footprint` streams a group's operators in index (topological)
+    order. Adding an operator that comes after every member changes only the
+    tensors it reads and writes: the others keep their positions, windows and
+    rows, and still have the same readers inside the group. So the state keeps
+    each tensor's share of the totals and, after :meth:`add`, re-counts only
+    the tensors the new operator touched. The totals are the ones
+    :func:`footprint` returns for the same group, exactly (integers,
+    re-counted per tensor).
+    """
+
+    __slots__ = ("tables", "in_place", "members", "pos", "phase", "low", "full", "external", "aliased",
+                 "weights", "counted", "dirty", "features", "line", "inputs", "outputs", "heights")
+
+    def __init__(self, tables: GraphTables, in_place: tuple[bool, ...] | None = None) -> None:
+        self.tables, self.in_place = tables, in_place
+        self.members: frozenset[int] = frozenset()
+        self.pos: dict[int, float] = {}
+        self.phase: dict[int, int] = {}
+        self.low: dict[int, float] = {}
+        self.full: set[int] = set()
+        self.external: set[int] = set()
+        self.aliased: set[int] = set()
+        self.weights = 0
+        # per tensor, in the order the streaming first touched it: rows << 2 | streamed << 1 | written back
+        # (plain integers: no tuple per tensor for the garbage collector to track)
+        self.counted: dict[int, int] = {}
+        self.dirty: dict[int, None] = {}  # tensors touched since the totals were last brought up to date
+        self.features = self.line = self.inputs = self.outputs = 0
+        self.heights: dict[int, int] = {}  # height -> how many streamed tensors have it
+
+    def grow(self, v: int, members: frozenset[int]) -> None:
+        """Add operator ``v`` (after every member) in place, making this the state of ``members`` (the
+        members and ``v``)."""
+        self.members = members
+        self.add(v)
+
+    def add(self, v: int) -> None:
+        """Stream operator ``v`` after the operators added so far (the loop body of :func:`footprint`);
+        the caller keeps :attr:`members` up to date."""
+        tables = self.tables
+        pos, phase, low, full, external, aliased = (self.pos, self.phase, self.low, self.full, self.external,
+                                                    self.aliased)
+        consumers, is_output, in_place = tables.tensor_consumers, tables.tensor_is_output, self.in_place
+        dirty = self.dirty
+        inputs = tables.node_inputs[v]
+        barrier = tables.node_barrier[v]
+        if len(inputs) == 1:
+            t, k, s, reach = inputs[0]
+            dirty[t] = None
+            p = pos.get(t)
+            if p is None:
+                p = pos[t] = 0.0
+                cphase = phase[t] = 0
+                external.add(t)
+            else:
+                cphase = phase[t]
+            r = (p - reach) / s
+            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
+                    and len(consumers[t]) == 1:
+                aliased.add(t)
+            elif r == inf:
+                r = 0.0
+            start = (p if barrier else s * r + reach) - k + 1
+            if start < low.get(t, inf):
+                low[t] = start
+        else:
+            cphase = 0
+            for t, _k, _s, _r in inputs:
+                dirty[t] = None
+                if t not in pos:
+                    pos[t] = 0.0
+                    phase[t] = 0
+                    external.add(t)
+                elif phase[t] > cphase:
+                    cphase = phase[t]
+            r = inf
+            for t, _k, s, reach in inputs:
+                if phase[t] == cphase:
+                    q = (pos[t] - reach) / s
+                    if q < r:
+                        r = q
+            for t, _k, _s, _r in inputs:
+                if phase[t] < cphase:
+                    full.add(t)
+            overwritten = False
+            if in_place is not None and in_place[v]:
+                out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
+                for t, _k, _s, _r in inputs:
+                    if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
+                            and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
+                        aliased.add(t)
+                        overwritten = True
+                        break
+            if r == inf and not overwritten:
+                r = 0.0
+            for t, k, s, reach in inputs:
+                if t in full:
+                    continue
+                start = (pos[t] if barrier else s * r + reach) - k + 1
+                if start < low.get(t, inf):
+                    low[t] = start
+        if barrier:
+            out_phase, out_pos = cphase + 1, inf
+        else:
+            out_phase, out_pos = cphase, r
+        for t in tables.node_outputs[v]:
+            dirty[t] = None
+            phase[t] = out_phase
+            pos[t] = out_pos
+        self.weights += tables.node_weights[v]
+
+    def settle(self) -> list[int]:
+        """Bring the totals up to date: re-count every tensor touched since the last call (the tail of
+        :func:`footprint`); those tensors, in the order they were first touched."""
+        tables = self.tables
+        rows_of, row_numel, numel = tables.tensor_rows, tables.tensor_row_numel, tables.tensor_numel
+        consumers, is_output = tables.tensor_consumers, tables.tensor_is_output
+        pos, low, full, external, aliased = self.pos, self.low, self.full, self.external, self.aliased
+        counted, heights, group = self.counted, self.heights, self.members
+        touched = list(self.dirty)
+        self.dirty = {}
+        for t in touched:
+            old = counted.get(t)
+            if old is not None:
+                self._uncount(t, old)
+            if t in aliased:  # read from DRAM or written back never, by the conditions of aliasing
+                counted[t] = 0
+                continue
+            height = rows_of[t]
+            p = pos[t]
+            if p == inf or t in full:
+                code = height << 2
+            elif t in low:
+                rows = ceil(p - low[t] + 1 - 1e-9)
+                code = height << 2 if rows >= height else rows << 2 | 2
+            else:
+                code = 1 << 2 | 2
+            self.features += (code >> 2) * row_numel[t]
+            if t in external:  # a tensor is read from DRAM from the first time it is touched on
+                self.inputs += numel[t]
+            elif is_output[t] or not consumers[t] <= group:
+                code |= 1
+                self.outputs += numel[t]
+            if code & 2:
+                self.line += numel[t]
+                heights[height] = heights.get(height, 0) + 1
+            counted[t] = code
+        return touched
+
+    def _uncount(self, t: int, code: int) -> None:
+        tables = self.tables
+        self.features -= (code >> 2) * tables.tensor_row_numel[t]
+        if code & 1:
+            self.outputs -= tables.tensor_numel[t]
+        elif t in self.external:
+            self.inputs -= tables.tensor_numel[t]
+        if code & 2:
+            self.line -= tables.tensor_numel[t]
+            height = tables.tensor_rows[t]
+            left = self.heights[height] - 1
+            if left:
+                self.heights[height] = left
+            else:
+                del self.heights[height]
+
+    def rows(self) -> dict[int, int]:
+        """Rows each tensor the group touches keeps (0 where rewritten in place), as :func:`footprint`'s
+        ``rows_out``."""
+        if self.dirty:
+            self.settle()
+        return {t: code >> 2 for t, code in self.counted.items()}
+
+    def streamed(self) -> set[int]:
+        """The tensors holding rows in proportion to a tile's height, as :func:`footprint`'s ``streamed_out``."""
+        if self.dirty:
+            self.settle()
+        return {t for t, code in self.counted.items() if code & 2}
+
+    def footprint(self) -> Footprint:
+        """The group's :class:`Footprint` (what :func:`footprint` returns for it)."""
+        if self.dirty:
+            self.settle()
+        reference = max(self.heights, default=1)
+        if reference < 1:
+            reference = 1
+        return Footprint(weights=self.weights, features=self.features, line=self.line / reference,
+                         reference_rows=reference, inputs=self.inputs, outputs=self.outputs)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import statistics
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from fuseplan.cost import CostModel, make_cost_model
+from fuseplan.cost import CostModel, GroupCost, make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.graph import CompGraph, graph_from_model
@@ -77,7 +78,7 @@ class GroupPrices:
 
     def __init__(self) -> None:
         self.label_ids: dict[tuple, int] = {}
-        self.prices: dict[frozenset[int], Any] = {}
+        self.prices: dict[tuple[int, ...], tuple[int, int]] = {}  # sorted labels of a group's operators -> its price
         self.hits = self.misses = 0
 
     def labels(self, graph: CompGraph) -> list[int]:
@@ -105,19 +106,32 @@ class GroupPrices:
         the labels of its graph's operators (``labels`` where the caller has them)."""
         if labels is None:
             labels = self.labels(cost.graph)
-        price = cost.price
+        method = cost.price
+        if hasattr(method, "__func__"):
+            # the pricing function and a weak reference to its model: the model keeps this function, and a
+            # cycle through it would leave every candidate's model to the garbage collector's full collections
+            function, model = method.__func__, weakref.ref(cost)
+
+            def price(group):
+                return function(model(), group)
+        else:
+            price = method
 
         label_of = labels.__getitem__
 
         def shared(group):
-            key = frozenset(map(label_of, group))
+            # Plain tuples of integers, key and price: the garbage collector stops tracking those once it
+            # has seen them, so its full collections no longer walk every group this table has kept
+            # (a third of a BRR search's time went to that with frozensets and GroupCost tuples).
+            key = tuple(sorted(map(label_of, group)))
             found = self.prices.get(key)
             if found is None:
                 self.misses += 1
-                found = self.prices[key] = price(group)
-            else:
-                self.hits += 1
-            return found
+                priced = price(group)
+                self.prices[key] = (priced.buffer, priced.dram)
+                return priced
+            self.hits += 1
+            return GroupCost(*found)
 
         cost.price = shared
         return labels

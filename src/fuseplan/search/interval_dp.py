@@ -212,28 +212,38 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
 
 
 def _runs(order: list[int], i: int, excluded: set[int] | frozenset[int], neighbours, evaluate,
-          beta: int) -> tuple[list[tuple[int, float]], int]:
+          beta: int, known: tuple[int, int] | None = None) -> tuple[list[tuple[int, float]], int]:
     """The runs ``order[i:j]`` :func:`interval_dp` scans from start ``i`` that fit, as ``(j, DRAM of their
-    components)``, and the last position the scan looked at (where it stopped)."""
+    components)``, and the last position the scan looked at (where it stopped).
+
+    ``known``: ``(p, DRAM of order[i:p])`` where every run up to ``p`` is known to fit and is not wanted
+    again; the operators before ``p`` are then only joined into components, and a component among them
+    is priced only when a later operator joins it.
+    """
     if order[i] in excluded:
         return [(i + 1, 0)], i
-    component: dict[int, int] = {}
+    component: dict[int, int] = {}  # operator -> id of its component
     members: dict[int, set[int]] = {}
-    costs: dict[int, int] = {}
+    costs: dict[int, int] = {}  # component id -> its DRAM (absent: not priced yet)
     total = 0
+    first = i
+    if known is not None:
+        first, total = known
+        for j in range(i, first):
+            v = order[j]
+            _join(v, {component[u] for u in neighbours[v] if u in component}, component, members)
     runs: list[tuple[int, float]] = []
-    for j in range(i, len(order)):
+    for j in range(first, len(order)):
         v = order[j]
         if v in excluded:
             return runs, j
-        merged = {v}
-        for c in {component[u] for u in neighbours[v] if u in component}:
-            merged |= members.pop(c)
-            total -= costs.pop(c)
-        for u in merged:
-            component[u] = v
-        buffer, dram = evaluate(frozenset(merged))
-        members[v], costs[v] = merged, dram
+        touching = {component[u] for u in neighbours[v] if u in component}
+        for c in touching:  # they leave the run's total, as parts of v's component
+            cost = costs.pop(c, None)
+            total -= evaluate(frozenset(members[c])).dram if cost is None else cost
+        kept = _join(v, touching, component, members)
+        buffer, dram = evaluate(frozenset(members[kept]))
+        costs[kept] = dram
         total += dram
         if buffer >= beta:
             return runs, j
@@ -241,19 +251,48 @@ def _runs(order: list[int], i: int, excluded: set[int] | frozenset[int], neighbo
     return runs, len(order) - 1
 
 
+def _join(v: int, touching: set[int], component: dict[int, int], members: dict[int, set[int]]) -> int:
+    """Put ``v`` into one component with the components ``touching`` it; the id of that component.
+
+    The largest of them keeps its id and set, so an operator changes component only when it is in the
+    smaller part of a merge: a run's scan joins each operator ``O(log n)`` times, not once per step.
+    """
+    if not touching:
+        members[v] = {v}
+        component[v] = v
+        return v
+    if len(touching) == 1:  # the common case: v extends one component
+        (kept,) = touching
+        members[kept].add(v)
+    else:
+        kept = max(touching, key=lambda c: len(members[c]))
+        merged = members[kept]
+        for c in touching:
+            if c != kept:
+                other = members.pop(c)
+                merged |= other
+                for u in other:
+                    component[u] = kept
+        merged.add(v)
+    component[v] = kept
+    return kept
+
+
 @dataclass
 class IntervalTables:
     """What a window of an order can be re-solved from (:func:`window_dp`).
 
     ``forward[i]``: the cheapest interval plan of ``order[:i]``; ``backward[i]``: of ``order[i:]``;
-    ``first_reaching[p]``: the smallest start whose scan looked at position ``p`` (``p`` if none before it).
-    Each value depends only on what the operators of its part of the order are, which is what lets a
-    rewritten graph whose order agrees with this one at both ends reuse them.
+    ``first_reaching[p]``: the smallest start whose scan looked at position ``p`` (``p`` if none before it);
+    ``runs[i]``: the runs that fit found by the scan from start ``i`` (:func:`_runs`). Each value depends
+    only on what the operators of its part of the order are, which is what lets a rewritten graph whose
+    order agrees with this one at both ends reuse them.
     """
 
     forward: list[float]
     backward: list[float]
     first_reaching: list[int]
+    runs: list[list[tuple[int, float]]]
 
     @property
     def best(self) -> float:
@@ -284,7 +323,7 @@ def interval_tables(problem: FusionProblem, order: list[int]) -> IntervalTables:
         for p in range(start + 1, reach + 1):
             if first_reaching[p] > start:
                 first_reaching[p] = start
-    return IntervalTables(forward, backward, first_reaching)
+    return IntervalTables(forward, backward, first_reaching, [runs for runs, _ in scans])
 
 
 def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, prefix: int, suffix: int) -> float:
@@ -295,6 +334,9 @@ def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, 
     shorter length). Starts whose scan in the parent stayed inside the prefix scan the same here, so
     only starts from ``parent.first_reaching[prefix]`` up to the suffix are scanned again; every plan
     has a first cut ``k`` inside the suffix, after which it costs ``parent.backward`` at ``k``'s place.
+    A start inside the prefix finds the parent's runs up to the end of the prefix again, and those can
+    improve no cost the parent found: its scan resumes at the end of the prefix from the DRAM the parent
+    found there (:func:`_runs`'s ``known``), or is skipped where the parent's stopped before it.
     """
     n, n_parent = len(order), len(parent.forward) - 1
     end_of_window = n - suffix
@@ -307,7 +349,13 @@ def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, 
         here = forward[start]
         if here == INF:
             continue
-        for end, dram in _runs(order, start, excluded, neighbours, evaluate, beta)[0]:
+        known = None
+        if start < prefix:
+            found = parent.runs[start]
+            if len(found) < prefix - start:  # stopped inside the prefix
+                continue
+            known = (prefix, found[prefix - start - 1][1])
+        for end, dram in _runs(order, start, excluded, neighbours, evaluate, beta, known)[0]:
             if here + dram < forward[end]:
                 forward[end] = here + dram
                 if end > furthest:
