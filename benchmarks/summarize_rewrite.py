@@ -17,6 +17,9 @@ def main() -> None:
     if sys.argv[1:2] == ["--stages"]:
         stages_table(*[Path(a) for a in sys.argv[2:3]])
         return
+    if sys.argv[1:2] == ["--before-after"]:
+        before_after_table(Path(sys.argv[2]))
+        return
     if sys.argv[1:2] == ["--speed"]:
         speed_table(*[Path(a) for a in sys.argv[2:4]])
         return
@@ -110,6 +113,21 @@ def speed_table(path: Path = RESULTS / "rewrite_speed.json",
               f"{'–' if earlier is None else format(earlier['projected_seconds_for_budget'], '.0f')} | "
               f"{'–' if floor is None else format(floor, '.0f')} | "
               f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f} |")
+
+
+def before_after_table(path: Path) -> None:
+    """A ``bench_rewrite_before_after.py`` file as docs/rewrite.md's table of the same searches, before and after."""
+    document = json.loads(path.read_text())
+    print("| model | scheme | expanded | candidates | same result | CPU s | wall s | CPU ms per candidate | "
+          "CPU speed-up | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in document["runs"]:
+        b, a = r["before"], r["after"]
+        print(f"| {r['model']} | {r['scheme'].upper()} | {a['expanded']} | {a['generated']} | "
+              f"{'yes' if r['same_result'] else 'NO'} | {b['cpu_seconds']:.1f} → {a['cpu_seconds']:.1f} | "
+              f"{b['wall_seconds']:.1f} → {a['wall_seconds']:.1f} | "
+              f"{b['cpu_ms_per_candidate']:.1f} → {a['cpu_ms_per_candidate']:.1f} | {r['cpu_speedup']:.1f}× | "
+              f"{b['load_average'][0]:.1f}–{a['load_average'][1]:.1f} |")
 
 
 def stages_table(path: Path = RESULTS / "rewrite_stages.json") -> None:
