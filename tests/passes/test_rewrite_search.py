@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import onnx
@@ -129,9 +130,11 @@ def test_latency_skips_and_counts_graphs_with_an_operator_it_cannot_run_alone(tm
 @pytest.mark.slow
 def test_the_same_seed_gives_the_same_rewrite():
     model = _prepared("tests/data/googlenet_opset13.onnx")
+    switch_interval = sys.getswitchinterval()
     runs = [backtracking_search(model, make_objective("macs"), alpha=1.05, budget=2, seed=7,
                                 rules=["merge-parallel-convs", "split-conv-by-channels"]).steps for _ in range(2)]
     assert runs[0] == runs[1]
+    assert sys.getswitchinterval() == switch_interval  # the search's shorter thread switches end with it
 
 
 def test_a_failing_rule_is_discarded_and_counted(monkeypatch):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
@@ -123,6 +124,12 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     if not search.initial < float("inf"):
         raise FuseplanError(f"the {objective.name} objective cannot price the original model")
     earlier = 0.0  # seconds of a reused greedy phase
+    switch_interval = sys.getswitchinterval()
+    if search.overlap_verification:
+        # The verification thread lets go of the interpreter lock around every call into onnxruntime and
+        # numpy, and at the default 5 ms interval waited that long to get it back from the search each time:
+        # checks took four times their CPU time and the search waited for them (ResNet-101, ResNet-18).
+        sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL))
     try:
         if greedy is None:
             search.explore([(search.initial, [])], 1.0, budget,
@@ -145,10 +152,14 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         search.interrupted = True
     finally:
         search.verifications.shutdown(wait=True, cancel_futures=True)
+        sys.setswitchinterval(switch_interval)
     return RewriteResult(model=search.best_model, steps=search.best_steps, initial_cost=search.initial,
                          cost=search.best_cost, max_error=search.best_error,
                          wall_seconds=earlier + time.perf_counter() - start, interrupted=search.interrupted,
                          timed_out=search.timed_out, greedy=record, **search.counters)
+
+
+_SWITCH_INTERVAL = 0.0005  # seconds between the interpreter's thread switches while verification runs beside
 
 
 def _to_ir(model: onnx.ModelProto) -> Any:
