@@ -98,7 +98,7 @@ def _check(source: str, depth: int) -> tuple[set[str], int]:
     return rules_seen, reused
 
 
-@pytest.mark.parametrize("source", ["every-rule", "squeezenet", "resnet18",
+@pytest.mark.parametrize("source", ["every-rule", pytest.param("squeezenet", marks=pytest.mark.slow), "resnet18",
                                     pytest.param(GOOGLENET, marks=pytest.mark.slow),
                                     pytest.param("mobilenet_v2", marks=pytest.mark.slow),
                                     pytest.param("efficientnet_b0", marks=pytest.mark.slow),

@@ -28,7 +28,7 @@ def _error_with_weights_inside(verifier: Verifier, steps) -> float:
                for name, expected in verifier.reference.items())
 
 
-@pytest.mark.parametrize("source", ["resnet18", "tests/data/googlenet_opset13.onnx"])
+@pytest.mark.parametrize("source", ["resnet18", pytest.param("tests/data/googlenet_opset13.onnx", marks=pytest.mark.slow)])
 def test_light_replay_gives_the_error_of_the_weighted_rewrite(source):
     model = _prepared(source)
     verifier = Verifier(model, seed=3)

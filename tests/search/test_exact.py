@@ -174,6 +174,7 @@ def test_generated_networks_are_solved_exactly_at_small_buffers(scheme):
     assert outcome.dram <= IntervalDP().solve(problem)[1]
 
 
+@pytest.mark.slow
 def test_the_interval_reference_is_skipped_beyond_its_work_limit():
     from fuseplan.search import reference_record
 

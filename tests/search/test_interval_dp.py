@@ -106,6 +106,7 @@ def test_named_orders_follow_their_priorities(graph, buffer):
     assert named_orders(problem) == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(graph=random_dags(max_nodes=12), data=st.data())
 def test_the_model_order_shortcut_says_exactly_when_kahn_takes_the_model_order(graph, data):
