@@ -90,6 +90,20 @@ def blockable_operators(graph: CompGraph) -> tuple[bool, ...]:
     )
 
 
+def _entry_modes(v: int, bits: dict[int, int], input_producers, blockable) -> int:
+    """The mode bits of operator ``v`` from those of its producers in the group (``bits``), where it has no
+    single producer there to flip."""
+    inner = [bits[p] for p in input_producers[v] if p in bits]
+    if blockable[v]:
+        return inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
+    if not inner:
+        return 3
+    m = 0
+    for b in inner:
+        m |= b
+    return m
+
+
 class ModeTables(NamedTuple):
     """Per operator and per tensor, what :class:`BRRState` reads to alternate modes and hold channel blocks."""
 
@@ -192,18 +206,7 @@ class BRRCostModel(CostModel):
                 if m is not None:
                     bits[v] = m ^ flip[v]  # a blockable operator takes the opposite of its producer's modes
                     continue
-                inner: list[int] = []
-            else:
-                inner = [bits[p] for p in producers[v] if p in bits]
-            if blockable[v]:
-                bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
-            elif inner:
-                m = 0
-                for b in inner:
-                    m |= b
-                bits[v] = m
-            else:
-                bits[v] = 3
+            bits[v] = _entry_modes(v, bits, producers, blockable)
         producer = self._producer
         consumers = self.tables.tensor_consumers
         block_share = self._block_share
@@ -542,16 +545,7 @@ class BRRState(StreamingState):
         if m is not None:
             bits[v] = m ^ modes.mode_flip[v]  # a blockable operator takes the opposite of its producer's modes
         else:
-            inner = [bits[p] for p in modes.input_producers[v] if p in bits]
-            if blockable[v]:
-                bits[v] = inner[0] ^ 3 if inner else 1  # entry: full under the full entry only
-            elif inner:
-                m = 0
-                for b in inner:
-                    m |= b
-                bits[v] = m
-            else:
-                bits[v] = 3
+            bits[v] = _entry_modes(v, bits, modes.input_producers, blockable)
         if modes.weight_block[v] > self.block:
             self.block = modes.weight_block[v]
         if blockable[v]:

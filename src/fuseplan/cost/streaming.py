@@ -90,9 +90,6 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     a tile's height. ``in_place`` flags the operators of
     :func:`in_place_operators` (none when not given).
     """
-    node_inputs = tables.node_inputs
-    node_outputs = tables.node_outputs
-    node_barrier = tables.node_barrier
     node_weights = tables.node_weights
     pos: dict[int, float] = {}
     phase: dict[int, int] = {}
@@ -105,68 +102,7 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     weights = 0
 
     for v in sorted(group):
-        inputs = node_inputs[v]
-        barrier = node_barrier[v]
-        if len(inputs) == 1:  # the common case, kept free of inner loops
-            t, k, s, reach = inputs[0]
-            p = pos.get(t)
-            if p is None:  # read from DRAM
-                p = pos[t] = 0.0
-                cphase = phase[t] = 0
-                external.add(t)
-            else:
-                cphase = phase[t]
-            r = (p - reach) / s
-            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
-                    and len(consumers[t]) == 1:
-                aliased.add(t)  # the output takes the input's place, whole or streamed
-            elif r == inf:  # the input is whole on chip: a fresh stream
-                r = 0.0
-            start = (p if barrier else s * r + reach) - k + 1
-            if start < low.get(t, inf):
-                low[t] = start
-        else:
-            cphase = 0
-            for t, _k, _s, _r in inputs:
-                if t not in pos:
-                    pos[t] = 0.0
-                    phase[t] = 0
-                    external.add(t)
-                elif phase[t] > cphase:
-                    cphase = phase[t]
-            r = inf
-            for t, _k, s, reach in inputs:
-                if phase[t] == cphase:
-                    q = (pos[t] - reach) / s
-                    if q < r:
-                        r = q
-            for t, _k, _s, _r in inputs:
-                if phase[t] < cphase:
-                    full.add(t)
-            overwritten = False
-            if in_place is not None and in_place[v]:
-                out_numel = tables.tensor_numel[node_outputs[v][0]]
-                for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
-                    if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
-                            and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
-                        aliased.add(t)
-                        overwritten = True
-                        break
-            if r == inf and not overwritten:  # every input whole on chip: a fresh stream
-                r = 0.0
-            for t, k, s, reach in inputs:
-                if t in full:
-                    continue
-                start = (pos[t] if barrier else s * r + reach) - k + 1
-                if start < low.get(t, inf):
-                    low[t] = start
-        if barrier:
-            out_phase, out_pos = cphase + 1, inf
-        else:
-            out_phase, out_pos = cphase, r
-        for t in node_outputs[v]:
-            phase[t] = out_phase
-            pos[t] = out_pos
+        _stream(tables, in_place, v, pos, phase, low, full, external, aliased, None)
         weights += node_weights[v]
 
     rows_of = tables.tensor_rows
@@ -219,6 +155,84 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
 
 
 
+def _stream(tables: GraphTables, in_place: tuple[bool, ...] | None, v: int, pos: dict[int, float],
+            phase: dict[int, int], low: dict[int, float], full: set[int], external: set[int], aliased: set[int],
+            touched: dict[int, None] | None) -> None:
+    """Stream operator ``v`` after the operators streamed into these maps so far (the rules of the module
+    docstring): update the position, phase and lowest row read of the tensors it reads and writes, and
+    record those tensors in ``touched`` where given. Shared by :func:`footprint` and
+    :class:`StreamingState`."""
+    consumers, is_output = tables.tensor_consumers, tables.tensor_is_output
+    inputs = tables.node_inputs[v]
+    barrier = tables.node_barrier[v]
+    if len(inputs) == 1:  # the common case, kept free of inner loops
+        t, k, s, reach = inputs[0]
+        if touched is not None:
+            touched[t] = None
+        p = pos.get(t)
+        if p is None:  # read from DRAM
+            p = pos[t] = 0.0
+            cphase = phase[t] = 0
+            external.add(t)
+        else:
+            cphase = phase[t]
+        r = (p - reach) / s
+        if in_place is not None and in_place[v] and t not in external and not is_output[t] \
+                and len(consumers[t]) == 1:
+            aliased.add(t)  # the output takes the input's place, whole or streamed
+        elif r == inf:  # the input is whole on chip: a fresh stream
+            r = 0.0
+        start = (p if barrier else s * r + reach) - k + 1
+        if start < low.get(t, inf):
+            low[t] = start
+    else:
+        cphase = 0
+        for t, _k, _s, _r in inputs:
+            if touched is not None:
+                touched[t] = None
+            if t not in pos:
+                pos[t] = 0.0
+                phase[t] = 0
+                external.add(t)
+            elif phase[t] > cphase:
+                cphase = phase[t]
+        r = inf
+        for t, _k, s, reach in inputs:
+            if phase[t] == cphase:
+                q = (pos[t] - reach) / s
+                if q < r:
+                    r = q
+        for t, _k, _s, _r in inputs:
+            if phase[t] < cphase:
+                full.add(t)
+        overwritten = False
+        if in_place is not None and in_place[v]:
+            out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
+            for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
+                if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
+                        and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
+                    aliased.add(t)
+                    overwritten = True
+                    break
+        if r == inf and not overwritten:  # every input whole on chip: a fresh stream
+            r = 0.0
+        for t, k, s, reach in inputs:
+            if t in full:
+                continue
+            start = (pos[t] if barrier else s * r + reach) - k + 1
+            if start < low.get(t, inf):
+                low[t] = start
+    if barrier:
+        out_phase, out_pos = cphase + 1, inf
+    else:
+        out_phase, out_pos = cphase, r
+    for t in tables.node_outputs[v]:
+        if touched is not None:
+            touched[t] = None
+        phase[t] = out_phase
+        pos[t] = out_pos
+
+
 class StreamingState:
     """The streaming analysis of a group, kept so that the group grown by one more operator is priced
     from it instead of from scratch.
@@ -260,79 +274,11 @@ class StreamingState:
         self.add(v)
 
     def add(self, v: int) -> None:
-        """Stream operator ``v`` after the operators added so far (the loop body of :func:`footprint`);
+        """Stream operator ``v`` after the operators added so far (as :func:`footprint` streams each);
         the caller keeps :attr:`members` up to date."""
-        tables = self.tables
-        pos, phase, low, full, external, aliased = (self.pos, self.phase, self.low, self.full, self.external,
-                                                    self.aliased)
-        consumers, is_output, in_place = tables.tensor_consumers, tables.tensor_is_output, self.in_place
-        dirty = self.dirty
-        inputs = tables.node_inputs[v]
-        barrier = tables.node_barrier[v]
-        if len(inputs) == 1:
-            t, k, s, reach = inputs[0]
-            dirty[t] = None
-            p = pos.get(t)
-            if p is None:
-                p = pos[t] = 0.0
-                cphase = phase[t] = 0
-                external.add(t)
-            else:
-                cphase = phase[t]
-            r = (p - reach) / s
-            if in_place is not None and in_place[v] and t not in external and not is_output[t] \
-                    and len(consumers[t]) == 1:
-                aliased.add(t)
-            elif r == inf:
-                r = 0.0
-            start = (p if barrier else s * r + reach) - k + 1
-            if start < low.get(t, inf):
-                low[t] = start
-        else:
-            cphase = 0
-            for t, _k, _s, _r in inputs:
-                dirty[t] = None
-                if t not in pos:
-                    pos[t] = 0.0
-                    phase[t] = 0
-                    external.add(t)
-                elif phase[t] > cphase:
-                    cphase = phase[t]
-            r = inf
-            for t, _k, s, reach in inputs:
-                if phase[t] == cphase:
-                    q = (pos[t] - reach) / s
-                    if q < r:
-                        r = q
-            for t, _k, _s, _r in inputs:
-                if phase[t] < cphase:
-                    full.add(t)
-            overwritten = False
-            if in_place is not None and in_place[v]:
-                out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
-                for t, _k, _s, _r in inputs:
-                    if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
-                            and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
-                        aliased.add(t)
-                        overwritten = True
-                        break
-            if r == inf and not overwritten:
-                r = 0.0
-            for t, k, s, reach in inputs:
-                if t in full:
-                    continue
-                start = (pos[t] if barrier else s * r + reach) - k + 1
-                if start < low.get(t, inf):
-                    low[t] = start
-        if barrier:
-            out_phase, out_pos = cphase + 1, inf
-        else:
-            out_phase, out_pos = cphase, r
-        for t in tables.node_outputs[v]:
-            dirty[t] = None
-            phase[t] = out_phase
-            pos[t] = out_pos
-        self.weights += tables.node_weights[v]
+        _stream(self.tables, self.in_place, v, self.pos, self.phase, self.low, self.full, self.external,
+                self.aliased, self.dirty)
+        self.weights += self.tables.node_weights[v]
 
     def settle(self) -> list[int]:
         """Bring the totals up to date: re-count every tensor touched since the last call (the tail of
