@@ -104,6 +104,22 @@ def _entry_modes(v: int, bits: dict[int, int], input_producers, blockable) -> in
     return m
 
 
+def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable) -> int:
+    """The entries (bit 0 full, bit 1 partial) under which tensor ``t`` may be held a channel block at a
+    time, given the group's mode bits."""
+    ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
+    if not ok:
+        return 0
+    for c in consumers[t]:
+        m = bits.get(c)
+        if m is None:  # a reader outside the group
+            continue
+        ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
+        if not ok:
+            return 0
+    return ok
+
+
 class ModeTables(NamedTuple):
     """Per operator and per tensor, what :class:`BRRState` reads to alternate modes and hold channel blocks."""
 
@@ -214,16 +230,7 @@ class BRRCostModel(CostModel):
         features_full = features_partial = 0
         line_full = line_partial = 0.0
         for t in narrow:
-            ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
-            if not ok:
-                continue
-            for c in consumers[t]:
-                m = bits.get(c)
-                if m is None:  # a reader outside the group
-                    continue
-                ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
-                if not ok:
-                    break
+            ok = _held_entries(t, bits, producer, consumers, blockable)
             if not ok:
                 continue
             share = block_share[t]
@@ -567,15 +574,7 @@ class BRRState(StreamingState):
                     self.saved_full -= old >> 2
                 if old & 2:
                     self.saved_partial -= old >> 2
-            ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
-            if ok:
-                for c in consumers[t]:
-                    m = bits.get(c)
-                    if m is None:  # a reader outside the group
-                        continue
-                    ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
-                    if not ok:
-                        break
+            ok = _held_entries(t, bits, producer, consumers, blockable)
             saved, line = 0, 0.0
             if ok:
                 whole = (counted[t] >> 2) * row_numel[t]
