@@ -106,10 +106,14 @@ class RayExecutor(Executor):
                     done, pending = ray.wait(pending, num_returns=1)
                     yield ray.get(done[0])
             finally:
-                for ref in pending:
-                    ray.cancel(ref, force=True)
                 if started:
+                    # Shutting down the cluster this run started stops its workers. Cancelling their tasks
+                    # first raced with a task finishing at that moment: Ray's driver then failed an internal
+                    # check ("Tried to complete task that was not pending") and exited 1 instead of stopping.
                     ray.shutdown()
+                else:  # a cluster of the user's keeps running: take back what this run gave it
+                    for ref in pending:
+                        ray.cancel(ref, force=True)
 
 
 @contextmanager
