@@ -22,6 +22,7 @@ from pathlib import Path
 from fuseplan import zoo
 from fuseplan.explain import gnn
 from fuseplan.explain.dataset import FAMILIES, build_dataset, load_dataset
+from fuseplan.files import write_text
 
 RESULTS = Path(__file__).resolve().parent / "results" / "classifier.json"
 
@@ -54,7 +55,7 @@ def main() -> None:
             results[f"{scheme}_leave_one_family_out"] = {"epochs": args.lofo_epochs, "families": lofo}
             print(json.dumps({scheme: results[scheme]["test"], "lofo": lofo}), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_text(args.out, json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

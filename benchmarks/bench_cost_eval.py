@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fuseplan import load_graph, make_cost_model
 from fuseplan.cost import COST_MODEL_VERSION
+from fuseplan.files import write_text
 from fuseplan.graph import CompGraph
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cost_eval.json"
@@ -85,7 +86,7 @@ def main() -> None:
             print(json.dumps(row))
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    write_text(args.out, json.dumps({
         "benchmark": "cost_eval",
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.dags, the network generator
 
 from fuseplan import load_graph, make_cost_model, zoo  # noqa: E402
+from fuseplan.files import write_text  # noqa: E402
 from fuseplan.plan import FusionProblem  # noqa: E402
 from fuseplan.search import IntervalDP, make_search, minimize, reference_record  # noqa: E402
 from fuseplan.search.exact import solve_exact  # noqa: E402
@@ -154,7 +155,7 @@ def main() -> None:
         document["generated"] = rows
         plot(rows)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(document, indent=1) + "\n")
+    write_text(args.output, json.dumps(document, indent=1) + "\n")
 
 
 if __name__ == "__main__":

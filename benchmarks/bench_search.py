@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from fuseplan import load_graph, make_cost_model, zoo
+from fuseplan.files import write_text
 from fuseplan.plan import FusionProblem
 from fuseplan.search import IntervalDP, make_search, minimize
 from fuseplan.search.interval_dp import IntervalDPTooLarge
@@ -137,7 +138,7 @@ def main() -> None:
         "dp_worst_seconds_per_model": run_dp_times(),
         "default_choice": run_default_choice(args.budget),
     }
-    (RESULTS / "search.json").write_text(json.dumps(document, indent=2) + "\n")
+    write_text(RESULTS / "search.json", json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":

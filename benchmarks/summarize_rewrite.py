@@ -69,9 +69,9 @@ def version_of(run: dict) -> int:
 
 
 def stale(run: dict) -> bool:
-    """Whether a run was priced before its scheme's prices last changed (latency runs: before version 2)."""
-    current = scheme_version(run["scheme"]) if run.get("scheme") else 2
-    return version_of(run) < current
+    """Whether a dram run was priced before its scheme's prices last changed (a latency run prices with no
+    cost model, so it never is)."""
+    return bool(run.get("scheme")) and version_of(run) < scheme_version(run["scheme"])
 
 
 def speed(runs: list[dict]) -> None:
