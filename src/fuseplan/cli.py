@@ -229,6 +229,9 @@ def plan(
     rewrite_budget: Annotated[int, typer.Option(min=1, help="Graphs the rewrite search may expand.")] = 300,
     rewrite_alpha: Annotated[float, typer.Option(
         help="Alpha of the rewrite search: keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
+    rewrite_time_limit: Annotated[Optional[float], typer.Option(
+        help="Stop the rewrite search after this many seconds and plan the best verified graph found by then "
+             "(default: none).", show_default=False)] = None,
 ) -> None:
     """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups all fit the buffer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -249,11 +252,12 @@ def plan(
     rewritten = None
     if not rewrite_alpha >= 1:
         raise FuseplanError(f"--rewrite-alpha must be at least 1 (got {rewrite_alpha}); 1 is the greedy search")
+    _check_time_limit("--rewrite-time-limit", rewrite_time_limit)
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
         rewritten = _rewrite_search(_read_rewritable(source), model_path(model)[1], "dram", scheme.value,
                                     buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
-                                    as_json)
+                                    as_json, rewrite_time_limit)
     graph = _load(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
@@ -322,7 +326,8 @@ def plan(
     if rewritten is not None:
         stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM "
                      f"{format_bytes(rewritten.before['dram_bytes'])} -> {format_bytes(rewritten.after['dram_bytes'])} "
-                     "(see fuseplan rewrite)", highlight=False)
+                     f"{'(time limit reached) ' if rewritten.result.cut_by_time else ''}(see fuseplan rewrite)",
+                     highlight=False)
     if output is not None:
         stdout.print(f"plan written to {output}", highlight=False)
     if onnx_out is not None:
@@ -347,8 +352,14 @@ def _read_rewritable(source: Path):
     return model_proto
 
 
+def _check_time_limit(option: str, seconds: float | None) -> None:
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise FuseplanError(f"{option} must be a positive number of seconds (got {seconds})")
+
+
 def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
-                    alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool, **options):
+                    alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
+                    time_limit: float | None = None, **options):
     """Run the rewrite search with a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -359,11 +370,11 @@ def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_
     progress = Progress(TextColumn(f"rewrite {name}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
                         console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
-    with progress:
+    with progress, _searching():  # a signal stops the search; the best graph is still measured and written
         task = progress.add_task("rewrite", total=budget, best="-")
         return rewrite_model(model_proto, name, objective=objective, scheme=scheme, buffer_bytes=buffer_bytes,
                              bytes_per_element=bytes_per_element, alpha=alpha, budget=budget, rules=chosen_rules,
-                             seed=seed, input_shapes=shapes or None,
+                             seed=seed, input_shapes=shapes or None, time_limit=time_limit,
                              on_expand=lambda n, best: progress.update(task, completed=n, best=f"{best:,.6g}"),
                              **options)
 
@@ -380,6 +391,10 @@ def rewrite(
     alpha: Annotated[float, typer.Option(
         help="Keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
     budget: Annotated[int, typer.Option(help="Graphs the search may expand.")] = 300,
+    time_limit: Annotated[Optional[float], typer.Option(
+        help="Stop the search after this many seconds and keep the best verified graph found by then (default: "
+             "none; a time-limited result depends on the machine's speed, a budget's does not).",
+        show_default=False)] = None,
     rules: Annotated[Optional[str], typer.Option(
         help="Comma-separated rule names (default: all); see docs/rewrite.md.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of ties, random weights and inputs of the verification.")] = 0,
@@ -396,6 +411,7 @@ def rewrite(
         raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
+    _check_time_limit("--time-limit", time_limit)
     accelerator = _hardware(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, name = model_path(model)
@@ -404,13 +420,13 @@ def rewrite(
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
     done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
-                           budget, rules, seed, shapes, as_json, **options)
+                           budget, rules, seed, shapes, as_json, time_limit, **options)
     rewritten = done.result.model
     entry = rewritten.metadata_props.add()
     entry.key, entry.value = "fuseplan.rewrite", json.dumps(done.result.steps)
     save_onnx(rewritten, output, source.parent)
-    report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "seed": seed,
-              **done.to_json()}
+    report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "time_limit": time_limit,
+              "seed": seed, **done.to_json()}
     if as_json:
         print(json.dumps(report, indent=2))
         return
@@ -434,7 +450,8 @@ def rewrite(
         f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "
         f"{result.verification_failures} failed and discarded\n"
         f"search             {result.expanded} expanded, {result.generated} generated, {result.duplicates} duplicates, "
-        f"{result.unpriced} unpriced, {result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}\n"
+        f"{result.unpriced} unpriced, {result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}"
+        f"{' (time limit reached)' if result.cut_by_time else ''}\n"
         f"rewritten model written to {output}", highlight=False)
 
 
@@ -1207,20 +1224,24 @@ class _SignalGuard:
     turns into "stop and return the best valid plan so far"; every later
     signal, and any signal once the search has returned, is only recorded, so
     the plan, its reference figures and the output files are always completed.
+    A command that runs two searches (``plan --rewrite``: the rewrite search,
+    then the plan's) lets the first signal within each stop that one.
     """
 
     def __init__(self) -> None:
-        self.phase = "before"  # "before" -> "search" -> "after"
+        self.phase = "before"  # "before" -> "search" -> "after" (-> "search" -> "after")
         self.received: list[int] = []
+        self.before_search = 0  # signals received before the current search began
 
     def handle(self, signum: int, frame: object) -> None:
         self.received.append(signum)
-        if self.phase == "before" or (self.phase == "search" and len(self.received) == 1):
+        if self.phase == "before" or (self.phase == "search" and len(self.received) == self.before_search + 1):
             raise KeyboardInterrupt
 
     @contextmanager
     def search(self) -> Iterator[None]:
         self.phase = "search"
+        self.before_search = len(self.received)
         try:
             yield
         finally:

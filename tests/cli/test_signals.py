@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import onnx
 import pytest
 
 from fuseplan.cli import run
@@ -73,6 +74,54 @@ def test_signals_keep_the_best_plan(tmp_path, signals):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "searching"]  # no temporary files
 
 
+REWRITE_LAUNCHER = """
+import sys
+from pathlib import Path
+from fuseplan.rewrite import search
+
+marker = Path(sys.argv[1])
+explore = search._Search.explore
+
+def marked(self, *args, **kwargs):
+    marker.touch()
+    return explore(self, *args, **kwargs)
+
+search._Search.explore = marked
+from fuseplan.cli import main
+sys.argv = ["fuseplan", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [(signal.SIGINT,), (signal.SIGINT, signal.SIGINT)], ids=["int", "int-int"])
+def test_signals_stop_a_rewrite_search_and_keep_its_best_verified_graph(tmp_path, signals):
+    pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+    out = tmp_path / "rewritten.onnx"
+    marker = tmp_path / "searching"
+    process = subprocess.Popen([sys.executable, "-c", REWRITE_LAUNCHER, str(marker), "rewrite", "resnet18",
+                                "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the search never started"
+        time.sleep(0.05)
+    time.sleep(1.0)  # some expansions into a search that takes minutes at the default budget
+    for signum in signals:
+        os.kill(process.pid, signum)
+        time.sleep(0.05)  # the second lands while the result is being measured and written
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    report = json.loads(stdout)
+    assert report["search"]["interrupted"] is True and report["search"]["expanded"] < 300
+    assert report["verification"]["max_error"] <= 1e-4
+    assert report["after"]["dram_bytes"] <= report["before"]["dram_bytes"]
+    assert len(report["steps"]) == len(json.loads(
+        {p.key: p.value for p in onnx.load(out).metadata_props}["fuseplan.rewrite"]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rewritten.onnx", "searching"]  # no temporary files
+
+
 def test_a_signal_before_the_search_stops_the_command_and_writes_nothing(tmp_path, monkeypatch, capsys):
     import fuseplan.cli as cli_module
 
@@ -104,4 +153,8 @@ def test_signal_guard_phases():
             guard.handle(signal.SIGTERM, None)  # the first stops the search
         guard.handle(signal.SIGINT, None)  # later ones are only recorded
     guard.handle(signal.SIGINT, None)  # and so is anything once the search has returned
-    assert guard.received == [signal.SIGTERM, signal.SIGINT, signal.SIGINT]
+    with guard.search():  # a second search (plan --rewrite: the plan's after the rewrite's)
+        with pytest.raises(KeyboardInterrupt):
+            guard.handle(signal.SIGINT, None)  # the first signal within it stops it
+        guard.handle(signal.SIGINT, None)
+    assert guard.received == [signal.SIGTERM, signal.SIGINT, signal.SIGINT, signal.SIGINT, signal.SIGINT]

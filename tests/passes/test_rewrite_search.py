@@ -297,6 +297,45 @@ def test_a_greedy_time_limit_cuts_the_greedy_phase_and_relaxed_runs_from_it_are_
     assert not relaxed.timed_out and relaxed.cost <= cut.cost and relaxed.steps  # the relaxed phase found the merge
 
 
+def test_rewrite_command_time_limit_keeps_what_was_found_by_then(tmp_path):
+    source = tmp_path / "parallel.onnx"
+    onnx.save(_parallel_convs(), source)
+    common = ["--buffer", "6KB", "--alpha", "1", "--budget", "3"]
+    cut = fuseplan("rewrite", source, "-o", tmp_path / "cut.onnx", *common, "--time-limit", "1e-9")
+    assert cut.returncode == 0, cut.stderr
+    assert "0 substitution(s)" in cut.stdout and "(time limit reached)" in cut.stdout
+    assert [n.op_type for n in onnx.load(tmp_path / "cut.onnx").graph.node] == ["Conv", "Conv", "Add"]
+    free = fuseplan("rewrite", source, "-o", tmp_path / "free.onnx", *common, "--time-limit", "600", "--json")
+    assert free.returncode == 0, free.stderr
+    report = json.loads(free.stdout)
+    assert report["time_limit"] == 600 and not report["search"]["timed_out"]
+    assert report["steps"] == [{"rule": "merge-parallel-convs", "site": ["ya", "yb"]}]
+
+
+@pytest.mark.slow
+def test_a_time_limit_cuts_a_zoo_search_short_and_returns_a_verified_graph(tmp_path):
+    out = tmp_path / "resnet18.onnx"
+    outcome = fuseplan("rewrite", "resnet18", "-o", out, "--time-limit", "3", "--json")
+    assert outcome.returncode == 0, outcome.stderr
+    report = json.loads(outcome.stdout)
+    search = report["search"]
+    assert search["timed_out"] or search["greedy"]["timed_out"]
+    assert 1 <= search["expanded"] < 300  # the default budget: the limit, not the budget, ended it
+    assert report["after"]["dram_bytes"] <= report["before"]["dram_bytes"]
+    assert report["verification"]["max_error"] <= 1e-4
+    assert Verifier(_prepared("resnet18")).check(report["steps"]).passed
+
+
+@pytest.mark.parametrize("command", [["rewrite", "squeezenet", "-o", "{out}", "--time-limit"],
+                                     ["plan", "squeezenet", "--rewrite", "-o", "{out}", "--rewrite-time-limit"]])
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_a_time_limit_that_is_not_a_positive_number_of_seconds_is_one_clear_error(tmp_path, command, seconds):
+    out = tmp_path / "out"
+    args = [str(out) if a == "{out}" else a for a in command]
+    assert_one_line_error(fuseplan(*args, seconds), "time-limit must be a positive number of seconds")
+    assert not out.exists()
+
+
 def test_plan_rewrite_alpha_below_one_is_one_clear_error(tmp_path):
     source = tmp_path / "parallel.onnx"
     onnx.save(_parallel_convs(), source)

@@ -36,13 +36,18 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1, alpha: float = 1.05,
                   budget: int = 300, rules: Sequence[str] | None = None, seed: int = 0,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  on_expand: Callable[[int, float], None] | None = None, **objective_options: Any) -> Rewritten:
-    """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original."""
+                  on_expand: Callable[[int, float], None] | None = None, time_limit: float | None = None,
+                  **objective_options: Any) -> Rewritten:
+    """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
+
+    ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified
+    graph found by then (:func:`backtracking_search`'s ``time_limit`` and ``greedy_time_limit``).
+    """
     prepared, _ = prepare_model(model, name, input_shapes)
     chosen = make_objective(objective, scheme=scheme, buffer_bytes=buffer_bytes,
                             bytes_per_element=bytes_per_element, seed=seed, **objective_options)
     result = backtracking_search(prepared, chosen, rules=rules, alpha=alpha, budget=budget, seed=seed,
-                                 on_expand=on_expand)
+                                 on_expand=on_expand, time_limit=time_limit, greedy_time_limit=time_limit)
     if hasattr(chosen, "save"):
         chosen.save()
     verifier = Verifier(prepared, seed=seed)

@@ -74,6 +74,11 @@ class RewriteResult:
     timed_out: bool = False
     greedy: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def cut_by_time(self) -> bool:
+        """Whether a time limit stopped either phase (``timed_out`` says it of the relaxed phase only)."""
+        return self.timed_out or bool(self.greedy.get("timed_out"))
+
     def record(self) -> dict[str, Any]:
         return {"steps": self.steps, "initial_cost": self.initial_cost, "cost": self.cost,
                 "expanded": self.expanded, "generated": self.generated, "duplicates": self.duplicates,
