@@ -107,9 +107,9 @@ class RayExecutor(Executor):
                     yield ray.get(done[0])
             finally:
                 if started:
-                    # Shutting down the cluster this run started stops its workers. Cancelling their tasks
-                    # first raced with a task finishing at that moment: Ray's driver then failed an internal
-                    # check ("Tried to complete task that was not pending") and exited 1 instead of stopping.
+                    # Shutting down the cluster this run started stops its workers. Force-cancelling their
+                    # tasks first once made Ray's driver fail an internal check ("Tried to complete task that
+                    # was not pending") and exit 1 on Ctrl-C: a task can finish while it is being cancelled.
                     ray.shutdown()
                 else:  # a cluster of the user's keeps running: take back what this run gave it
                     for ref in pending:
