@@ -170,3 +170,22 @@ def test_plan_runs_on_the_core_install_without_the_rewrite_extra(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "plan.json").read_text())["groups"]
+
+
+def test_validate_checks_a_plan_against_another_accelerator(tmp_path):
+    plan_path = tmp_path / "plan.json"
+    assert fuseplan("plan", "resnet18", "-o", plan_path).returncode == 0
+    needs = [group["buffer_bytes"] for group in json.loads(plan_path.read_text())["groups"]]
+    small = fuseplan("validate", "resnet18", plan_path, "--buffer", "128KB")
+    assert small.returncode == 1
+    lines = small.stderr.strip().splitlines()
+    assert len(lines) == sum(need >= 128 * 1024 for need in needs) > 0
+    assert all(line.startswith("does not fit a 128.00 KB buffer, 1 byte per element: group ") for line in lines)
+    large = fuseplan("validate", "resnet18", plan_path, "--buffer", "1MB")
+    assert large.returncode == 0, large.stderr
+    assert "fits a 1.00 MB buffer, 1 byte per element" in large.stdout
+    # a template brings its buffer and data width (Eyeriss v1: 108 KB, 16-bit)
+    eyeriss = fuseplan("validate", "resnet18", plan_path, "--hardware", "eyeriss-v1")
+    assert eyeriss.returncode == 1 and "does not fit Eyeriss v1: a 108.00 KB buffer, 2 bytes per element" in eyeriss.stderr
+    assert fuseplan("validate", "resnet18", plan_path).returncode == 0  # without them, as before
+    assert_one_line_error(fuseplan("validate", "resnet18", plan_path, "--buffer", "0KB"), "must be a positive")

@@ -6,7 +6,7 @@ from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.plan import FusionProblem
 from fuseplan.plan.io import PlanFile, plan_document, read_plan_file
-from fuseplan.plan.validate import validate_plan
+from fuseplan.plan.validate import check_fit, validate_plan
 from fuseplan.search import IntervalDP
 
 
@@ -42,3 +42,20 @@ def test_plan_file_shape_checks(tmp_path):
     path.write_text('{"format": "fuseplan-plan", "version": 1, "model": "m"}')
     with pytest.raises(FuseplanError, match="field 'scheme' is missing"):
         read_plan_file(path)
+
+
+def test_a_plan_checked_against_another_accelerator(zoo_graphs):
+    graph = zoo_graphs["mobilenet_v2"]
+    document = _document(graph, 256)
+    plan_file = PlanFile(document)
+    needs = [group["buffer_bytes"] for group in document["groups"]]
+    # its own accelerator: every group fits, and the largest need is the recorded maximum usage
+    assert check_fit(graph, plan_file, 256 * 1024, 1) == ([], document["max_buffer_usage_bytes"])
+    # a smaller buffer: exactly the groups whose recorded F_beta reaches it
+    too_big, largest = check_fit(graph, plan_file, 64 * 1024, 1)
+    assert too_big == [(k, need) for k, need in enumerate(needs) if need >= 64 * 1024] != []
+    assert largest == max(needs)
+    # twice the data width: LBDF's F_beta doubles, so the groups above half the buffer no longer fit
+    too_big, largest = check_fit(graph, plan_file, 256 * 1024, 2)
+    assert largest == 2 * max(needs)
+    assert [k for k, _ in too_big] == [k for k, need in enumerate(needs) if 2 * need >= 256 * 1024] != []

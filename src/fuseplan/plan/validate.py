@@ -23,16 +23,7 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
                             f"{graph.name!r} (fingerprint {recorded} vs {graph.fingerprint})")
     cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
     problem = FusionProblem(cost)
-    reasons: list[str] = []
-    groups: list[set[int]] = []
-    for position, group in enumerate(doc["groups"]):
-        members: set[int] = set()
-        for name in group["nodes"]:
-            try:
-                members.add(graph.node_index(str(name)))
-            except FuseplanError:
-                reasons.append(f"group {position} names {name!r}, which is not an operator of the model")
-        groups.append(members)
+    groups, reasons = _plan_groups(graph, doc)
     if reasons:
         return reasons
     plan = Plan.from_groups(groups)
@@ -64,6 +55,39 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
         reasons.append(f"maximum buffer usage is recorded as {doc['max_buffer_usage_bytes']} bytes; "
                        f"it is {total.max_buffer}")
     return reasons
+
+
+def _plan_groups(graph: CompGraph, doc: dict) -> tuple[list[set[int]], list[str]]:
+    """The plan's groups as operator indices of ``graph``, and a reason for every name that is not one."""
+    reasons: list[str] = []
+    groups: list[set[int]] = []
+    for position, group in enumerate(doc["groups"]):
+        members: set[int] = set()
+        for name in group["nodes"]:
+            try:
+                members.add(graph.node_index(str(name)))
+            except FuseplanError:
+                reasons.append(f"group {position} names {name!r}, which is not an operator of the model")
+        groups.append(members)
+    return groups, reasons
+
+
+def check_fit(graph: CompGraph, plan_file: PlanFile, buffer_bytes: int,
+              bytes_per_element: int) -> tuple[list[tuple[int, int]], int]:
+    """Whether the plan in ``plan_file`` (valid for ``graph``: :func:`validate_plan` found nothing) also runs on
+    another accelerator, one with ``buffer_bytes`` of on-chip buffer and ``bytes_per_element``-byte data.
+
+    Prices every group under the plan's scheme at that buffer and width: ``(the groups that do not fit, as
+    (position, F_beta), largest F_beta of a group)``. The plan's unfuseable operators run alone, tiled to any
+    buffer, so they are not groups and are not checked.
+    """
+    cost = make_cost_model(plan_file.scheme, graph, buffer_bytes, bytes_per_element)
+    groups, reasons = _plan_groups(graph, plan_file.document)
+    if reasons:
+        raise FuseplanError(reasons[0])
+    needs = [cost.evaluate(frozenset(members)).buffer for members in groups]
+    too_big = [(position, need) for position, need in enumerate(needs) if need >= buffer_bytes]
+    return too_big, max(needs, default=0)
 
 
 def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> list[str]:
