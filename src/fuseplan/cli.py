@@ -703,14 +703,12 @@ def validate(
 ) -> None:
     """Re-check a plan from scratch: coverage, connectivity, acyclicity, buffer fit and totals; with --hardware or
     --buffer, also whether it fits another accelerator."""
-    from fuseplan.hardware import Hardware, load_hardware
     from fuseplan.plan.io import read_plan_file
     from fuseplan.plan.validate import check_fit, validate_plan
 
     target = None
     if hardware is not None or buffer is not None or bytes_per_element is not None:
-        base = load_hardware(hardware) if hardware is not None else Hardware()
-        target = base.with_overrides(buffer, bytes_per_element)  # before reading anything: a bad size fails fast
+        target = _hardware(hardware, buffer, bytes_per_element)  # before reading anything: a bad size fails fast
     plan_file = read_plan_file(plan_path)
     graph = _load(model, input_shape, plan_file.passes)
     reasons = validate_plan(graph, plan_file)

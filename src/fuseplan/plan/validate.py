@@ -85,9 +85,9 @@ def check_fit(graph: CompGraph, plan_file: PlanFile, buffer_bytes: int,
     groups, reasons = _plan_groups(graph, plan_file.document)
     if reasons:
         raise FuseplanError(reasons[0])
-    needs = [cost.evaluate(frozenset(members)).buffer for members in groups]
-    too_big = [(position, need) for position, need in enumerate(needs) if need >= buffer_bytes]
-    return too_big, max(needs, default=0)
+    groups = [frozenset(members) for members in groups]
+    too_big = [(position, cost.buffer(group)) for position, group in enumerate(groups) if not cost.fits(group)]
+    return too_big, max((cost.buffer(group) for group in groups), default=0)
 
 
 def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> list[str]:
