@@ -151,22 +151,27 @@ def inspect(
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
         return
-    table = Table(title=f"{report.model}: {scheme.value.upper()} at {format_bytes(buffer_bytes)}")
+    where = f"{accelerator.name}: " if accelerator.name else ""
+    table = Table(title=f"{report.model}: {scheme.value.upper()} on {where}a {format_bytes(buffer_bytes)} buffer, "
+                        f"{bytes_per_element} byte{'s' if bytes_per_element > 1 else ''} per element")
     for column, justify in (("#", "right"), ("name", "left"), ("op", "left"), ("output", "left"),
-                            ("weights", "right"), ("F_beta alone", "right"), ("fuseable", "center")):
+                            ("weights", "right"), ("F_beta alone", "right"), ("fuseable", "left"),
+                            ("DRAM alone", "right"), ("lower bound", "right")):
         table.add_column(column, justify=justify)
     for row in report.operators:
+        status = "yes" if row.fuseable else "no" if row.rides_with is None else f"rides on {row.rides_with}"
         table.add_row(str(row.index), row.name, row.op_type, "x".join(map(str, row.output_shape)),
-                      format_bytes(row.weight_bytes), format_bytes(row.buffer_bytes),
-                      "yes" if row.fuseable else "[red]no[/red]")
+                      format_bytes(row.weight_bytes), format_bytes(row.buffer_bytes), status,
+                      format_bytes(row.alone_dram_bytes), format_bytes(row.lower_bound_bytes))
     _print_table(table)
     stdout.print(
         f"nodes {report.nodes}, edges {report.edges}, fuseable {report.fuseable} "
-        f"({report.nodes - report.fuseable} excluded: they do not fit the buffer alone)\n"
+        f"({report.nodes - report.fuseable} excluded: they do not fit the buffer alone, or ride on one that "
+        "does not)\n"
         f"weights {format_bytes(report.weight_bytes)}\n"
         f"DRAM, no fusion (fuseable ops only): {format_bytes(report.unfused_dram_bytes)}\n"
         f"DRAM lower bound (all fuseable ops fused, buffer ignored): {format_bytes(report.dram_lower_bound_bytes)}\n"
-        f"DRAM of excluded ops, each run alone and tiled: {format_bytes(report.excluded_dram_bytes)}\n"
+        f"DRAM of excluded ops, each run alone in its least-DRAM blocking: {format_bytes(report.excluded_dram_bytes)}\n"
         f"total DRAM, no fusion (all ops): {format_bytes(report.total_unfused_dram_bytes)}\n"
         f"total DRAM lower bound (all ops): {format_bytes(report.total_dram_lower_bound_bytes)}\n"
         "(1 KB = 1024 B, 1 MB = 1024 KB)",

@@ -65,26 +65,6 @@ class LBDFCostModel(CostModel):
         overwritable = overwritable_tensors(self.graph, self.in_place)
         return tuple(0.0 if gone else float(n) for gone, n in zip(overwritable, self.tables.tensor_row_numel))
 
-    def alone_dram(self, v: int) -> int:
-        """An operator that does not fit runs alone in blocks of output channels.
-
-        Each block keeps its share of the weights on chip beside the
-        operator's streamed features and re-reads the whole input; the output
-        and every weight move once. A block has as many channels as fit
-        (at least one), so the block count, and the DRAM, only falls as the
-        buffer grows, down to ``F_D({v})`` when the operator fits.
-        """
-        fp = footprint(self.tables, frozenset((v,)))
-        b = self.bytes_per_element
-        blocks = 1
-        if b * (fp.weights + fp.features) >= self.buffer_bytes and fp.weights > 0:
-            channels = max(self.tables.node_channels[v], 1)
-            room = self.buffer_bytes - 1 - b * fp.features  # bytes left for one block of weights
-            per_channel = b * fp.weights / channels
-            fitting = int(room // per_channel) if room > 0 else 0
-            blocks = ceil(channels / max(1, min(fitting, channels)))
-        return b * (fp.weights + fp.inputs * blocks + fp.outputs)
-
 
 def stream_schedule(graph: CompGraph, group: Group, rows: dict[int, int]) -> Schedule:
     """The ``stream`` schedule of ``group``: every weight resident, each tensor holding ``rows`` rows
