@@ -101,6 +101,10 @@ class CostModel(ABC):
     #: The cost-model version in which this scheme's prices last changed: data priced by the scheme
     #: under that version or later (datasets, classifier weights, sweep cells) stay valid.
     version: ClassVar[int]
+    #: The cost-model version in which the ``F_beta`` a dataset records for a group (priced with a 1-byte
+    #: buffer: the least any schedule of the group holds) last changed: the labels of datasets and classifier
+    #: weights made under it or later stay valid.
+    label_version: ClassVar[int]
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
         if buffer_bytes <= 0:

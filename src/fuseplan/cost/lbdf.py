@@ -27,7 +27,8 @@ class LBDFCostModel(CostModel):
     """Line-buffer depth-first fusion: all weights resident, features streamed by rows."""
 
     name = "lbdf"
-    version = 2  # in-place element-wise operators
+    version = 3  # operators that do not fit run in the lone-operator mapper's blocking, their riders with them
+    label_version = 2  # in-place element-wise operators
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
         super().__init__(graph, buffer_bytes, bytes_per_element)
