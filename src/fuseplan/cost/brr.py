@@ -47,7 +47,7 @@ from typing import NamedTuple
 from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
-from fuseplan.schedule import Schedule
+from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
 from fuseplan.schedule.lone import lone_schedule, riders
 
 DEFAULT_CHANNEL_BLOCK = 16
@@ -257,6 +257,61 @@ class BRRCostModel(CostModel):
         assert best is not None
         return best
 
+    def schedule(self, group: Group) -> Schedule:
+        """The schedule :meth:`price` prices ``group`` by: the lone-operator mapper's, or ``row-tiles``.
+
+        ``row-tiles``: the group streams rows as in LBDF, in ``tiles`` tiles of ``rows_per_tile`` rows of
+        its tallest streamed tensor; each tensor holds its one-row-tile rows (a channel block of them where
+        the alternation holds it a block at a time) and ``scratch`` counts the rows a taller tile adds. One
+        tile holds every weight (read once); more tiles stream the weights through one buffer of the
+        largest weight block (``params["weight_block"]``, counted on the operator it belongs to), read
+        once per tile. ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
+        """
+        group = frozenset(group)
+        chosen = max(self._schedules(group), key=lambda item: item[1] == self.evaluate(group))[0]
+        if chosen == "alone":
+            alone = self._alone(group)
+            assert alone is not None
+            return alone
+        b, beta, graph = self.bytes_per_element, self.buffer_bytes, self.graph
+        rows: dict[int, int] = {}
+        streamed: set[int] = set()
+        fp = footprint(self.tables, group, rows, self.in_place, streamed)
+        entry = None if chosen == "row tiles" else chosen.endswith("full")
+        share = ({} if entry is None
+                 else self.held_channels(group, self.modes(group, entry), [t for t in rows if self._block_share[t] < 1]))
+        features, line = 0, fp.line * fp.reference_rows
+        uses = []
+        for t in sorted(rows):
+            tensor = graph.tensors[t]
+            whole = rows[t] * tensor.row_numel
+            held = ceil(whole * share[t]) if t in share else whole
+            if t in share and t in streamed:
+                line -= tensor.numel * (1.0 - share[t])
+            features += held
+            external = tensor.producer not in group
+            written = not external and rows[t] != 0 and (tensor.is_model_output or not set(tensor.consumers) <= group)
+            holding = IN_PLACE if rows[t] == 0 else WHOLE if rows[t] >= tensor.rows else ROWS
+            uses.append(TensorUse(t, holding, rows[t], held, tensor.numel if external else 0,
+                                  tensor.numel if written else 0))
+        line /= fp.reference_rows
+        block = max(self._weight_block[v] for v in group)
+        tiles, per_tile = _row_tiles(b, beta, fp.weights, features, block, line, fp.reference_rows)
+        members = sorted(group)
+        if tiles == 1 and per_tile == fp.reference_rows:
+            weights = tuple(WeightUse(v, graph.nodes[v].weight_numel, graph.nodes[v].weight_numel)
+                            for v in members if graph.nodes[v].weight_numel)
+            scratch = 0
+        else:
+            holder = max(members, key=lambda v: (self._weight_block[v], -v))
+            weights = tuple(WeightUse(v, block if v == holder else 0, graph.nodes[v].weight_numel * tiles)
+                            for v in members if graph.nodes[v].weight_numel)
+            scratch = ceil(line * (per_tile - 1))
+        return Schedule("row-tiles", tuple(members), tuple(uses), weights, loops=(("row tiles", tiles),),
+                        params={"entry": "none" if entry is None else "full" if entry else "partial",
+                                "tiles": tiles, "rows_per_tile": per_tile, "weight_block": block},
+                        scratch=scratch)
+
     def schedules(self, group: Group) -> dict[str, GroupCost]:
         """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
         return dict(self._schedules(group))
@@ -308,7 +363,7 @@ class BRRCostModel(CostModel):
             if tiles == 1 and rows == reference:  # every weight stays: read once
                 buffer = b * (weights + features)
             else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
-                buffer = b * (features + block) + ceil(b * line * (rows - 1))
+                buffer = b * (features + block + ceil(line * (rows - 1)))
             found.append((name, GroupCost(buffer=buffer, dram=b * (weights * tiles + io))))
         alone = self._alone(group)
         if alone is not None:
@@ -527,13 +582,14 @@ def _row_tiles(b: int, beta: int, weights: int, features: int, block: int, line:
                reference: int) -> tuple[int, int]:
     """``(tiles, rows per tile)`` of a row-tile schedule: one tile when every weight fits beside the features
     (weights then stay, read once), else tiles of as many rows of the reference tensor as fit beside one
-    block of weights, the weights read once per tile (one row per tile where even that does not fit)."""
+    block of weights, ``ceil(line * (rows - 1))`` elements more than one-row tiles, the weights read once
+    per tile (one row per tile where even that does not fit)."""
     if b * (weights + features) < beta:
         return 1, reference
-    buffer = b * (features + block)
-    if buffer < beta and line > 0:
-        rows = min(int((beta - 1 - buffer) // (b * line)) + 1, reference)
-        while rows > 1 and buffer + ceil(b * line * (rows - 1)) >= beta:  # the float estimate, made exact
+    held = features + block
+    if b * held < beta and line > 0:
+        rows = min(int((beta - 1 - b * held) // (b * line)) + 1, reference)
+        while rows > 1 and b * (held + ceil(line * (rows - 1))) >= beta:  # the float estimate, made exact
             rows -= 1
         return ceil(reference / rows), rows
     return reference, 1
