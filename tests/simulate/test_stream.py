@@ -95,3 +95,16 @@ def test_a_buffer_smaller_than_the_price_overflows_and_says_by_how_much():
     schedule = cost.schedule(group)
     outcome = simulate_alone(graph, schedule, values, schedule.on_chip - 100)
     assert outcome.finding is not None and "overflows" in outcome.finding and "over)" in outcome.finding
+
+
+def test_brr_groups_of_one_tile_that_hold_whole_rows_run_as_priced():
+    graph, values = prepared("mobilenet_v3_small")
+    cost = make_cost_model("brr", graph, 1024 * 1024)
+    run = 0
+    for group in _random_groups(graph, cost, 40, seed=2):
+        schedule = cost.schedule(group)
+        outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+        if outcome.skipped is None and schedule.kind == "row-tiles":
+            _assert_agrees(outcome, schedule)
+            run += 1
+    assert run >= 3
