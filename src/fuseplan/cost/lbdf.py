@@ -20,6 +20,7 @@ from math import ceil
 from fuseplan.cost.base import CostModel, Group, GroupCost
 from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
+from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
 
 
 class LBDFCostModel(CostModel):
@@ -43,6 +44,17 @@ class LBDFCostModel(CostModel):
             buffer=b * (fp.weights + fp.features),
             dram=b * (fp.weights + fp.inputs + fp.outputs),
         )
+
+    def schedule(self, group: Group) -> Schedule:
+        """The schedule :meth:`price` prices: every weight resident, features streamed by rows (``stream``).
+
+        Built from the same streaming pass as the price (:func:`~fuseplan.cost.streaming.footprint`), so
+        ``b * schedule.on_chip`` and ``b * schedule.dram`` are ``F_beta`` and ``F_D`` (tested on the zoo).
+        """
+        group = frozenset(group)
+        rows: dict[int, int] = {}
+        footprint(self.tables, group, rows, self.in_place)
+        return stream_schedule(self.graph, group, rows)
 
     def floor_terms(self) -> tuple[int, ...]:
         return self.tables.node_weights  # all weights stay on chip
@@ -72,3 +84,23 @@ class LBDFCostModel(CostModel):
             fitting = int(room // per_channel) if room > 0 else 0
             blocks = ceil(channels / max(1, min(fitting, channels)))
         return b * (fp.weights + fp.inputs * blocks + fp.outputs)
+
+
+def stream_schedule(graph: CompGraph, group: Group, rows: dict[int, int]) -> Schedule:
+    """The ``stream`` schedule of ``group``: every weight resident, each tensor holding ``rows`` rows
+    (0: rewritten in place; its height: whole); a tensor made outside is read once, one read outside
+    (or a model output) is written once."""
+    uses = []
+    for t in sorted(rows):
+        tensor = graph.tensors[t]
+        held = rows[t]
+        height = tensor.rows
+        holding = IN_PLACE if held == 0 else WHOLE if held >= height else ROWS
+        row_numel = tensor.numel // height
+        external = tensor.producer not in group
+        written = not external and held != 0 and (tensor.is_model_output or not set(tensor.consumers) <= group)
+        uses.append(TensorUse(t, holding, held, held * row_numel, tensor.numel if external else 0,
+                              tensor.numel if written else 0))
+    weights = tuple(WeightUse(v, graph.nodes[v].weight_numel, graph.nodes[v].weight_numel)
+                    for v in sorted(group) if graph.nodes[v].weight_numel)
+    return Schedule("stream", tuple(sorted(group)), tuple(uses), weights)

@@ -1,0 +1,176 @@
+"""Simulate a whole plan: every group's schedule in dependency order, against one DRAM and one buffer.
+
+Tensors pass between groups through DRAM: a group reads what earlier
+groups (or the model's inputs) wrote and writes what later groups read.
+Each group runs in a fresh on-chip buffer of the accelerator's capacity,
+so the peak of each group is its own. Every tensor a group writes is
+compared with onnxruntime's value of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fuseplan.graph.ir import CompGraph
+from fuseplan.schedule.model import Schedule
+from fuseplan.simulate.kernels import MissingRows
+from fuseplan.simulate.memory import BufferOverflow, DramTraffic, OnChip
+from fuseplan.simulate.stream import OperatorRows, Stall, StreamRun
+from fuseplan.simulate.values import ModelValues, relative_error
+
+TOLERANCE = 1e-4  # largest relative error of a tensor against onnxruntime's (float32)
+
+
+@dataclass
+class GroupOutcome:
+    """What simulating one schedule found, in elements (``bytes_per_element`` turns them into bytes)."""
+
+    index: int
+    kind: str
+    operators: tuple[str, ...]
+    priced_dram: int
+    priced_on_chip: int
+    simulated_dram: int | None = None  # None: not run
+    peak_on_chip: int | None = None
+    max_error: float | None = None
+    finding: str | None = None  # an overflow or a stall: the schedule cannot run as priced
+    skipped: str | None = None  # why the schedule was not run
+
+    @property
+    def agrees(self) -> bool:
+        """Simulated DRAM equals the price, the peak is within it, and the outputs are onnxruntime's."""
+        return (self.finding is None and self.skipped is None and self.simulated_dram == self.priced_dram
+                and self.peak_on_chip is not None and self.peak_on_chip <= self.priced_on_chip
+                and self.max_error is not None and self.max_error <= TOLERANCE)
+
+    def to_json(self, bytes_per_element: int) -> dict[str, Any]:
+        b = bytes_per_element
+
+        def scaled(value: int | None) -> int | None:
+            return None if value is None else b * value
+
+        return {"group": self.index, "kind": self.kind, "operators": list(self.operators),
+                "priced_dram_bytes": b * self.priced_dram, "simulated_dram_bytes": scaled(self.simulated_dram),
+                "priced_buffer_bytes": b * self.priced_on_chip, "peak_buffer_bytes": scaled(self.peak_on_chip),
+                "max_error": self.max_error, "finding": self.finding, "skipped": self.skipped,
+                "agrees": self.agrees}
+
+
+@dataclass
+class Simulation:
+    """The outcome of a whole plan."""
+
+    groups: list[GroupOutcome] = field(default_factory=list)
+    output_error: float = 0.0  # the model outputs against onnxruntime's
+
+    @property
+    def findings(self) -> list[GroupOutcome]:
+        return [g for g in self.groups if g.finding is not None]
+
+
+# Executors of schedule kinds other than ``stream``: kind -> run(schedule, graph, values, dram, chip, traffic).
+LoneRunner = Callable[[Schedule, CompGraph, ModelValues, dict[int, np.ndarray], OnChip, DramTraffic], None]
+
+
+def _lone_runners() -> dict[str, LoneRunner]:
+    try:
+        from fuseplan.simulate.lone import RUNNERS
+    except ImportError:
+        return {}
+    return dict(RUNNERS)
+
+
+def group_order(graph: CompGraph, schedules: Sequence[Schedule]) -> list[int]:
+    """Indices of ``schedules`` in an order where every group comes after the groups it reads from."""
+    owner = {v: i for i, s in enumerate(schedules) for v in s.operators}
+    after: list[set[int]] = [set() for _ in schedules]
+    for i, s in enumerate(schedules):
+        for v in s.operators:
+            for u in graph.successors[v]:
+                j = owner.get(u)
+                if j is not None and j != i:
+                    after[i].add(j)
+    indegree = [0] * len(schedules)
+    for targets in after:
+        for j in targets:
+            indegree[j] += 1
+    ready = sorted(i for i, d in enumerate(indegree) if d == 0)
+    order = []
+    while ready:
+        i = ready.pop(0)
+        order.append(i)
+        for j in sorted(after[i]):
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    if len(order) != len(schedules):
+        raise ValueError("the groups depend on each other in a cycle")
+    return order
+
+
+def run_schedule(graph: CompGraph, schedule: Schedule, values: ModelValues, dram: dict[int, np.ndarray],
+                 capacity: int | None, index: int = 0, kernels: dict[int, OperatorRows] | None = None,
+                 runners: dict[str, LoneRunner] | None = None) -> GroupOutcome:
+    """Run one schedule against ``dram`` (tensor index -> value; what it writes is added) in a fresh buffer."""
+    runners = _lone_runners() if runners is None else runners
+    kernels = {} if kernels is None else kernels
+    outcome = GroupOutcome(index, schedule.kind, tuple(graph.nodes[v].name for v in schedule.operators),
+                           schedule.dram, schedule.on_chip)
+    missing = [graph.tensors[u.tensor].name for u in schedule.tensors if u.dram_reads and u.tensor not in dram]
+    if missing:
+        outcome.finding = f"reads {missing[0]} from DRAM before any group wrote it"
+        return outcome
+    if schedule.kind != "stream" and schedule.kind not in runners:
+        outcome.skipped = f"no executor for {schedule.kind!r} schedules yet"
+        # the groups after it still run: on onnxruntime's values of what it would have written
+        for u in schedule.tensors:
+            if u.dram_writes:
+                dram[u.tensor] = values.tensor(u.tensor)
+        return outcome
+    chip, traffic = OnChip(capacity), DramTraffic()
+    written_before = set(dram)
+    try:
+        if schedule.kind == "stream":
+            for v in schedule.operators:
+                if v not in kernels:
+                    kernels[v] = OperatorRows(graph, graph.nodes[v], values.operands(graph.nodes[v]), values.opset)
+            StreamRun(graph, schedule, kernels, dram, chip, traffic).run()
+        else:
+            runners[schedule.kind](schedule, graph, values, dram, chip, traffic)
+    except BufferOverflow as exc:
+        outcome.finding = f"the buffer overflows: {exc}"
+    except (Stall, MissingRows) as exc:
+        outcome.finding = str(exc)
+    outcome.simulated_dram = traffic.total
+    outcome.peak_on_chip = chip.peak
+    if outcome.finding is None:
+        errors = [relative_error(dram[t], values.tensor(t)) for t in dram if t not in written_before]
+        outcome.max_error = max(errors, default=0.0)
+    return outcome
+
+
+def simulate_alone(graph: CompGraph, schedule: Schedule, values: ModelValues, capacity: int | None) -> GroupOutcome:
+    """Run one schedule on onnxruntime's values of the tensors it reads from DRAM (for groups of no plan)."""
+    dram = {u.tensor: values.tensor(u.tensor) for u in schedule.tensors if u.dram_reads}
+    return run_schedule(graph, schedule, values, dram, capacity)
+
+
+def simulate(graph: CompGraph, schedules: Sequence[Schedule], values: ModelValues, capacity: int | None,
+             progress: Callable[[int, int], None] | None = None) -> Simulation:
+    """Run ``schedules`` (a plan's groups and lone operators) with an on-chip buffer of ``capacity`` elements."""
+    dram: dict[int, np.ndarray] = {t: values.inputs[graph.tensors[t].name] for t in graph.model_inputs}
+    runners = _lone_runners()
+    kernels: dict[int, OperatorRows] = {}
+    result = Simulation()
+    order = group_order(graph, schedules)
+    for done, i in enumerate(order):
+        result.groups.append(run_schedule(graph, schedules[i], values, dram, capacity, i, kernels, runners))
+        if progress is not None:
+            progress(done + 1, len(order))
+    outputs = [relative_error(dram[t], values.tensor(t)) if t in dram else float("inf") for t in graph.model_outputs]
+    result.output_error = max(outputs, default=0.0)
+    return result
