@@ -51,6 +51,8 @@ def conv(c_in: int, c_out: int, size: int, kernel: int = 3, stride: int = 1, pad
 def pool(op_type: str, channels: int, size: int, kernel: int, stride: int, pad: int = 0, **attrs):
     """A MaxPool or AveragePool: (model, graph, [])."""
     h_out = _out(size, kernel, stride, pad, 1)
+    if attrs.get("ceil_mode") and (size + 2 * pad - kernel) % stride:
+        h_out += 1
     node = helper.make_node(op_type, ["x"], ["y"], name="pool", kernel_shape=[kernel, kernel],
                             strides=[stride, stride], pads=[pad] * 4, **attrs)
     model = _model([node], [("x", (1, channels, size, size))], [("y", (1, channels, h_out, h_out))], {})
