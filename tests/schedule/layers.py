@@ -84,3 +84,13 @@ def gemm(m: int, k: int, n: int, trans_b: bool = True, seed: int = 0):
 
 def node_graph(model: onnx.ModelProto) -> CompGraph:
     return graph_from_model(model, "layer")
+
+
+def single(op_type: str, input_shapes, output_shapes, constants=(), **attrs):
+    """One node of ``op_type`` on activations of ``input_shapes`` (and integer ``constants`` after them)."""
+    inputs = [f"x{i}" for i in range(len(input_shapes))]
+    outputs = [f"y{i}" for i in range(len(output_shapes))]
+    weights = {f"c{i}": np.asarray(value) for i, value in enumerate(constants)}
+    node = helper.make_node(op_type, inputs + list(weights), outputs, name=op_type.lower(), **attrs)
+    model = _model([node], list(zip(inputs, input_shapes)), list(zip(outputs, output_shapes)), weights)
+    return model, graph_from_model(model, op_type.lower()), []

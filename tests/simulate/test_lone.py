@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from functools import lru_cache
 
+import numpy as np
 import pytest
 
 from fuseplan.cost.streaming import in_place_operators
@@ -166,3 +167,18 @@ def test_zoo_operators_execute_as_priced_in_small_buffers(model, name, buffer):
     graph, values = zoo_model(model)
     _, schedule = mapped(graph, values, name, buffer)
     assert any(count > 1 for _, count in schedule.loops)  # really in blocks
+
+
+@pytest.mark.parametrize("op, inputs, outputs, constants, attrs, kind", [
+    ("Split", [(1, 6, 4, 5)], [(1, 2, 4, 5), (1, 4, 4, 5)], [np.array([2, 4], dtype=np.int64)], {"axis": 1}, "chunks"),
+    ("Flatten", [(1, 3, 4, 5)], [(1, 60)], [], {"axis": 1}, "chunks"),
+    ("Transpose", [(2, 3, 4)], [(4, 2, 3)], [], {"perm": [2, 0, 1]}, "chunks"),  # the last axis moves
+    ("Concat", [(2, 3), (2, 5)], [(2, 8)], [], {"axis": 1}, "chunks"),  # along the line
+    ("ReduceMean", [(1, 3, 4, 5)], [(1, 3, 4, 1)], [], {"axes": [-1]}, "whole"),  # no loop nest of its own
+])
+def test_copies_and_the_whole_fallback_execute_as_priced(op, inputs, outputs, constants, attrs, kind):
+    model, _, _ = layers.single(op, inputs, outputs, constants, **attrs)
+    graph, values = layer(model)
+    schedule = lone_schedule(graph, 0, (), 1 << 16, 1)
+    assert schedule.kind == kind
+    execute(graph, values, schedule)
