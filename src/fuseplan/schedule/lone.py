@@ -448,18 +448,31 @@ def reread_frontier(size_in: int, size_out: int, kernel: int, stride: int, dilat
     return tuple(kept)
 
 
-def _largest_fitting_h(g: ConvGeometry, order: str, k: int, c: int, room: int) -> ConvCost | None:
-    """The blocking with the tallest row block (from the sizes of distinct block counts) that fits
-    ``room``; on chip grows with ``h``, so a binary search."""
-    sizes = _ceil_sizes(g.h_out)
-    lo, hi, best = 0, len(sizes) - 1, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        cost = conv_cost(g, order, k, c, sizes[mid])
-        if cost is not None and cost.totals(g)[1] <= room:
-            best, lo = cost, mid + 1
-        else:
-            hi = mid - 1
+@lru_cache(maxsize=4096)
+def window_frontier(size_in: int, size_out: int, kernel: int, stride: int, dilation: int,
+                    pad: int) -> tuple[tuple[int, int, int], ...]:
+    """``(h, blocks, most rows of a sliding window)`` of the row-block heights no lower one matches in both:
+    the heights worth trying where the input rows slide (a taller block may hold fewer rows, where the
+    padding clips its window)."""
+    kept: list[tuple[int, int, int]] = []
+    for h in range(1, size_out + 1):
+        rows = row_blocks(size_in, size_out, kernel, stride, dilation, pad, h)
+        if not any(b <= rows.blocks and m <= rows.window_max for _, b, m in kept):
+            kept.append((h, rows.blocks, rows.window_max))
+    return tuple(kept)
+
+
+def _least_rows_outer(g: ConvGeometry, k: int, c: int, room: int) -> ConvCost | None:
+    """The best ``rows-outer`` blocking with blocks of ``k`` and steps of ``c``: every height of
+    :func:`window_frontier`."""
+    best_key, best = None, None
+    for h, _blocks, _most in window_frontier(g.h_in, g.h_out, g.kh, g.sh, g.dh, g.pad_top):
+        cost = conv_cost(g, ROWS_OUTER, k, c, h)
+        if cost is None:
+            continue
+        key = cost.totals(g)
+        if key[1] <= room and (best_key is None or key < best_key):
+            best_key, best = key, cost
     return best
 
 
@@ -490,8 +503,9 @@ def conv_candidates(g: ConvGeometry, room: int):
 
     On chip grows with ``k``, ``c`` and ``h``; DRAM depends on ``c`` only through whether it is all of a
     block's input channels, on ``h`` only through the row blocks where weights or halos are re-read
-    (where the halos are, :func:`reread_frontier`; how many, where only weights are), and falls as
-    ``k`` grows. So ``c`` is one channel or all of them, ``h`` one row where DRAM does not depend on it.
+    (where the halos are, :func:`reread_frontier`; how many, where only weights are,
+    :func:`window_frontier`), and falls as ``k`` grows. So ``c`` is one channel or all of them, ``h``
+    one row where DRAM does not depend on it (a row's window lies in its block's).
     """
     dense = g.groups == 1
     sizes = channel_block_sizes(g)
@@ -503,7 +517,7 @@ def conv_candidates(g: ConvGeometry, room: int):
     if dense and g.c_in > 1:
         yield _least_reread(g, room)
     first = sizes[0]
-    yield _largest_fitting_h(g, ROWS_OUTER, first, 1 if dense else channel_blocks(g, first)[1], room)
+    yield _least_rows_outer(g, first, 1 if dense else channel_blocks(g, first)[1], room)
     yield conv_cost(g, ROWS_OUTER, g.c_out, channel_blocks(g, g.c_out)[1], 1)
 
 
