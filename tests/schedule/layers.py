@@ -51,6 +51,8 @@ def conv(c_in: int, c_out: int, size: int, kernel: int = 3, stride: int = 1, pad
 def pool(op_type: str, channels: int, size: int, kernel: int, stride: int, pad: int = 0, **attrs):
     """A MaxPool or AveragePool: (model, graph, [])."""
     h_out = _out(size, kernel, stride, pad, 1)
+    if attrs.get("ceil_mode") and (size + 2 * pad - kernel) % stride:
+        h_out += 1
     node = helper.make_node(op_type, ["x"], ["y"], name="pool", kernel_shape=[kernel, kernel],
                             strides=[stride, stride], pads=[pad] * 4, **attrs)
     model = _model([node], [("x", (1, channels, size, size))], [("y", (1, channels, h_out, h_out))], {})
@@ -82,3 +84,13 @@ def gemm(m: int, k: int, n: int, trans_b: bool = True, seed: int = 0):
 
 def node_graph(model: onnx.ModelProto) -> CompGraph:
     return graph_from_model(model, "layer")
+
+
+def single(op_type: str, input_shapes, output_shapes, constants=(), **attrs):
+    """One node of ``op_type`` on activations of ``input_shapes`` (and integer ``constants`` after them)."""
+    inputs = [f"x{i}" for i in range(len(input_shapes))]
+    outputs = [f"y{i}" for i in range(len(output_shapes))]
+    weights = {f"c{i}": np.asarray(value) for i, value in enumerate(constants)}
+    node = helper.make_node(op_type, inputs + list(weights), outputs, name=op_type.lower(), **attrs)
+    model = _model([node], list(zip(inputs, input_shapes)), list(zip(outputs, output_shapes)), weights)
+    return model, graph_from_model(model, op_type.lower()), []

@@ -167,3 +167,56 @@ def test_a_strided_1x1_convolution_reads_only_the_rows_and_columns_it_uses():
     _, graph, _ = layers.conv(c_in=8, c_out=6, size=10, kernel=1, stride=2, pad=0)
     schedule = lone_schedule(graph, 0, (), 1 << 20, 1)
     assert schedule.tensor(graph.nodes[0].inputs[0]).dram_reads == 8 * 5 * 5
+
+
+@pytest.mark.slow
+def test_the_conv_search_is_exact_on_random_layers():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def convs(draw):
+        groups = draw(st.sampled_from([1, 1, 2, 3]))
+        c_in = groups * draw(st.integers(1, 4))
+        c_out = groups * draw(st.integers(1, 4))
+        kernel = draw(st.integers(1, 5))
+        dilation = draw(st.integers(1, 3))
+        stride = draw(st.integers(1, 3))
+        pad = draw(st.integers(0, (kernel - 1) * dilation + 1))
+        least = max(1, (kernel - 1) * dilation + 1 - 2 * pad)  # one output row at least
+        size = draw(st.integers(least, max(least, 12)))
+        return dict(c_in=c_in, c_out=c_out, size=size, kernel=kernel, stride=stride, pad=pad, dilation=dilation,
+                    groups=groups, bias=draw(st.booleans()))
+
+    @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(convs(), st.floats(0, 1))
+    def check(spec, where):
+        _, graph, _ = layers.conv(**spec)
+        g = conv_geometry(graph, 0)
+        priced = [cost.totals(g) for cost in _conv_blockings(g)]
+        rooms = sorted({on_chip for _, on_chip in priced})
+        room = rooms[int(where * (len(rooms) - 1))]
+        schedule = lone_schedule(graph, 0, (), room + 1, 1)
+        assert (schedule.dram, schedule.on_chip) == min((d, o) for d, o in priced if o <= room), spec
+
+    check()
+
+
+@pytest.mark.slow
+def test_the_matmul_search_is_exact_on_random_products():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9), st.booleans(), st.floats(0, 1))
+    def check(m, k, n, weight, where):
+        _, graph, _ = layers.matmul(m=m, k=k, n=n, batch=() if weight else (2,), weight=weight)
+        g = matmul_geometry(graph, 0)
+        priced = [matmul_cost(g, order, bm, bn, bk).totals(g) for order in MATMUL_ORDERS
+                  for bm, bn, bk in itertools.product(range(1, m + 1), range(1, n + 1), range(1, k + 1))]
+        rooms = sorted({on_chip for _, on_chip in priced})
+        room = rooms[int(where * (len(rooms) - 1))]
+        schedule = lone_schedule(graph, 0, (), room + 1, 1)
+        assert (schedule.dram, schedule.on_chip) == min((d, o) for d, o in priced if o <= room)
+
+    check()

@@ -12,8 +12,9 @@ weights, which stay on chip whole (read once).
 Everything is counted in elements, exactly: per tensor the elements read and
 written over the whole nest, per operator the weight elements read. A row of
 the input is read when some output of the block needs it (rows a window skips,
-as a 1x1 convolution of stride 2 skips every other one, are not read). The kinds and their loop nests, which :mod:`fuseplan.simulate.lone`
-executes exactly:
+as a 1x1 convolution of stride 2 skips every other one, are not read). The
+kinds and their loop nests, which :mod:`fuseplan.simulate.lone` executes
+exactly:
 
 ``conv-blocks`` (Conv, grouped and depthwise included; MaxPool and AveragePool
 as weightless depthwise windows). Batch 1. Blocks of ``k`` output channels
@@ -45,8 +46,9 @@ read once per pass; ``re-read``: every row block reads all the rows it touches
   the ``c`` channels' input rows slide (input read once per k-block).
 
 Tiles: input ``c x rows x cols`` (all input channels in ``rows-outer``),
-weights ``k x c x kh' x kw'`` plus ``k`` of bias, scratch ``h x k x W_out``
-(``k x H_out x W_out`` in ``rows-inner``). An input row is read as the
+weights ``k x c x kh' x kw'`` plus ``k`` of bias (``k x cin_group x kh' x
+kw'`` for a grouped convolution), scratch ``h x k x W_out`` (``k x H_out x
+W_out`` in ``rows-inner``). An input row is read as the
 ``cols`` columns some window touches (all ``W_in`` unless a stride skips some),
 and the filter as the ``kh' x kw'`` taps some output reads off the padding (a
 dilated 3x3 whose outer taps only ever fall on padding reads its centre tap).
@@ -411,7 +413,8 @@ def conv_cost(g: ConvGeometry, order: str, k: int, c: int, h: int) -> ConvCost |
         return None
     rows = row_blocks(g.h_in, g.h_out, g.kh, g.sh, g.dh, g.pad_top, h)
     bias = 1 if g.bias else 0
-    held = k * (c * g.taps_h * g.taps_w + bias) if g.weights else 0
+    # a dense block's output channel reads c input channels at a step; a grouped one, its group's
+    held = k * ((c if dense else g.cin_group) * g.taps_h * g.taps_w + bias) if g.weights else 0
     row = g.cols
     if order == CHANNELS_OUTER:
         if c == block_in:
@@ -445,18 +448,31 @@ def reread_frontier(size_in: int, size_out: int, kernel: int, stride: int, dilat
     return tuple(kept)
 
 
-def _largest_fitting_h(g: ConvGeometry, order: str, k: int, c: int, room: int) -> ConvCost | None:
-    """The blocking with the tallest row block (from the sizes of distinct block counts) that fits
-    ``room``; on chip grows with ``h``, so a binary search."""
-    sizes = _ceil_sizes(g.h_out)
-    lo, hi, best = 0, len(sizes) - 1, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        cost = conv_cost(g, order, k, c, sizes[mid])
-        if cost is not None and cost.totals(g)[1] <= room:
-            best, lo = cost, mid + 1
-        else:
-            hi = mid - 1
+@lru_cache(maxsize=4096)
+def window_frontier(size_in: int, size_out: int, kernel: int, stride: int, dilation: int,
+                    pad: int) -> tuple[tuple[int, int, int], ...]:
+    """``(h, blocks, most rows of a sliding window)`` of the row-block heights no lower one matches in both:
+    the heights worth trying where the input rows slide (a taller block may hold fewer rows, where the
+    padding clips its window)."""
+    kept: list[tuple[int, int, int]] = []
+    for h in range(1, size_out + 1):
+        rows = row_blocks(size_in, size_out, kernel, stride, dilation, pad, h)
+        if not any(b <= rows.blocks and m <= rows.window_max for _, b, m in kept):
+            kept.append((h, rows.blocks, rows.window_max))
+    return tuple(kept)
+
+
+def _least_rows_outer(g: ConvGeometry, k: int, c: int, room: int) -> ConvCost | None:
+    """The best ``rows-outer`` blocking with blocks of ``k`` and steps of ``c``: every height of
+    :func:`window_frontier`."""
+    best_key, best = None, None
+    for h, _blocks, _most in window_frontier(g.h_in, g.h_out, g.kh, g.sh, g.dh, g.pad_top):
+        cost = conv_cost(g, ROWS_OUTER, k, c, h)
+        if cost is None:
+            continue
+        key = cost.totals(g)
+        if key[1] <= room and (best_key is None or key < best_key):
+            best_key, best = key, cost
     return best
 
 
@@ -487,8 +503,9 @@ def conv_candidates(g: ConvGeometry, room: int):
 
     On chip grows with ``k``, ``c`` and ``h``; DRAM depends on ``c`` only through whether it is all of a
     block's input channels, on ``h`` only through the row blocks where weights or halos are re-read
-    (where the halos are, :func:`reread_frontier`; how many, where only weights are), and falls as
-    ``k`` grows. So ``c`` is one channel or all of them, ``h`` one row where DRAM does not depend on it.
+    (where the halos are, :func:`reread_frontier`; how many, where only weights are,
+    :func:`window_frontier`), and falls as ``k`` grows. So ``c`` is one channel or all of them, ``h``
+    one row where DRAM does not depend on it (a row's window lies in its block's).
     """
     dense = g.groups == 1
     sizes = channel_block_sizes(g)
@@ -500,7 +517,7 @@ def conv_candidates(g: ConvGeometry, room: int):
     if dense and g.c_in > 1:
         yield _least_reread(g, room)
     first = sizes[0]
-    yield _largest_fitting_h(g, ROWS_OUTER, first, 1 if dense else channel_blocks(g, first)[1], room)
+    yield _least_rows_outer(g, first, 1 if dense else channel_blocks(g, first)[1], room)
     yield conv_cost(g, ROWS_OUTER, g.c_out, channel_blocks(g, g.c_out)[1], 1)
 
 
@@ -520,8 +537,18 @@ def _best(candidates, g, room, totals):
 
 def _conv_schedule(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, room: int) -> Schedule | None:
     best = _best(conv_candidates(g, room), g, room, lambda cost: cost.totals(g))
-    if best is None:
-        return None
+    return None if best is None else _conv_blocks(graph, v, g, extra, best)
+
+
+def conv_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], order: str, k: int, c: int,
+                         h: int) -> Schedule | None:
+    """The ``conv-blocks`` schedule of one blocking, whatever it holds (``None`` where it is not one)."""
+    g = conv_geometry(graph, v)
+    cost = None if g is None else conv_cost(g, order, k, c, h)
+    return None if cost is None else _conv_blocks(graph, v, g, _Riders.of(graph, v, riders), cost)
+
+
+def _conv_blocks(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, best: ConvCost) -> Schedule:
     node = graph.nodes[v]
     out = g.c_out * g.h_out * g.w_out
     count = channel_blocks(g, best.k)[0]
@@ -656,8 +683,18 @@ def _floor_index(sizes: tuple[int, ...], limit: int) -> int:
 
 def _matmul_schedule(graph: CompGraph, v: int, g: MatmulGeometry, extra: _Riders, room: int) -> Schedule | None:
     best = _best(matmul_candidates(g, room), g, room, lambda cost: cost.totals(g))
-    if best is None:
-        return None
+    return None if best is None else _matmul_blocks(graph, v, g, extra, best)
+
+
+def matmul_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], order: str, m: int, n: int,
+                           k: int) -> Schedule | None:
+    """The ``matmul-blocks`` schedule of one blocking, whatever it holds (``None`` for no matrix product)."""
+    g = matmul_geometry(graph, v)
+    return None if g is None else _matmul_blocks(graph, v, g, _Riders.of(graph, v, riders),
+                                                 matmul_cost(g, order, m, n, k))
+
+
+def _matmul_blocks(graph: CompGraph, v: int, g: MatmulGeometry, extra: _Riders, best: MatmulCost) -> Schedule:
     node = graph.nodes[v]
     nm, nn, nk = -(-g.m // best.m), -(-g.n // best.n), -(-g.k // best.kk)
     if best.order == B_PANEL:

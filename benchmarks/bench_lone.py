@@ -1,0 +1,161 @@
+"""Operators run alone: the mapper's DRAM beside the I/O lower bound, on every zoo model and bert_encoder.
+
+For every operator that runs alone (each operator with the in-place operators
+riding on it; a rider is not counted again on its own) at 64KB, 128KB, 256KB
+and 1MB (one byte an element), prices the least-DRAM schedule of
+:func:`fuseplan.schedule.lone.lone_schedule` and the bound of
+:func:`fuseplan.schedule.bounds.io_lower_bound`, and writes the ratio's
+distribution (all, and per schedule kind), the worst cases and the mapper's
+time to ``benchmarks/results/lone.json``. Beside it, per model, scheme and
+buffer, the DRAM of the cost models' unfuseable operators as the schemes price
+them today (``unfuseable_dram``) and as the mapper schedules them (each
+operator alone, without riders: the same operators), and for vgg16 (LBDF,
+64KB) and bert_encoder (both schemes, 256KB) the fuseable plan's DRAM from
+``fuseplan plan --search dp``, so the totals the mapper would give are
+(fuseable plan + mapped unfuseable operators). Run::
+
+    python benchmarks/bench_lone.py [--out benchmarks/results/lone.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy
+
+from fuseplan import __version__, load_graph, make_cost_model, zoo
+from fuseplan.cost import scheme_version
+from fuseplan.cost.streaming import in_place_operators
+from fuseplan.schedule.bounds import io_lower_bound
+from fuseplan.schedule.lone import lone_schedule, riders
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import machine, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "lone.json"
+BUFFERS = (64 * 1024, 128 * 1024, 256 * 1024, 1024 * 1024)
+PLANS = (("vgg16", "lbdf", 64 * 1024), ("vgg16", "brr", 64 * 1024),
+         ("bert_encoder", "lbdf", 256 * 1024), ("bert_encoder", "brr", 256 * 1024))
+
+
+def distribution(ratios: list[float]) -> dict:
+    ordered = sorted(ratios)
+    return {"count": len(ordered), "median": round(statistics.median(ordered), 4),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 4), "max": round(ordered[-1], 4),
+            "above_1_5": sum(r > 1.5 for r in ordered), "above_3": sum(r > 3 for r in ordered)}
+
+
+def lone_rows(models: list[str]) -> tuple[list[dict], float, int]:
+    rows, seconds, priced = [], 0.0, 0
+    for name in models:
+        graph = load_graph(name)
+        flags = in_place_operators(graph)
+        ride = [riders(graph, v, flags) for v in range(len(graph.nodes))]
+        ridden = {u for chain in ride for u in chain}
+        for v in range(len(graph.nodes)):
+            if v in ridden:
+                continue
+            for buffer in BUFFERS:
+                start = time.perf_counter()
+                schedule = lone_schedule(graph, v, ride[v], buffer, 1)
+                seconds += time.perf_counter() - start
+                priced += 1
+                bound = io_lower_bound(graph, v, buffer, 1, ride[v])
+                if schedule is None:
+                    rows.append({"model": name, "operator": graph.nodes[v].name, "buffer_bytes": buffer,
+                                 "schedule": None})
+                    continue
+                rows.append({
+                    "model": name, "operator": graph.nodes[v].name, "op_type": graph.nodes[v].op_type,
+                    "buffer_bytes": buffer, "kind": schedule.kind, "params": dict(schedule.params),
+                    "dram": schedule.dram, "on_chip": schedule.on_chip, "compulsory": bound.compulsory,
+                    "communication": bound.communication, "bound": bound.elements, "bound_source": bound.source,
+                    "ratio": schedule.dram / bound.elements,
+                })
+    return rows, seconds, priced
+
+
+def unfuseable_totals(models: list[str]) -> list[dict]:
+    out = []
+    for name in models:
+        graph = load_graph(name)
+        for scheme in ("lbdf", "brr"):
+            for buffer in BUFFERS:
+                cost = make_cost_model(scheme, graph, buffer, 1)
+                mapped = [lone_schedule(graph, v, (), buffer, 1) for v in cost.unfuseable]
+                out.append({"model": name, "scheme": scheme, "buffer_bytes": buffer,
+                            "unfuseable": len(cost.unfuseable), "priced_today_bytes": cost.unfuseable_dram(),
+                            "mapper_bytes": sum(s.dram for s in mapped) if all(mapped) else None})
+    return out
+
+
+def plan_dram(model: str, scheme: str, buffer: int) -> dict:
+    """The fuseable plan of ``fuseplan plan --search dp`` (its DRAM, and the unfuseable operators' as priced)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plan.json"
+        subprocess.run([sys.executable, "-m", "fuseplan", "plan", model, "--scheme", scheme, "--buffer",
+                        str(buffer), "--search", "dp", "-o", str(path)], check=True, capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        plan = json.loads(path.read_text())
+    return {"model": model, "scheme": scheme, "buffer_bytes": buffer, "fuseable_plan_bytes": plan["dram_bytes"],
+            "unfuseable_priced_today_bytes": plan["excluded_dram_bytes"],
+            "total_today_bytes": plan["total_dram_bytes"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    models = zoo.names() + zoo.transformer_names()
+    rows, seconds, priced = lone_rows(models)
+    scheduled = [r for r in rows if r.get("schedule", True) is not None]
+    ratios = [r["ratio"] for r in scheduled]
+    kinds = sorted({r["kind"] for r in scheduled})
+    worst = sorted(scheduled, key=lambda r: -r["ratio"])[:12]
+    totals = unfuseable_totals(models)
+    plans = []
+    for model, scheme, buffer in PLANS:
+        plan = plan_dram(model, scheme, buffer)
+        mapped = next(t for t in totals if (t["model"], t["scheme"], t["buffer_bytes"]) == (model, scheme, buffer))
+        plan["unfuseable_mapper_bytes"] = mapped["mapper_bytes"]
+        plan["total_with_mapper_bytes"] = plan["fuseable_plan_bytes"] + mapped["mapper_bytes"]
+        plans.append(plan)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    payload = {
+        "benchmark": "lone",
+        **machine(),
+        "fuseplan": __version__, "numpy": numpy.__version__,
+        "commit": commit.stdout.strip(),
+        "cost_model_versions": {s: scheme_version(s) for s in ("lbdf", "brr")},
+        "load_average": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
+        "note": "timings measured on a shared, loaded machine (see load_average)",
+        "buffers_bytes": list(BUFFERS),
+        "bytes_per_element": 1,
+        "mapper_seconds": round(seconds, 3), "schedules_priced": priced,
+        "mapper_ms_per_operator": round(1000 * seconds / priced, 4),
+        "no_schedule": [r for r in rows if r.get("schedule", True) is None],
+        "ratio": distribution(ratios),
+        "ratio_by_kind": {k: distribution([r["ratio"] for r in scheduled if r["kind"] == k]) for k in kinds},
+        "ratio_by_buffer": {str(b): distribution([r["ratio"] for r in scheduled if r["buffer_bytes"] == b])
+                            for b in BUFFERS},
+        "worst": worst,
+        "plans": plans,
+        "unfuseable": totals,
+    }
+    print(json.dumps({k: payload[k] for k in ("ratio", "ratio_by_kind", "mapper_ms_per_operator", "plans")},
+                     indent=1))
+    write_results(payload, args.out)
+
+
+if __name__ == "__main__":
+    main()
