@@ -163,7 +163,8 @@ def inspect(
         status = "yes" if row.fuseable else "no" if row.rides_with is None else f"rides on {row.rides_with}"
         table.add_row(str(row.index), row.name, row.op_type, "x".join(map(str, row.output_shape)),
                       format_bytes(row.weight_bytes), format_bytes(row.buffer_bytes), status,
-                      format_bytes(row.alone_dram_bytes), format_bytes(row.lower_bound_bytes))
+                      "cannot run" if row.alone_dram_bytes is None else format_bytes(row.alone_dram_bytes),
+                      format_bytes(row.lower_bound_bytes))
     _print_table(table)
     stdout.print(
         f"nodes {report.nodes}, edges {report.edges}, fuseable {report.fuseable} "
@@ -172,12 +173,16 @@ def inspect(
         f"weights {format_bytes(report.weight_bytes)}\n"
         f"DRAM, no fusion (fuseable ops only): {format_bytes(report.unfused_dram_bytes)}\n"
         f"DRAM lower bound (all fuseable ops fused, buffer ignored): {format_bytes(report.dram_lower_bound_bytes)}\n"
-        f"DRAM of excluded ops, each run alone in its least-DRAM blocking: {format_bytes(report.excluded_dram_bytes)}\n"
-        f"total DRAM, no fusion (all ops): {format_bytes(report.total_unfused_dram_bytes)}\n"
-        f"total DRAM lower bound (all ops): {format_bytes(report.total_dram_lower_bound_bytes)}\n"
+        f"DRAM of excluded ops, each run alone in its least-DRAM blocking: {_bytes_or(report.excluded_dram_bytes)}\n"
+        f"total DRAM, no fusion (all ops): {_bytes_or(report.total_unfused_dram_bytes)}\n"
+        f"total DRAM lower bound (all ops): {_bytes_or(report.total_dram_lower_bound_bytes)}\n"
         "(1 KB = 1024 B, 1 MB = 1024 KB)",
         highlight=False,
     )
+
+
+def _bytes_or(value: int | None) -> str:
+    return "none: some operator cannot run in this buffer at all" if value is None else format_bytes(value)
 
 
 def _search_names() -> dict[str, str]:

@@ -28,10 +28,15 @@ def test_summary_and_plan_file(planned):
                  "vs interval DP"):
         assert line in result.stdout
     document = json.loads(plan_path.read_text())
-    assert document["format"] == "fuseplan-plan" and document["version"] == 2
+    assert document["format"] == "fuseplan-plan" and document["version"] == 3
     assert document["model"] == "mobilenet_v2" and document["scheme"] == "lbdf"
     assert document["buffer_bytes"] == 131072 and document["bytes_per_element"] == 1
-    assert document["cost_model_version"] == COST_MODEL_VERSION == 3
+    assert document["cost_model_version"] == COST_MODEL_VERSION == 4
+    assert all(group["schedule"]["kind"] in ("stream", "row-tiles", "conv-blocks", "matmul-blocks", "chunks", "whole")
+               for group in document["groups"])
+    # every excluded operator runs alone, or rides on one that does, in a recorded schedule
+    assert {name for record in document["alone"] for name in record["schedule"]["operators"]} == \
+        set(document["excluded"])
     assert document["search"]["algorithm"] == "ls" and document["search"]["seed"] == 3
     assert document["search"]["budget"] == 400 and document["search"]["plans_evaluated"] == 400
     assert document["dram_bytes"] == sum(g["dram_bytes"] for g in document["groups"])

@@ -88,7 +88,8 @@ def test_command_line_overrides_and_errors(tmp_path):
                           r"energy objective needs energy figures")
     inspect = fuseplan("inspect", "squeezenet", "--hardware", "eyeriss-v1", "--json")
     assert inspect.returncode == 0
-    assert "squeezenet: LBDF at 108.00 KB" in fuseplan("inspect", "squeezenet", "--hardware", "eyeriss-v1").stdout
+    assert "squeezenet: LBDF on Eyeriss v1: a 108.00 KB buffer, 2 bytes per element" in fuseplan(
+        "inspect", "squeezenet", "--hardware", "eyeriss-v1").stdout
 
 
 def test_report_shows_the_estimates_of_recorded_or_given_hardware(tmp_path):

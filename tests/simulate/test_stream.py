@@ -64,12 +64,16 @@ def test_an_auto_plan_runs_group_after_group_as_priced(name, kb):
     problem = FusionProblem(cost)
     result = minimize(problem, make_search("auto"), make_splitter("random"), budget=200, seed=0)
     schedules = [cost.schedule(group) for group in result.plan.groups]
+    schedules += [cost.alone_schedule(v) for v in cost.unfuseable if v not in cost.riding]
     outcome = simulate(graph, schedules, values, cost.buffer_bytes - 1)
+    assert len(outcome.groups) == len(schedules)
+    for group in outcome.groups:
+        _assert_agrees(group, schedules[group.index])
     stream = [g for g in outcome.groups if g.kind == "stream"]
     assert len(stream) == len(result.plan.groups)
-    for group, schedule in zip(sorted(stream, key=lambda g: g.index), schedules):
-        _assert_agrees(group, schedule)
     assert sum(g.simulated_dram for g in stream) == result.cost.dram
+    assert sum(g.simulated_dram for g in outcome.groups) == result.cost.dram + cost.unfuseable_dram()
+    assert outcome.output_error <= TOLERANCE
 
 
 def test_a_line_buffer_one_row_short_stalls_the_group():

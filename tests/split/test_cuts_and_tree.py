@@ -250,4 +250,6 @@ def test_refine_on_vgg16_brr_never_costs_more_and_often_saves(zoo_graphs):
         dram_before, dram_after = (sum(map(problem.cost.dram, parts)) for parts in (before, after))
         assert dram_after <= dram_before
         saved += dram_after < dram_before
-    assert saved >= len(invalid) // 4 and refining.stats_dict()["refinements"] > 0
+    # a part of one operator (and its riders) is priced by the lone-operator mapper, which leaves refinement
+    # less to save than when such parts re-read their weights per row tile
+    assert saved >= 1 and refining.stats_dict()["refinements"] > 0

@@ -343,12 +343,12 @@ class CostModel(ABC):
         return tuple(sorted({*self._too_big, *self.riding}))
 
     def known_unfuseable(self, operators: Iterable[int]) -> None:
-        """Take ``operators`` as :attr:`unfuseable` instead of pricing every operator alone: for a caller
-        that already knows which do not fit (from the same groups priced before). Before either
-        :attr:`unfuseable` or :attr:`fuseable` is read."""
-        if "unfuseable" in self.__dict__ or "fuseable" in self.__dict__:
+        """Take ``operators`` as those that do not fit the buffer alone instead of pricing every operator alone:
+        for a caller that already knows (from the same groups priced before). :attr:`unfuseable` adds the
+        operators riding on them. Before :attr:`unfuseable`, :attr:`fuseable` or :attr:`riding` is read."""
+        if any(name in self.__dict__ for name in ("unfuseable", "fuseable", "riding", "_too_big")):
             raise ValueError("the unfuseable operators are already known")
-        self.__dict__["unfuseable"] = tuple(sorted(operators))  # what the cached property would hold
+        self.__dict__["_too_big"] = tuple(sorted(operators))  # what the cached property would hold
 
     @cached_property
     def fuseable(self) -> tuple[int, ...]:

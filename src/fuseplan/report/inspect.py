@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fuseplan.cost.base import CostModel
+from fuseplan.errors import FuseplanError
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import riders
 
@@ -20,7 +21,7 @@ class OperatorRow:
     buffer_bytes: int  # F_beta of the operator alone
     dram_bytes: int  # F_D of the operator alone
     fuseable: bool
-    alone_dram_bytes: int  # run alone: F_D alone if it fits, else the least-DRAM blocking that fits (0 for a rider)
+    alone_dram_bytes: int | None  # run alone: F_D if it fits, else its least-DRAM blocking (0: a rider; None: none fits)
     rides_with: str | None  # the operator that does not fit alone and applies this one to its output blocks
     lower_bound_bytes: int  # no schedule of this operator alone (with its riders) moves less DRAM
     lower_bound_source: str  # which bound that is (see fuseplan.schedule.bounds)
@@ -40,15 +41,15 @@ class InspectReport:
     unfused_dram_bytes: int
     dram_lower_bound_bytes: int
     unknown_ops: tuple[str, ...]
-    excluded_dram_bytes: int  # unfuseable operators, each run alone
+    excluded_dram_bytes: int | None  # unfuseable operators, each run alone (None: some cannot run in this buffer)
 
     @property
-    def total_unfused_dram_bytes(self) -> int:
-        return self.unfused_dram_bytes + self.excluded_dram_bytes
+    def total_unfused_dram_bytes(self) -> int | None:
+        return None if self.excluded_dram_bytes is None else self.unfused_dram_bytes + self.excluded_dram_bytes
 
     @property
-    def total_dram_lower_bound_bytes(self) -> int:
-        return self.dram_lower_bound_bytes + self.excluded_dram_bytes
+    def total_dram_lower_bound_bytes(self) -> int | None:
+        return None if self.excluded_dram_bytes is None else self.dram_lower_bound_bytes + self.excluded_dram_bytes
 
     @property
     def excluded(self) -> tuple[str, ...]:
@@ -89,7 +90,7 @@ def inspect_model(cost: CostModel) -> InspectReport:
             buffer_bytes=alone.buffer,
             dram_bytes=alone.dram,
             fuseable=node.index not in unfuseable,
-            alone_dram_bytes=cost.alone_dram(node.index),
+            alone_dram_bytes=_alone_dram(cost, node.index),
             rides_with=None if head is None else graph.nodes[head].name,
             lower_bound_bytes=0 if head is not None else b * bound.elements,
             lower_bound_source="rides with another operator" if head is not None else bound.source,
@@ -107,5 +108,12 @@ def inspect_model(cost: CostModel) -> InspectReport:
         unfused_dram_bytes=cost.unfused_dram(),
         dram_lower_bound_bytes=cost.dram_lower_bound(),
         unknown_ops=tuple(sorted({n.op_type for n in graph.nodes if not n.known_op})),
-        excluded_dram_bytes=cost.unfuseable_dram(),
+        excluded_dram_bytes=None if any(row.alone_dram_bytes is None for row in rows) else cost.unfuseable_dram(),
     )
+
+
+def _alone_dram(cost: CostModel, v: int) -> int | None:
+    try:
+        return cost.alone_dram(v)
+    except FuseplanError:  # no blocking of the operator fits this buffer
+        return None

@@ -244,7 +244,7 @@ class DramObjective(Objective):
                  **_: Any) -> None:
         self.scheme, self.buffer_bytes, self.bytes_per_element = scheme, buffer_bytes, bytes_per_element
         self.prices = GroupPrices()  # the graphs one objective prices are mostly rewrites of each other
-        self.alone: dict[int, int] = {}  # label of an unfuseable operator -> its DRAM run alone
+        self.alone: dict[tuple[int, ...], int] = {}  # labels of an unfuseable operator and its riders -> DRAM alone
         self.fits_alone: dict[int, bool] = {}  # label of an operator -> whether it fits the buffer alone
 
     def __call__(self, model: onnx.ModelProto) -> float:
@@ -325,15 +325,29 @@ class DramObjective(Objective):
             if not fits:
                 excluded.append(v)
         cost.known_unfuseable(excluded)
+        # An operator riding on one that does not fit is excluded for its neighbour's sake, not its own: it is
+        # labelled apart, so that no order shares a window's ends with a graph where it was fuseable.
+        label_ids = self.prices.label_ids
+        for rider in cost.riding:
+            labels[rider] = label_ids.setdefault(("rides", labels[rider]), len(label_ids))
         return FusionProblem(cost)
 
     def _alone(self, problem: FusionProblem, labels: list[int]) -> int:
-        """DRAM of the unfuseable operators run alone, each looked up by its label (its price's inputs)."""
+        """DRAM of the unfuseable operators run alone, each looked up by its label and its riders' (its price's
+        inputs); a rider moves nothing of its own."""
+        cost = problem.cost
+        riding = cost.riding
+        carried: dict[int, list[int]] = {}
+        for rider, head in riding.items():
+            carried.setdefault(head, []).append(rider)
         total = 0
         for v in problem.excluded:
-            dram = self.alone.get(labels[v])
+            if v in riding:
+                continue
+            key = (labels[v], *(labels[u] for u in sorted(carried.get(v, ()))))
+            dram = self.alone.get(key)
             if dram is None:
-                dram = self.alone[labels[v]] = problem.cost.alone_dram(v)
+                dram = self.alone[key] = cost.alone_dram(v)
             total += dram
         return total
 

@@ -1,0 +1,169 @@
+"""Simulated against priced: every group of `auto` plans, and random groups, run by the simulator.
+
+For every zoo model (and bert_encoder and the tests' GoogLeNet) under LBDF and
+BRR at 64KB, 256KB and 1MB: the `auto` plan's schedules (its groups and the
+operators it runs alone) run in order, as `fuseplan simulate` runs them, and
+``--random N`` more groups (connected, convex, fitting; grown from random
+operators) run alone on onnxruntime's values of their inputs. Per set-up: how
+many schedules ran, how many agree with their price (simulated DRAM equal to
+F_D, peak at most F_beta, every tensor within 1e-4 of onnxruntime), how many
+could not run (no executor for their kind) and why, and the seconds taken.
+
+CNNs run at a smaller input (``--size``, default 112x112: every tensor has
+half its rows and columns, so every schedule is the plan's groups priced
+again at that shape) unless ``--size 0``. ``--time-resnet50`` also times
+`fuseplan simulate` of resnet50's LBDF and BRR `auto` plans at full
+resolution (the 5-minute target). Results: ``benchmarks/results/simulate.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from fuseplan import zoo
+from fuseplan.cost import COST_MODEL_VERSION, make_cost_model
+from fuseplan.graph.onnx_import import load_prepared
+from fuseplan.plan.problem import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.simulate.run import simulate, simulate_alone
+from fuseplan.simulate.values import ModelValues
+from fuseplan.split import make_splitter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import machine, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "simulate.json"
+GOOGLENET = str(ROOT / "tests" / "data" / "googlenet_opset13.onnx")
+BUFFERS_KB = (64, 256, 1024)
+
+
+def _commit() -> str:
+    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return found.stdout.strip() or "unknown"
+
+
+def _random_groups(graph, cost, count: int, rng: random.Random) -> list[frozenset[int]]:
+    found: list[frozenset[int]] = []
+    for _ in range(count * 50):
+        members = {rng.randrange(len(graph.nodes))}
+        for _ in range(rng.randrange(12)):
+            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
+            if not around:
+                break
+            members.add(rng.choice(around))
+        group = frozenset(members)
+        if group not in found and graph.is_convex(group) and cost.fits(group) \
+                and not any(v in cost.unfuseable for v in group):
+            found.append(group)
+            if len(found) == count:
+                break
+    return found
+
+
+def _tally(outcomes) -> dict:
+    run = [o for o in outcomes if o.skipped is None]
+    disagreeing = [o for o in run if not o.agrees]
+    return {"schedules": len(outcomes), "run": len(run), "agree": len(run) - len(disagreeing),
+            "run_by_kind": dict(Counter(o.kind for o in run)),
+            "not_run_by_reason": dict(Counter(o.skipped for o in outcomes if o.skipped is not None)),
+            "dram_exact": sum(o.simulated_dram == o.priced_dram for o in run),
+            "peak_within_price": sum(o.peak_on_chip is not None and o.peak_on_chip <= o.priced_on_chip for o in run),
+            "max_error": max((o.max_error for o in run if o.max_error is not None), default=None),
+            "disagreeing": [{"operators": list(o.operators[:4]), "kind": o.kind, "priced_dram": o.priced_dram,
+                             "simulated_dram": o.simulated_dram, "priced_on_chip": o.priced_on_chip,
+                             "peak": o.peak_on_chip, "max_error": o.max_error, "finding": o.finding}
+                            for o in disagreeing[:5]]}
+
+
+def run_setup(name: str, size: int, schemes, buffers_kb, random_groups: int, seed: int) -> list[dict]:
+    shapes = None
+    prepared, graph = load_prepared(name)
+    if size and len(next(iter(graph.input_shapes.values()))) == 4:
+        (input_name, shape), = graph.input_shapes.items()
+        shapes = {input_name: (*shape[:2], size, size)}
+        prepared, graph = load_prepared(name, input_shapes=shapes)
+    values = ModelValues(prepared, graph, seed)
+    rows = []
+    for scheme in schemes:
+        for kb in buffers_kb:
+            cost = make_cost_model(scheme, graph, kb * 1024)
+            start = time.perf_counter()
+            result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=5000,
+                              seed=seed)
+            schedules = [cost.schedule(group) for group in result.plan.groups]
+            schedules += [cost.alone_schedule(v) for v in cost.unfuseable if v not in cost.riding]
+            planned = time.perf_counter()
+            plan = simulate(graph, schedules, values, (cost.buffer_bytes - 1) // cost.bytes_per_element)
+            simulated = time.perf_counter()
+            groups = _random_groups(graph, cost, random_groups, random.Random(f"{seed}:{name}:{scheme}:{kb}"))
+            alone = [simulate_alone(graph, cost.schedule(group), values, cost.buffer_bytes - 1) for group in groups]
+            done = time.perf_counter()
+            row = {"model": graph.name, "scheme": scheme, "buffer_kb": kb,
+                   "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
+                   "plan": _tally(plan.groups), "output_error": plan.output_error,
+                   "random_groups": _tally(alone),
+                   "seconds": {"plan": round(planned - start, 2), "simulate_plan": round(simulated - planned, 2),
+                               "simulate_random": round(done - simulated, 2)}}
+            rows.append(row)
+            print(f"{graph.name} {scheme} {kb}KB: plan {row['plan']['agree']}/{row['plan']['run']} agree "
+                  f"({row['plan']['schedules'] - row['plan']['run']} not run), random "
+                  f"{row['random_groups']['agree']}/{row['random_groups']['run']} "
+                  f"({row['random_groups']['schedules'] - row['random_groups']['run']} not run), "
+                  f"{done - start:.0f} s", flush=True)
+    return rows
+
+
+def time_full_resnet50(seed: int) -> list[dict]:
+    """Wall seconds of `fuseplan plan` then `fuseplan simulate` of resnet50 at full resolution, per scheme."""
+    timings = []
+    with tempfile.TemporaryDirectory() as directory:
+        for scheme in ("lbdf", "brr"):
+            plan = Path(directory) / f"{scheme}.json"
+            subprocess.run([sys.executable, "-m", "fuseplan", "plan", "resnet50", "--scheme", scheme,
+                            "--buffer", "256KB", "-o", str(plan)], check=True, capture_output=True)
+            start = time.perf_counter()
+            finished = subprocess.run([sys.executable, "-m", "fuseplan", "simulate", "resnet50", str(plan),
+                                       "--seed", str(seed), "--json"], capture_output=True, text=True)
+            timings.append({"scheme": scheme, "buffer_kb": 256, "exit_status": finished.returncode,
+                            "wall_seconds": round(time.perf_counter() - start, 1)})
+            print(f"resnet50 {scheme} 256KB full resolution: {timings[-1]}", flush=True)
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=[*zoo.names(), *zoo.transformer_names(), GOOGLENET])
+    parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
+    parser.add_argument("--buffers-kb", nargs="*", type=int, default=list(BUFFERS_KB))
+    parser.add_argument("--size", type=int, default=112, help="CNN input rows and columns (0: the model's own)")
+    parser.add_argument("--random", type=int, default=20, help="random groups per set-up")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-resnet50", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    import os
+
+    load = [os.getloadavg()]
+    rows = [row for name in args.models
+            for row in run_setup(name, args.size, args.schemes, args.buffers_kb, args.random, args.seed)]
+    timings = time_full_resnet50(args.seed) if args.time_resnet50 else []
+    load.append(os.getloadavg())
+    total = {part: {key: sum(row[part][key] for row in rows) for key in ("schedules", "run", "agree", "dram_exact",
+                                                                        "peak_within_price")}
+             for part in ("plan", "random_groups")}
+    write_results({"benchmark": "simulate", **machine(), "commit": _commit(), "cost_model_version": COST_MODEL_VERSION,
+                   "load_average": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[-1]]},
+                   "size": args.size, "seed": args.seed, "totals": total, "setups": rows,
+                   "resnet50_full_resolution": timings}, args.out)
+
+
+if __name__ == "__main__":
+    main()
