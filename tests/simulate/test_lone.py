@@ -182,3 +182,37 @@ def test_copies_and_the_whole_fallback_execute_as_priced(op, inputs, outputs, co
     schedule = lone_schedule(graph, 0, (), 1 << 16, 1)
     assert schedule.kind == kind
     execute(graph, values, schedule)
+
+
+@pytest.mark.slow
+def test_random_blockings_of_random_convolutions_execute_as_priced():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw):
+        groups = draw(st.sampled_from([1, 1, 2, 3]))
+        kernel, dilation, stride = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        pad = draw(st.integers(0, (kernel - 1) * dilation + 1))
+        least = max(1, (kernel - 1) * dilation + 1 - 2 * pad)
+        spec = dict(c_in=groups * draw(st.integers(1, 3)), c_out=groups * draw(st.integers(1, 3)),
+                    size=draw(st.integers(least, max(least, 10))), kernel=kernel, stride=stride, pad=pad,
+                    dilation=dilation, groups=groups, bias=draw(st.booleans()), relu=draw(st.booleans()))
+        return spec, draw(st.sampled_from(CONV_ORDERS)), draw(st.integers(1, 9)), draw(st.integers(1, 9)), \
+            draw(st.integers(1, 10))
+
+    @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(cases())
+    def check(case):
+        spec, order, k, c, h = case
+        model, _, _ = layers.conv(**spec)
+        graph, values = layer(model)
+        g = conv_geometry(graph, 0)
+        k = min(k, g.c_out) if k < g.cout_group else g.cout_group * max(1, min(k // g.cout_group, g.groups))
+        block_in = channel_blocks(g, k)[1]
+        schedule = conv_blocks_schedule(graph, 0, riders(graph, 0, in_place_operators(graph)), order, k,
+                                        1 + (c - 1) % block_in if g.groups == 1 else block_in, min(h, g.h_out))
+        if schedule is not None:
+            execute(graph, values, schedule)
+
+    check()
