@@ -34,9 +34,10 @@ counts (reads of inputs and weights, writes of outputs):
 
       Q >= sqrt(2) G / sqrt(R S) - 4 S
 
-  Smith et al. prove ``2 mnk / sqrt(S) - 2S`` for a product that reads its
-  ``C`` (their main result, whose leading term an algorithm attains); here ``C`` starts empty and is
-  written, which the argument above pays for with the weaker constant.
+  Smith et al. prove a bound whose leading term is ``2 mnk / sqrt(S)`` (an
+  algorithm attains it) for a product that reads its ``C``; here ``C`` starts
+  empty and is written, which the argument above pays for with the weaker
+  constant.
   Demmel and Dinh, "Communication-optimal convolutional neural nets" (arXiv
   1802.06905), derive the tight bounds for convolutions from the
   Hölder-Brascamp-Lieb inequalities; their constants are not used here: the
@@ -50,7 +51,7 @@ least what any fitting schedule holds. ``elements`` is the larger bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import sqrt
 
 from fuseplan.graph.ir import CompGraph
@@ -70,10 +71,10 @@ class IOBound:
     compulsory: int  # every needed input and weight element read once, every output written once
     communication: int | None  # the buffer-dependent bound of matrix products and convolutions
     source: str  # which bound ``elements`` is
+    elements: int = field(init=False)  # the larger bound
 
-    @property
-    def elements(self) -> int:
-        return max(self.compulsory, self.communication or 0)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "elements", max(self.compulsory, self.communication or 0))
 
 
 def _used_taps(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> tuple[int, int]:

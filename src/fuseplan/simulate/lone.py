@@ -27,7 +27,8 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.lone import (
-    A_PANEL, B_PANEL, CHANNELS_OUTER, CHUNKS, CONV_BLOCKS, KEPT, MATMUL_BLOCKS, ROWS_INNER, ROWS_OUTER, WHOLE_KIND,
+    A_PANEL, B_PANEL, CHANNELS_OUTER, CHUNKS, CONV_BLOCKS, COPY_OPS, ELEMENTWISE_OPS, GLOBAL_POOLS, KEPT,
+    LINE_NORMALISATIONS, MATMUL_BLOCKS, ROWS_INNER, ROWS_OUTER, WHOLE_KIND,
 )
 from fuseplan.schedule.model import Schedule
 from fuseplan.simulate.kernels import ELEMENTWISE, Rows, SingleNode, Window, clip, conv_rows, pool_rows, resize_rows
@@ -439,14 +440,12 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
     def lined(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.broadcast_to(a, out_t.shape)).reshape(-1, line)
 
-    pooled = op in ("GlobalAveragePool", "GlobalMaxPool")  # its riders see the whole output at once
+    pooled = op in GLOBAL_POOLS  # its riders see the whole output at once
     riders = _Riders(schedule, graph, values, out_t.shape, (lambda a: np.asarray(a).reshape(-1)) if pooled else lined,
                      chip, traffic)
     result = np.empty((lines, line), dtype=np.float32) if final is not None and not pooled else None
 
-    if op in ELEMENTWISE or op in ("Clip", "BatchNormalization", "PRelu") or op not in (
-            "Concat", "Split", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Softmax", "LogSoftmax",
-            "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
+    if op in ELEMENTWISE_OPS:
         streamed, whole = {}, {}
         for slot, s in enumerate(operands.slots):
             if isinstance(s, int):
@@ -476,7 +475,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
             done = riders(done, (i,))
             result[i] = done
             traffic.write(out_name, line)
-    elif op in ("Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"):
+    elif op in COPY_OPS and op != "Split":
         inputs = [dram[t] for t in node.inputs]
         source, index = _index_map(op, node.attributes, [a.shape for a in inputs], out_t.shape)
         flat = [a.reshape(-1) for a in inputs]
@@ -514,7 +513,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
         for j, t in enumerate(node.outputs):
             dram[t] = np.concatenate(pieces[j]).reshape(graph.tensors[t].shape)
         return
-    elif op in ("Softmax", "LogSoftmax", "LayerNormalization"):
+    elif op in LINE_NORMALISATIONS:
         x = dram[node.inputs[0]].reshape(-1, line)
         name = _tensor(graph, node.inputs[0])
         gamma = dict(weights).get(1)
@@ -534,7 +533,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
                     row = np.log(row)
             result[i] = riders(row.astype(np.float32), (i,))
             traffic.write(out_name, line)
-    elif op in ("GlobalAveragePool", "GlobalMaxPool"):
+    elif op in GLOBAL_POOLS:
         x = dram[node.inputs[0]]
         n_, c_, h_, w_ = x.shape
         name = _tensor(graph, node.inputs[0])
@@ -568,6 +567,8 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
                 row = resize_rows(held, node.attributes, out_t.shape, r, r + 1).reshape(-1)
                 result[i] = riders(row, (i,))
                 traffic.write(out_name, line)
+    else:
+        raise ValueError(f"no chunks loop nest for a {op} operator")
     dram[final] = result.reshape(graph.tensors[final].shape)
 
 
