@@ -118,6 +118,8 @@ SMALL_CONVS = [
     dict(c_in=8, c_out=12, size=8, kernel=3, pad=1, groups=4),
     dict(c_in=6, c_out=6, size=9, kernel=3, pad=1, groups=6, bias=False),
     dict(c_in=6, c_out=12, size=9, kernel=5, stride=2, pad=2, groups=6),
+    dict(c_in=4, c_out=6, size=7, kernel=3, pad=1, batch=3),  # weights stay across images only if all held
+    dict(c_in=4, c_out=8, size=7, kernel=3, pad=1, groups=2, batch=2),
 ]
 
 

@@ -76,6 +76,8 @@ CONVS = [
     dict(c_in=3, c_out=4, size=5, kernel=3, pad=6, dilation=6, relu=True),  # only the centre taps are read
     dict(c_in=8, c_out=12, size=8, kernel=3, pad=1, groups=4),  # grouped: blocks within a group, whole groups
     dict(c_in=6, c_out=6, size=9, kernel=3, pad=1, groups=6, bias=False),  # depthwise
+    dict(c_in=3, c_out=4, size=6, kernel=3, pad=1, relu=True, batch=2),  # images in turn
+    pytest.param(dict(c_in=4, c_out=8, size=6, kernel=3, pad=1, groups=2, batch=2), marks=SLOW),
 ]
 
 

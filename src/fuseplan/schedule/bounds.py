@@ -97,11 +97,11 @@ def _window_bounds(g: ConvGeometry, buffer: int) -> tuple[int, int, int | None]:
     taps_h, macs_h = _used_taps(g.h_in, g.h_out, g.kh, g.sh, g.dh, g.pad_top)
     taps_w, macs_w = _used_taps(g.w_in, g.w_out, g.kw, g.sw, g.dw, g.pad_left)
     if not g.weights:
-        return g.c_in * rows * cols, 0, None
+        return g.batch * g.c_in * rows * cols, 0, None
     weights = g.c_out * g.cin_group * taps_h * taps_w + g.bias
-    macs = g.c_out * g.cin_group * macs_h * macs_w
+    macs = g.batch * g.c_out * g.cin_group * macs_h * macs_w
     reuse = min(g.kh, (g.kh - 1) * g.dh // g.sh + 1) * min(g.kw, (g.kw - 1) * g.dw // g.sw + 1)
-    return g.c_in * rows * cols, weights, _segment_bound(macs, reuse, buffer)
+    return g.batch * g.c_in * rows * cols, weights, _segment_bound(macs, reuse, buffer)
 
 
 def _segment_bound(macs: int, reuse: int, buffer: int) -> int:

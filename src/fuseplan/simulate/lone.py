@@ -182,7 +182,8 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
     out_name = _tensor(graph, schedule.tensors[-1].tensor)
     result = np.empty(out_t.shape, dtype=x.dtype)
     riders = _Riders(schedule, graph, values, out_t.shape, lambda a: a, chip, traffic)
-    tile = _InputRows(x, xname, cols, chip, traffic)
+    tile = _InputRows(x[:1], xname, cols, chip, traffic)
+    image = 0  # the image of the batch the nest runs on
 
     # output channel blocks: (first, stop, first input channel, stop, groups in the block)
     blocks: list[tuple[int, int, int, int, int]] = []
@@ -210,6 +211,9 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
         k0, k1 = block[0], block[1]
         if filters is None:
             return
+        if stay and loaded:
+            return  # all the weights are on chip: they stay across images
+        loaded.append(True)
         per_output = (i1 - i0) if groups == 1 else cin_g
         count = (k1 - k0) * per_output * taps + ((k1 - k0) if (bias is not None and with_bias) else 0)
         held = (k1 - k0) * (per_output * taps + (1 if bias is not None else 0))
@@ -230,7 +234,7 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
 
     def finish(block, r0: int, r1: int, sums: np.ndarray) -> None:
         k0, k1 = block[0], block[1]
-        region = (slice(None), slice(k0, k1), slice(r0, r1), slice(None))
+        region = (slice(image, image + 1), slice(k0, k1), slice(r0, r1), slice(None))
         done = riders(sums, region)
         result[region] = done
         traffic.write(out_name, done.size)
@@ -244,59 +248,68 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
         return sums
 
     dense = groups == 1
-    once = order == ROWS_OUTER and len(blocks) == 1 and (not dense or c == c_in)
+    stay = len(blocks) == 1 and (not dense or c == c_in)  # every weight on chip at once: kept across images
+    loaded: list[bool] = []
+    once = order == ROWS_OUTER and stay
     if once:
         load_weights(blocks[0], 0, blocks[0][3] - blocks[0][2], True)
-    if order == CHANNELS_OUTER:
-        for block in blocks:
-            b0, b1 = block[2], block[3]
-            steps = [(b0, b1)] if c >= b1 - b0 else [(i, min(i + c, b1)) for i in range(b0, b1, c)]
-            if len(steps) == 1:
-                load_weights(block, b0, b1, True)
-            for r0, r1 in row_blocks:
-                sums = start_sums(block, r1 - r0)
-                for n, (i0, i1) in enumerate(steps):
-                    if len(steps) > 1:
-                        load_weights(block, i0, i1, n == 0)
-                        tile.hold(rows_of(r0, r1), (i0, i1), keep=False)
-                    else:
-                        tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
-                    sums += partial(block, i0, i1, r0, r1)
-                finish(block, r0, r1, sums)
-            tile.release()
-    elif order == ROWS_OUTER:
-        for r0, r1 in row_blocks:
-            tile.hold(window_rows(r0, r1), (0, c_in), keep=True)
-            whole = tile.rows(*window.input_rows(r0, r1))
+
+    def run_image() -> None:
+        if order == CHANNELS_OUTER:
             for block in blocks:
                 b0, b1 = block[2], block[3]
                 steps = [(b0, b1)] if c >= b1 - b0 else [(i, min(i + c, b1)) for i in range(b0, b1, c)]
-                sums = start_sums(block, r1 - r0)
-                for n, (i0, i1) in enumerate(steps):
-                    if not once:
-                        load_weights(block, i0, i1, n == 0)
-                    held = Rows(whole.data[:, i0:i1], whole.first, whole.height)
-                    k0, k1, _, _, count = block
-                    if node.op_type == "Conv":
-                        w = filters[k0:k1, i0 - b0:i1 - b0] if count == 1 and dense else filters[k0:k1]
-                        sums += conv_rows(held, w, None, window, count, r0, r1, w_out)
-                    else:
-                        sums += pool_rows(node.op_type, held, window, node.attributes, r0, r1, w_out)
-                finish(block, r0, r1, sums)
-        tile.release()
-    elif order == ROWS_INNER:
-        for block in blocks:
-            b0, b1 = block[2], block[3]
-            sums = start_sums(block, h_out)
-            for n, (i0, i1) in enumerate((i, min(i + c, b1)) for i in range(b0, b1, c)):
-                load_weights(block, i0, i1, n == 0)
+                if len(steps) == 1:
+                    load_weights(block, b0, b1, True)
                 for r0, r1 in row_blocks:
-                    tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
-                    sums[:, :, r0:r1] += partial(block, i0, i1, r0, r1)
+                    sums = start_sums(block, r1 - r0)
+                    for n, (i0, i1) in enumerate(steps):
+                        if len(steps) > 1:
+                            load_weights(block, i0, i1, n == 0)
+                            tile.hold(rows_of(r0, r1), (i0, i1), keep=False)
+                        else:
+                            tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
+                        sums += partial(block, i0, i1, r0, r1)
+                    finish(block, r0, r1, sums)
                 tile.release()
-            finish(block, 0, h_out, sums)
-    else:
-        raise ValueError(f"unknown conv-blocks order {order!r}")
+        elif order == ROWS_OUTER:
+            for r0, r1 in row_blocks:
+                tile.hold(window_rows(r0, r1), (0, c_in), keep=True)
+                whole = tile.rows(*window.input_rows(r0, r1))
+                for block in blocks:
+                    b0, b1 = block[2], block[3]
+                    steps = [(b0, b1)] if c >= b1 - b0 else [(i, min(i + c, b1)) for i in range(b0, b1, c)]
+                    sums = start_sums(block, r1 - r0)
+                    for n, (i0, i1) in enumerate(steps):
+                        if not once:
+                            load_weights(block, i0, i1, n == 0)
+                        held = Rows(whole.data[:, i0:i1], whole.first, whole.height)
+                        k0, k1, _, _, count = block
+                        if node.op_type == "Conv":
+                            w = filters[k0:k1, i0 - b0:i1 - b0] if count == 1 and dense else filters[k0:k1]
+                            sums += conv_rows(held, w, None, window, count, r0, r1, w_out)
+                        else:
+                            sums += pool_rows(node.op_type, held, window, node.attributes, r0, r1, w_out)
+                    finish(block, r0, r1, sums)
+            tile.release()
+        elif order == ROWS_INNER:
+            for block in blocks:
+                b0, b1 = block[2], block[3]
+                sums = start_sums(block, h_out)
+                for n, (i0, i1) in enumerate((i, min(i + c, b1)) for i in range(b0, b1, c)):
+                    load_weights(block, i0, i1, n == 0)
+                    for r0, r1 in row_blocks:
+                        tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
+                        sums[:, :, r0:r1] += partial(block, i0, i1, r0, r1)
+                    tile.release()
+                finish(block, 0, h_out, sums)
+        else:
+            raise ValueError(f"unknown conv-blocks order {order!r}")
+
+    for image in range(x.shape[0]):
+        tile.release()
+        tile.x = x[image:image + 1]
+        run_image()
     chip.free(SCRATCH)
     dram[schedule.tensors[-1].tensor] = result
 
