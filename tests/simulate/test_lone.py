@@ -218,3 +218,12 @@ def test_random_blockings_of_random_convolutions_execute_as_priced():
             execute(graph, values, schedule)
 
     check()
+
+
+def test_a_product_by_one_activation_matrix_folds_the_rows_of_a():
+    model, _, _ = layers.single("MatMul", [(2, 3, 4), (4, 5)], [(2, 3, 5)])
+    graph, values = layer(model)
+    for order, m, n, kk in itertools.product(MATMUL_ORDERS, (1, 4, 6), (2, 5), (1, 4)):
+        schedule = matmul_blocks_schedule(graph, 0, (), order, m, n, kk)
+        assert dict(schedule.loops)["batch"] == 1 and dict(schedule.loops)["m blocks"] == -(-6 // m)
+        execute(graph, values, schedule)

@@ -58,8 +58,8 @@ dilated 3x3 whose outer taps only ever fall on padding reads its centre tap).
 
 ``matmul-blocks`` (Gemm; MatMul of any rank, batch dimensions looped
 outermost, ``B`` a weight or an activation). ``C = A B`` with ``A`` ``M x K``,
-``B`` ``K x N``; a MatMul whose ``B`` is a weight folds ``A``'s leading
-dimensions into ``M``. Blocks ``m``, ``n``, ``k`` (params ``m``, ``n``, ``k``);
+``B`` ``K x N``; a MatMul whose ``B`` is a weight or a matrix folds ``A``'s
+leading dimensions into ``M``. Blocks ``m``, ``n``, ``k`` (params ``m``, ``n``, ``k``);
 the ``m x n`` block of ``C`` accumulates in ``scratch`` (starting from its bias
 slice, read with it) and is written once. Orders:
 
@@ -633,8 +633,12 @@ def matmul_geometry(graph: CompGraph, v: int) -> MatmulGeometry | None:
             return None
         return MatmulGeometry(1, prod(a[:-1]), k, n, True, 0)
     b = tensors[node.inputs[1]].shape
-    if len(node.inputs) != 2 or len(b) != len(a) or a[:-2] != b[:-2] or y[:-2] != a[:-2] or b[-2] != k:
+    if len(node.inputs) != 2 or len(b) < 2 or b[-2] != k:
         return None
+    if len(b) == 2 and prod(y) == prod(a[:-1]) * b[-1]:  # one B for every row of A: fold them into M
+        return MatmulGeometry(1, prod(a[:-1]), k, b[-1], False, 0)
+    if len(b) != len(a) or a[:-2] != b[:-2] or y[:-2] != a[:-2]:
+        return None  # broadcast batches: the whole fallback
     return MatmulGeometry(prod(a[:-2]), a[-2], k, b[-1], False, 0)
 
 

@@ -337,6 +337,10 @@ def run_matmul_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues,
         b = constants[1][None]
         a = a.reshape(1, -1, a.shape[-1])
         shared_b = True
+    elif dram[node.inputs[1]].ndim == 2:  # one matrix B for every row of A
+        b = dram[node.inputs[1]][None]
+        a = a.reshape(1, -1, a.shape[-1])
+        shared_b = True
     else:
         b = dram[node.inputs[1]]
         a = a.reshape(-1, *a.shape[-2:])
@@ -349,7 +353,7 @@ def run_matmul_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues,
     params = schedule.params
     order, m, n, kk = params["order"], int(params["m"]), int(params["n"]), int(params["k"])
     a_name = _tensor(graph, node.inputs[0])
-    b_name = _weights(graph, v) if shared_b else _tensor(graph, node.inputs[1])
+    b_name = _weights(graph, v) if len(node.inputs) == 1 else _tensor(graph, node.inputs[1])
     out_name = _tensor(graph, schedule.tensors[-1].tensor)
     result = np.empty((batch, m_all, n_all), dtype=a.dtype)
     riders = _Riders(schedule, graph, values, out_t.shape, lambda arr: arr.reshape(batch, m_all, n_all),
