@@ -295,13 +295,13 @@ def test_fewer_groups_than_asked_is_said(cli, tmp_path):
 def test_weights_whose_state_dict_is_not_a_mapping(cli, tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")
-    from fuseplan.cost import scheme_version
+    from fuseplan.cost import label_version
     from fuseplan.explain import gnn
     from fuseplan.explain.features import FEATURE_VERSION, OP_VOCABULARY
 
     path = tmp_path / "w.pt"
     torch.save({"format": gnn.WEIGHTS_FORMAT, "scheme": "lbdf", "feature_version": FEATURE_VERSION,
-                "cost_model_version": scheme_version("lbdf"), "vocabulary": list(OP_VOCABULARY),
+                "cost_model_version": label_version("lbdf"), "vocabulary": list(OP_VOCABULARY),
                 "state_dict": [1, 2, 3]},
                path)
     assert_one_line_error(cli("classifier", "evaluate", "--models", "squeezenet", "--weights", path),

@@ -52,24 +52,26 @@ def test_brr_alternation(graph):
 
 def test_brr(graph):
     assert BRRCostModel(graph, 12 * KB)._weight_block == (1168, 2312)
+    # One-row tiles need 4488 (entry full) and 3976 (entry partial) bytes; at 12KB the tiles grow to the rows
+    # that fit beside them, and F_beta is what those tiles hold (the weights re-read once per tile).
     assert BRRCostModel(graph, 12 * KB).schedules(frozenset({0, 1})) == {
-        "row tiles, entry full": (4488, 33408), "row tiles, entry partial": (3976, 33408)}
-    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (3976, 33408)
+        "row tiles, entry full": (11656, 33408), "row tiles, entry partial": (12040, 33408)}
+    assert BRRCostModel(graph, 12 * KB).evaluate({0, 1}) == (11656, 33408)
     assert BRRCostModel(graph, 12 * KB).fits({0, 1})
-    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (3976, 56576)
-    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (3976, 21824)
+    assert BRRCostModel(graph, 8 * KB).evaluate({0, 1}) == (7560, 56576)
+    # At 16KB every weight fits beside the features: one tile, the weights stay (11584 + 1664 features)
+    assert BRRCostModel(graph, 16 * KB).evaluate({0, 1}) == (11584 + 1664, 21824)
 
 
-def test_brr_channel_passes(graph):
-    # conv2 alone at 8KB: row tiles re-read its weights 3 times; two passes
-    # over blocks of 21 output channels re-read its input once more instead
+def test_brr_lone_operator(graph):
+    # conv2 alone at 8KB: row tiles re-read its weights 3 times; the lone-operator mapper runs two blocks of
+    # 16 output channels, each reading the input once, one input channel's 3 rows at a time (48), beside the
+    # block's 16x16x16 partial sums (4096) and one channel's weights and biases (16 x 9 + 16 = 160)
     brr = BRRCostModel(graph, 8 * KB)
     assert brr.schedules(frozenset({1})) == {
-        "row tiles, entry full": (3592, 44128), "row tiles, entry partial": (4104, 44128),
-        "channel passes": (1536 + 21 * 305, 9248 + 2 * 8192 + 8192),
-        # one input channel at a time: two passes of 16 output channels hold all 16 rows
-        "output blocks": (16 * (16 * 16 + 16) + 2 * 16 + 145, 9248 + 2 * 8192 + 8192)}
-    assert brr.evaluate({1}) == (4529, 33824)  # as little DRAM as the channel passes, less buffer
+        "row tiles, entry full": (7432, 44128), "row tiles, entry partial": (7944, 44128),
+        "alone": (48 + 4096 + 160, 9248 + 2 * 8192 + 8192)}
+    assert brr.evaluate({1}) == (4304, 33824)
 
 
 def test_bytes_per_element_scales_everything(graph):

@@ -65,10 +65,10 @@ def test_weights_round_trip_and_errors(trained, tmp_path):
 
 @pytest.mark.parametrize("scheme,model", [("lbdf", "efficientnet_b0"), ("brr", "resnet50")])
 def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
-    from fuseplan.cost import scheme_version
+    from fuseplan.cost import label_version
 
     blob = torch.load(gnn.shipped_weights(scheme), weights_only=True)
-    assert blob["cost_model_version"] == scheme_version(scheme)  # trained on the labels fuseplan now prices
+    assert blob["cost_model_version"] == label_version(scheme)  # trained on the labels fuseplan now gives
     classifier, info = gnn.load_classifier(scheme)
     assert info["epochs"] == 50
     data = sample_dataset({model: zoo_graphs[model]}, scheme, {model: 120}, seed=12345)

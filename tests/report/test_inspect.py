@@ -18,7 +18,8 @@ def test_every_zoo_model_inspects_at_every_buffer(zoo_graphs, name, scheme):
         assert report.nodes == len(report.operators) == len(graph)
         assert report.fuseable == sum(row.fuseable for row in report.operators) > 0
         for row in report.operators:
-            assert row.fuseable == (row.buffer_bytes < kb * 1024)
+            assert row.fuseable == (row.buffer_bytes < kb * 1024 and row.rides_with is None)
+            assert row.alone_dram_bytes >= row.lower_bound_bytes  # no schedule beats its I/O lower bound
         assert report.dram_lower_bound_bytes <= report.unfused_dram_bytes
         json.dumps(report.to_json())  # machine-readable as is
 

@@ -17,15 +17,31 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    and channel passes.
 # 3: BRR: a lone convolution's output blocks may stream one input channel at a
 #    time (LBDF unchanged).
+# 4: one mapper prices operators that run alone under both schemes (LBDF's
+#    unfuseable operators, BRR's groups of one operator), the in-place
+#    operators on an unfuseable operator's output ride with it, and BRR's
+#    F_beta is what its row tiles hold. Labels unchanged (label_version).
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 
 
-def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 2, BRR 3)."""
+def _scheme(scheme: str) -> type[CostModel]:
     try:
-        return SCHEMES[scheme.lower()].version
+        return SCHEMES[scheme.lower()]
     except KeyError:
         raise FuseplanError(f"unknown fusion scheme {scheme!r}; choose one of {', '.join(SCHEMES)}") from None
+
+
+def scheme_version(scheme: str) -> int:
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 3, BRR 4): sweep cells and
+    proven optima priced under an earlier one are stale."""
+    return _scheme(scheme).version
+
+
+def label_version(scheme: str) -> int:
+    """The cost-model version in which the ``F_beta`` that ``scheme``'s datasets record (priced with a 1-byte
+    buffer, the least any schedule of a group holds) last changed (LBDF 2, BRR 3): datasets and classifier
+    weights labelled under it stay valid."""
+    return _scheme(scheme).label_version
 
 
 def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> CostModel:
@@ -38,4 +54,4 @@ def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_
 
 
 __all__ = ["BRRCostModel", "COST_MODEL_VERSION", "CostModel", "GraphTables", "Group", "GroupCost", "LBDFCostModel", "SCHEMES",
-           "make_cost_model", "scheme_version"]
+           "label_version", "make_cost_model", "scheme_version"]

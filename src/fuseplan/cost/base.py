@@ -22,6 +22,8 @@ from typing import Any, ClassVar, NamedTuple
 
 from fuseplan.errors import FuseplanError
 from fuseplan.graph.ir import CompGraph
+from fuseplan.schedule import Schedule
+from fuseplan.schedule.lone import lone_schedule, riders
 
 Group = frozenset[int]
 
@@ -99,6 +101,10 @@ class CostModel(ABC):
     #: The cost-model version in which this scheme's prices last changed: data priced by the scheme
     #: under that version or later (datasets, classifier weights, sweep cells) stay valid.
     version: ClassVar[int]
+    #: The cost-model version in which the ``F_beta`` a dataset records for a group (priced with a 1-byte
+    #: buffer: the least any schedule of the group holds) last changed: the labels of datasets and classifier
+    #: weights made under it or later stay valid.
+    label_version: ClassVar[int]
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
         if buffer_bytes <= 0:
@@ -267,13 +273,57 @@ class CostModel(ABC):
                 rows.setdefault(t, 1)
         return rows
 
-    def alone_dram(self, v: int) -> int:
-        """DRAM bytes of operator ``v`` run by itself, tiled as the scheme would if it does not fit.
+    def schedule(self, group: Iterable[int]) -> Schedule:
+        """The schedule this scheme prices ``group`` by: ``F_beta`` is ``bytes_per_element * on_chip`` of it
+        and ``F_D`` ``bytes_per_element * dram`` (:mod:`fuseplan.schedule`)."""
+        raise NotImplementedError
 
-        For a fuseable operator this is ``F_D({v})``; schemes price an
-        unfuseable one as they would actually execute it (docs/cost-models.md).
-        It never grows with the buffer.
+    @cached_property
+    def _too_big(self) -> tuple[int, ...]:
+        """Operators that do not fit the buffer alone, as this scheme prices a group."""
+        return tuple(i for i in range(len(self.graph.nodes)) if not self.fits(frozenset((i,))))
+
+    @cached_property
+    def riding(self) -> dict[int, int]:
+        """Operators that run with an operator that does not fit alone: the in-place operators on its output
+        (:func:`fuseplan.schedule.lone.riders`), applied to each output block before it is written;
+        rider -> that operator."""
+        from fuseplan.cost.streaming import in_place_operators
+
+        in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
+        found: dict[int, int] = {}
+        for v in self._too_big:
+            if v not in found:
+                for u in riders(self.graph, v, in_place):
+                    found[u] = v
+        return found
+
+    def alone_schedule(self, v: int) -> Schedule:
+        """The schedule of operator ``v`` run alone with the operators riding on it (:attr:`riding`): the
+        least-DRAM blocking that fits (:func:`fuseplan.schedule.lone.lone_schedule`), the same for every scheme."""
+        from fuseplan.cost.streaming import in_place_operators
+
+        in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
+        found = lone_schedule(self.graph, v, riders(self.graph, v, in_place) if v in self._too_big else (),
+                              self.buffer_bytes, self.bytes_per_element)
+        if found is None:
+            node = self.graph.nodes[v]
+            raise FuseplanError(f"operator {node.name!r} ({node.op_type}) cannot run in a "
+                                f"{self.buffer_bytes}-byte buffer even alone, in any blocking fuseplan knows")
+        return found
+
+    def alone_dram(self, v: int) -> int:
+        """DRAM bytes of operator ``v`` run by itself.
+
+        For a fuseable operator this is ``F_D({v})``; one that does not fit
+        runs alone in the least-DRAM blocking that fits
+        (:meth:`alone_schedule`), its riders with it; a rider moves nothing of
+        its own (0). It never grows with the buffer.
         """
+        if v in self.riding:
+            return 0
+        if v in self._too_big:
+            return self.bytes_per_element * self.alone_schedule(v).dram
         return self.dram(frozenset((v,)))
 
     def unfuseable_dram(self) -> int:
@@ -288,8 +338,9 @@ class CostModel(ABC):
     # -- whole-model figures ---------------------------------------------
     @cached_property
     def unfuseable(self) -> tuple[int, ...]:
-        """Operators that do not fit the buffer even alone; excluded from search."""
-        return tuple(i for i in range(len(self.graph.nodes)) if not self.fits(frozenset((i,))))
+        """Operators excluded from search: those that do not fit the buffer even alone, and the operators
+        riding with them (:attr:`riding`)."""
+        return tuple(sorted({*self._too_big, *self.riding}))
 
     def known_unfuseable(self, operators: Iterable[int]) -> None:
         """Take ``operators`` as :attr:`unfuseable` instead of pricing every operator alone: for a caller

@@ -47,6 +47,8 @@ from typing import NamedTuple
 from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
+from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
+from fuseplan.schedule.lone import lone_schedule, riders
 
 DEFAULT_CHANNEL_BLOCK = 16
 
@@ -136,7 +138,8 @@ class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 3  # one input channel at a time in a lone convolution's output blocks
+    version = 4  # groups of one operator priced by the lone-operator mapper; F_beta what the row tiles hold
+    label_version = 3  # one input channel at a time in a lone convolution's output blocks
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
@@ -148,6 +151,7 @@ class BRRCostModel(CostModel):
         self._weight_block = tuple(weight_block(w, c, channel_block, i)
                                    for w, c, i in zip(tables.node_weights, tables.node_channels, self._in_channels))
         self.in_place = in_place_operators(graph)
+        self._alone_cache: dict[tuple[int, int], Schedule | None] = {}
         self.blockable = blockable_operators(graph)
         self._producer = tuple(t.producer for t in graph.tensors)
         self._input_producers = tuple(tuple(p for t in n.inputs if (p := self._producer[t]) is not None)
@@ -253,6 +257,61 @@ class BRRCostModel(CostModel):
         assert best is not None
         return best
 
+    def schedule(self, group: Group) -> Schedule:
+        """The schedule :meth:`price` prices ``group`` by: the lone-operator mapper's, or ``row-tiles``.
+
+        ``row-tiles``: the group streams rows as in LBDF, in ``tiles`` tiles of ``rows_per_tile`` rows of
+        its tallest streamed tensor; each tensor holds its one-row-tile rows (a channel block of them where
+        the alternation holds it a block at a time) and ``scratch`` counts the rows a taller tile adds. One
+        tile holds every weight (read once); more tiles stream the weights through one buffer of the
+        largest weight block (``params["weight_block"]``, counted on the operator it belongs to), read
+        once per tile. ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
+        """
+        group = frozenset(group)
+        chosen = max(self._schedules(group), key=lambda item: item[1] == self.evaluate(group))[0]
+        if chosen == "alone":
+            alone = self._alone(group)
+            assert alone is not None
+            return alone
+        b, beta, graph = self.bytes_per_element, self.buffer_bytes, self.graph
+        rows: dict[int, int] = {}
+        streamed: set[int] = set()
+        fp = footprint(self.tables, group, rows, self.in_place, streamed)
+        entry = None if chosen == "row tiles" else chosen.endswith("full")
+        share = ({} if entry is None
+                 else self.held_channels(group, self.modes(group, entry), [t for t in rows if self._block_share[t] < 1]))
+        features, line = 0, fp.line * fp.reference_rows
+        uses = []
+        for t in sorted(rows):
+            tensor = graph.tensors[t]
+            whole = rows[t] * tensor.row_numel
+            held = ceil(whole * share[t]) if t in share else whole
+            if t in share and t in streamed:
+                line -= tensor.numel * (1.0 - share[t])
+            features += held
+            external = tensor.producer not in group
+            written = not external and rows[t] != 0 and (tensor.is_model_output or not set(tensor.consumers) <= group)
+            holding = IN_PLACE if rows[t] == 0 else WHOLE if rows[t] >= tensor.rows else ROWS
+            uses.append(TensorUse(t, holding, rows[t], held, tensor.numel if external else 0,
+                                  tensor.numel if written else 0))
+        line /= fp.reference_rows
+        block = max(self._weight_block[v] for v in group)
+        tiles, per_tile = _row_tiles(b, beta, fp.weights, features, block, line, fp.reference_rows)
+        members = sorted(group)
+        if tiles == 1 and per_tile == fp.reference_rows:
+            weights = tuple(WeightUse(v, graph.nodes[v].weight_numel, graph.nodes[v].weight_numel)
+                            for v in members if graph.nodes[v].weight_numel)
+            scratch = 0
+        else:
+            holder = max(members, key=lambda v: (self._weight_block[v], -v))
+            weights = tuple(WeightUse(v, block if v == holder else 0, graph.nodes[v].weight_numel * tiles)
+                            for v in members if graph.nodes[v].weight_numel)
+            scratch = ceil(line * (per_tile - 1))
+        return Schedule("row-tiles", tuple(members), tuple(uses), weights, loops=(("row tiles", tiles),),
+                        params={"entry": "none" if entry is None else "full" if entry else "partial",
+                                "tiles": tiles, "rows_per_tile": per_tile, "weight_block": block},
+                        scratch=scratch)
+
     def schedules(self, group: Group) -> dict[str, GroupCost]:
         """Every schedule BRR considers for ``group``, by name; :meth:`price` keeps the best."""
         return dict(self._schedules(group))
@@ -300,122 +359,34 @@ class BRRCostModel(CostModel):
                 continue
             features = fp.features - saved
             line = (fp.line * reference - saved_per_row) / reference
-            buffer = b * (features + block)
-            if b * (weights + features) < beta:
-                tiles = 1
-            elif buffer < beta and line > 0:
-                rows_per_tile = int((beta - 1 - buffer) // (b * line)) + 1
-                tiles = ceil(reference / min(rows_per_tile, reference))
-            else:  # does not fit: priced as one tile per output row (invalid anyway)
-                tiles = reference
+            tiles, rows = _row_tiles(b, beta, weights, features, block, line, reference)
+            if tiles == 1 and rows == reference:  # every weight stays: read once
+                buffer = b * (weights + features)
+            else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
+                buffer = b * (features + block + ceil(line * (rows - 1)))
             found.append((name, GroupCost(buffer=buffer, dram=b * (weights * tiles + io))))
-        head = self._single_head(group)
-        if head is not None:
-            passes = self._channel_passes(group, head)
-            if passes is not None:
-                found.append(("channel passes", passes))
-            blocks = self._output_blocks(group, head)
-            if blocks is not None:
-                found.append(("output blocks", blocks))
+        alone = self._alone(group)
+        if alone is not None:
+            found.append(("alone", GroupCost(buffer=b * alone.on_chip, dram=b * alone.dram)))
         return found
 
-    def _lone_shape(self, members) -> tuple[bool, int | None]:
-        """Whether ``members`` are at most one blockable operator and in-place operators, each on one
-        input, and that blockable operator (None when there is none)."""
-        node_inputs, blockable, in_place = self.tables.node_inputs, self.blockable, self.in_place
-        head = None
-        for v in members:  # most groups fail on their first few members
-            if len(node_inputs[v]) != 1:
-                return False, None
-            if blockable[v]:
-                if head is not None:
-                    return False, None
-                head = v
-            elif not in_place[v]:
-                return False, None
-        return True, head
-
-    def _single_head(self, group: Group) -> int | None:
-        """The operator with weights of a group made of it and in-place operators on its output, if so."""
-        lone, head = self._lone_shape(group)
-        if not lone or head is None or self._producer[self.tables.node_inputs[head][0][0]] in group:
+    def _alone(self, group: Group) -> Schedule | None:
+        """The lone-operator schedule of ``group`` (:func:`fuseplan.schedule.lone.lone_schedule`), where the
+        group is one operator and a prefix of the operators riding on its output; ``None`` otherwise or
+        where no blocking fits."""
+        head = min(group)
+        ride = self._riders[head]
+        if len(group) - 1 > len(ride) or any(u not in group for u in ride[:len(group) - 1]):
             return None
-        return head
+        key = (head, len(group) - 1)
+        if key not in self._alone_cache:
+            self._alone_cache[key] = lone_schedule(self.graph, head, ride[:len(group) - 1], self.buffer_bytes,
+                                                   self.bytes_per_element)
+        return self._alone_cache[key]
 
-    def _channel_passes(self, group: Group, head: int) -> GroupCost | None:
-        """Run ``group`` in passes over blocks of output channels, re-reading its input once per pass.
-
-        Each pass holds the weights of ``k`` output channels and streams the
-        input by rows, computing those channels from all input channels.
-        """
-        tables = self.tables
-        b = self.bytes_per_element
-        rows: dict[int, int] = {}
-        fp = footprint(tables, group, rows, self.in_place)
-        source = tables.node_inputs[head][0][0]
-        channels = max(tables.node_channels[head], 1)
-        held_input = rows[source] * tables.tensor_row_numel[source]
-        # per output channel: its weights and its rows of every tensor the group makes
-        per_channel = (tables.node_weights[head]
-                       + sum(r * tables.tensor_row_numel[t] for t, r in rows.items() if t != source)) / channels
-        room = (self.buffer_bytes - 1) / b - held_input
-        k = min(channels, int(room // per_channel)) if room > 0 else 0
-        if k < 1:
-            return None
-        passes = ceil(channels / k)
-        buffer = b * (held_input + ceil(k * per_channel))
-        return GroupCost(buffer=buffer, dram=b * (fp.weights + passes * fp.inputs + fp.outputs))
-
-    def _output_blocks(self, group: Group, head: int) -> GroupCost | None:
-        """Run ``group`` over blocks of ``h`` output rows by ``k`` output channels, weights streamed.
-
-        A block keeps the partial sums of its ``h x k`` outputs and the input
-        rows of ``c`` input channels at a time, accumulating over the input
-        channels; the weights stream through a block at a time (``k`` output
-        by ``c`` input channels), so every row block re-reads them and every
-        channel block re-reads the input (with the rows its window overlaps).
-        ``c`` is a channel block or one channel (as Optimus's per-layer
-        blocking allows): one channel leaves the most room for output rows.
-        The ``(c, k)`` that moves the least DRAM is kept (then the least buffer).
-        """
-        tables = self.tables
-        b = self.bytes_per_element
-        source, kernel, stride, _reach = tables.node_inputs[head][0]
-        if kernel == float("inf") or stride <= 0:
-            return None
-        out = tables.node_outputs[head][0]
-        channels = max(tables.node_channels[head], 1)
-        in_channels = self._in_channels[head]
-        out_row = tables.tensor_row_numel[out] / channels  # one output row of one channel
-        in_row = tables.tensor_row_numel[source] / in_channels
-        height, in_height = tables.tensor_rows[out], tables.tensor_rows[source]
-        fp = footprint(tables, group, None, self.in_place)
-        weights, io_out = fp.weights, fp.outputs
-        overlap = max(kernel - stride, 0.0)
-        # input channels streamed at a time -> the weights held for one block of output channels
-        one_channel = ceil(tables.node_weights[head] * min(1.0, self.channel_block / channels) / in_channels)
-        held = {1: one_channel, min(self.channel_block, in_channels): self._weight_block[head]}
-        best: GroupCost | None = None
-        for c, block in sorted(held.items(), reverse=True):
-            room = (self.buffer_bytes - 1) / b - block
-            for passes in range(1, channels + 1):
-                k = ceil(channels / passes)
-                if passes > 1 and ceil(channels / (passes - 1)) == k:
-                    continue
-                if best is not None and b * (weights + passes * fp.inputs + io_out) >= best.dram:
-                    break  # more passes only re-read the input more
-                per_row = out_row * k + stride * in_row * c
-                h = min(height, int((room - overlap * in_row * c) // per_row)) if per_row > 0 else height
-                if h < 1:
-                    continue
-                blocks = ceil(height / h)
-                rows_read = min(in_height, ceil(blocks * (h * stride + overlap)))
-                dram = b * (weights * blocks + passes * rows_read * tables.tensor_row_numel[source] + io_out)
-                buffer = b * ceil(h * per_row + overlap * in_row * c + block)
-                cost = GroupCost(buffer=buffer, dram=dram)
-                if best is None or (cost.dram, cost.buffer) < (best.dram, best.buffer):
-                    best = cost
-        return best
+    @cached_property
+    def _riders(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(riders(self.graph, v, self.in_place) for v in range(len(self.graph.nodes)))
 
     # -- the buffer floor: what any group holding a given one keeps on chip at the least ---------
     floor_combine = "max"  # the row-tile schedules hold the largest weight block of the group
@@ -493,23 +464,27 @@ class BRRCostModel(CostModel):
         return tuple(0.0 if gone else float(n) for gone, n in zip(overwritable, self.tables.tensor_row_numel))
 
     def lone_floor(self, members) -> float | None:
-        """The least a lone operator's channel passes or output blocks hold, where a larger group may
-        still be one: every operator in place on one input but at most one blockable operator, whose
-        input comes from outside. Both schedules hold at least ``min(K, H_in)`` input rows of one input
-        channel (output blocks may stream the input one channel at a time)."""
-        lone, head = self._lone_shape(members)
-        if not lone:
-            return None
-        if head is None:
-            return 0.0  # the blockable operator may join later: no bound yet
-        source, kernel, _s, _r = self.tables.node_inputs[head][0]
-        if self._producer[source] in members:
-            return None
-        tables = self.tables
-        in_channels = self._in_channels[head]
-        one_channel_row = tables.tensor_row_numel[source] / in_channels
-        rows = min(kernel, tables.tensor_rows[source])
-        return rows * one_channel_row
+        """0 where a larger group holding ``members`` may still be a lone operator with its riders (priced by
+        the mapper, whose smallest blocking holds next to nothing), ``None`` where none can be: the
+        members are the least of them and operators riding on it, or all operators that could ride on
+        one not yet among them."""
+        members = tuple(members)
+        head = min(members)
+        ride = self._riders[head]
+        if all(u == head or u in ride for u in members):
+            return 0.0
+        if all(self._may_ride[u] for u in members):
+            return 0.0
+        return None
+
+    @cached_property
+    def _may_ride(self) -> tuple[bool, ...]:
+        """Per operator: whether it rides on some operator's output (:func:`fuseplan.schedule.lone.riders`)."""
+        flags = [False] * len(self.graph.nodes)
+        for ride in self._riders:
+            for u in ride:
+                flags[u] = True
+        return tuple(flags)
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         # With room for everything, weights are read once: no tiling reloads.
@@ -601,6 +576,23 @@ class BRRState(StreamingState):
         # one float addition after another, in the same order as _held_savings: the same bits
         return (self.saved_full, reduce(add, self.line_full.values(), 0.0),
                 self.saved_partial, reduce(add, self.line_partial.values(), 0.0))
+
+
+def _row_tiles(b: int, beta: int, weights: int, features: int, block: int, line: float,
+               reference: int) -> tuple[int, int]:
+    """``(tiles, rows per tile)`` of a row-tile schedule: one tile when every weight fits beside the features
+    (weights then stay, read once), else tiles of as many rows of the reference tensor as fit beside one
+    block of weights, ``ceil(line * (rows - 1))`` elements more than one-row tiles, the weights read once
+    per tile (one row per tile where even that does not fit)."""
+    if b * (weights + features) < beta:
+        return 1, reference
+    held = features + block
+    if b * held < beta and line > 0:
+        rows = min(int((beta - 1 - b * held) // (b * line)) + 1, reference)
+        while rows > 1 and b * (held + ceil(line * (rows - 1))) >= beta:  # the float estimate, made exact
+            rows -= 1
+        return ceil(reference / rows), rows
+    return reference, 1
 
 
 def _better(a: GroupCost, b: GroupCost, beta: int) -> GroupCost:

@@ -27,7 +27,8 @@ class LBDFCostModel(CostModel):
     """Line-buffer depth-first fusion: all weights resident, features streamed by rows."""
 
     name = "lbdf"
-    version = 2  # in-place element-wise operators
+    version = 3  # operators that do not fit run in the lone-operator mapper's blocking, their riders with them
+    label_version = 2  # in-place element-wise operators
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
         super().__init__(graph, buffer_bytes, bytes_per_element)
@@ -64,26 +65,6 @@ class LBDFCostModel(CostModel):
         # A tensor an activation may overwrite holds no rows in some larger group.
         overwritable = overwritable_tensors(self.graph, self.in_place)
         return tuple(0.0 if gone else float(n) for gone, n in zip(overwritable, self.tables.tensor_row_numel))
-
-    def alone_dram(self, v: int) -> int:
-        """An operator that does not fit runs alone in blocks of output channels.
-
-        Each block keeps its share of the weights on chip beside the
-        operator's streamed features and re-reads the whole input; the output
-        and every weight move once. A block has as many channels as fit
-        (at least one), so the block count, and the DRAM, only falls as the
-        buffer grows, down to ``F_D({v})`` when the operator fits.
-        """
-        fp = footprint(self.tables, frozenset((v,)))
-        b = self.bytes_per_element
-        blocks = 1
-        if b * (fp.weights + fp.features) >= self.buffer_bytes and fp.weights > 0:
-            channels = max(self.tables.node_channels[v], 1)
-            room = self.buffer_bytes - 1 - b * fp.features  # bytes left for one block of weights
-            per_channel = b * fp.weights / channels
-            fitting = int(room // per_channel) if room > 0 else 0
-            blocks = ceil(channels / max(1, min(fitting, channels)))
-        return b * (fp.weights + fp.inputs * blocks + fp.outputs)
 
 
 def stream_schedule(graph: CompGraph, group: Group, rows: dict[int, int]) -> Schedule:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.cost import COST_MODEL_VERSION, make_cost_model, scheme_version
+from fuseplan.cost import COST_MODEL_VERSION, label_version, make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_directory, atomic_file, check_input, read_input, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
@@ -198,7 +198,7 @@ def build_dataset(models: Sequence[str], schemes: Sequence[str], out: Path, seed
             meta["schemes"][scheme] = {
                 "models": data.models, "groups": len(data), "samples": len(data) * len(BUFFERS_KB),
                 "groups_per_model": {m: int(np.sum(data.model == i)) for i, m in enumerate(data.models)},
-                "valid_share": data.valid_share(), "cost_model_version": scheme_version(scheme),
+                "valid_share": data.valid_share(), "cost_model_version": label_version(scheme),
             }
         write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
@@ -224,9 +224,9 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
         raise FuseplanError(f"{directory}: has no {scheme.upper()} data (schemes: {', '.join(meta['schemes'])})")
     # A scheme's labels stay valid until its prices change (datasets before version 3 record one version).
     priced_by = meta["schemes"][scheme].get("cost_model_version", meta.get("cost_model_version", 1))
-    if priced_by != scheme_version(scheme):
+    if priced_by != label_version(scheme):
         raise FuseplanError(f"{directory}: {scheme.upper()} labels priced by cost-model version {priced_by}; "
-                            f"this fuseplan prices {scheme.upper()} as version {scheme_version(scheme)} does: "
+                            f"this fuseplan labels {scheme.upper()} groups as version {label_version(scheme)} does: "
                             "rebuild the dataset")
     check_input(directory / f"{scheme}.npz", "dataset file")
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fuseplan.cost import scheme_version
+from fuseplan.cost import label_version
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_file, read_input
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
@@ -273,7 +273,7 @@ def save_weights(model, scheme: str, path: Path, extra: dict[str, Any] | None = 
     torch = require_torch()
     with atomic_file(path) as handle:
         torch.save({"format": WEIGHTS_FORMAT, "scheme": scheme, "feature_version": FEATURE_VERSION,
-                    "cost_model_version": scheme_version(scheme), "vocabulary": list(OP_VOCABULARY),
+                    "cost_model_version": label_version(scheme), "vocabulary": list(OP_VOCABULARY),
                     "state_dict": model.state_dict(), "info": extra or {}}, handle)
 
 
@@ -314,9 +314,9 @@ def load_classifier(scheme: str, path: Path | None = None):
         raise FuseplanError(f"{path}: weights use feature version {blob.get('feature_version')}; "
                             f"this fuseplan uses version {FEATURE_VERSION}")
     # Labels are the cost models' verdicts: weights learned under other models predict other verdicts.
-    if blob.get("cost_model_version", 1) != scheme_version(scheme):
+    if blob.get("cost_model_version", 1) != label_version(scheme):
         raise FuseplanError(f"{path}: weights learned labels of cost-model version {blob.get('cost_model_version', 1)}; "
-                            f"this fuseplan prices {scheme.upper()} as version {scheme_version(scheme)} does: "
+                            f"this fuseplan labels {scheme.upper()} groups as version {label_version(scheme)} does: "
                             "retrain (fuseplan classifier train)")
     model = build_model()
     state = blob.get("state_dict")

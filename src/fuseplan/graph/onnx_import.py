@@ -19,6 +19,8 @@ still treats as an alias or a constant.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Mapping, Sequence
 from math import prod
 from pathlib import Path
@@ -305,6 +307,16 @@ def model_path(source: str | Path) -> tuple[Path, str]:
             f"{source!r} is neither an existing file nor a zoo model (try `fuseplan zoo`)"
         )
     return path, path.stem
+
+
+def load_prepared(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  passes: Sequence[Pass] | None = None) -> tuple[onnx.ModelProto, CompGraph]:
+    """:func:`load_graph`, and the prepared model the graph was read from (for what needs the model's
+    arithmetic, such as the simulator)."""
+    path, name = model_path(source)
+    prepared, records = prepare_model(read_model(path), name, input_shapes, passes)
+    graph = graph_from_model(prepared, name=name, passes=[])
+    return prepared, dataclasses.replace(graph, passes=tuple(records), check_order=False)
 
 
 def load_graph(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,

@@ -1,7 +1,7 @@
-"""plan.json (schema version 2) and ONNX models annotated with their plan.
+"""plan.json (schema version 3) and ONNX models annotated with their plan.
 
 The schema is documented in docs/plan-format.md; version 1 files (without
-the total-DRAM keys) are still read. Operators are named by
+the total-DRAM keys) and version 2 files (without schedules) are still read. Operators are named by
 their ONNX node names, so any tool can map a plan back onto the model.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from fuseplan.cost import COST_MODEL_VERSION
+from fuseplan.cost import COST_MODEL_VERSION, CostModel
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.graph.onnx_import import prepare_model
@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # pydantic is imported only where a hardware description is r
     from fuseplan.hardware import Hardware
 
 FORMAT = "fuseplan-plan"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 GROUP_KEY = "fuseplan.group"
 
 
@@ -51,7 +51,8 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         buffer, dram = cost.evaluate(group)
         groups.append({"id": index, "nodes": [graph.nodes[v].name for v in sorted(group)],
                        "buffer_bytes": buffer, "dram_bytes": dram,
-                       **(estimator.group(group, dram).record() if estimator is not None else {})})
+                       **(estimator.group(group, dram).record() if estimator is not None else {}),
+                       "schedule": cost.schedule(group).to_json(graph)})
     document: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -67,6 +68,7 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         "max_buffer_usage_bytes": total.max_buffer,
         "groups": groups,
         "excluded": [graph.nodes[v].name for v in problem.excluded],
+        "alone": [alone_record(cost, v) for v in problem.excluded if v not in cost.riding],
         "search": search,
     }
     if reference is not None:
@@ -84,6 +86,14 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
     if renamed:  # unnamed nodes and repeated names: how to find each in the model
         document["renamed"] = renamed
     return document
+
+
+def alone_record(cost: CostModel, v: int) -> dict[str, Any]:
+    """plan.json's record of an operator that runs alone (with the operators riding on it)."""
+    schedule = cost.alone_schedule(v)
+    b = cost.bytes_per_element
+    return {"node": cost.graph.nodes[v].name, "buffer_bytes": b * schedule.on_chip, "dram_bytes": b * schedule.dram,
+            "schedule": schedule.to_json(cost.graph)}
 
 
 def write_json(document: dict[str, Any], path: Path) -> None:

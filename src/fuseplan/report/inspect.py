@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fuseplan.cost.base import CostModel
+from fuseplan.schedule.bounds import io_lower_bound
+from fuseplan.schedule.lone import riders
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,10 @@ class OperatorRow:
     buffer_bytes: int  # F_beta of the operator alone
     dram_bytes: int  # F_D of the operator alone
     fuseable: bool
-    alone_dram_bytes: int  # run alone, tiled as the scheme would if it does not fit
+    alone_dram_bytes: int  # run alone: F_D alone if it fits, else the least-DRAM blocking that fits (0 for a rider)
+    rides_with: str | None  # the operator that does not fit alone and applies this one to its output blocks
+    lower_bound_bytes: int  # no schedule of this operator alone (with its riders) moves less DRAM
+    lower_bound_source: str  # which bound that is (see fuseplan.schedule.bounds)
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,9 @@ class InspectReport:
         data["total_dram_lower_bound_bytes"] = self.total_dram_lower_bound_bytes
         data["note"] = ("unfused_dram_bytes and dram_lower_bound_bytes cover fuseable operators only, as in the "
                         "reference paper; the total_* figures add excluded_dram_bytes, every operator that does "
-                        "not fit the buffer alone run by itself as the scheme tiles it")
+                        "not fit the buffer alone run by itself in the least-DRAM blocking that fits, the "
+                        "in-place operators on its output riding with it; lower_bound_bytes: no schedule of the "
+                        "operator alone moves less (fuseplan.schedule.bounds)")
         return data
 
 
@@ -65,9 +72,14 @@ def inspect_model(cost: CostModel) -> InspectReport:
     graph = cost.graph
     b = cost.bytes_per_element
     unfuseable = set(cost.unfuseable)
+    riding = cost.riding
+    in_place = getattr(cost, "in_place", ())
     rows = []
     for node in graph.nodes:
         alone = cost.evaluate(frozenset((node.index,)))
+        head = riding.get(node.index)
+        carried = riders(graph, node.index, in_place) if node.index in unfuseable and head is None else ()
+        bound = io_lower_bound(graph, node.index, cost.buffer_bytes, b, carried)
         rows.append(OperatorRow(
             index=node.index,
             name=node.name,
@@ -78,6 +90,9 @@ def inspect_model(cost: CostModel) -> InspectReport:
             dram_bytes=alone.dram,
             fuseable=node.index not in unfuseable,
             alone_dram_bytes=cost.alone_dram(node.index),
+            rides_with=None if head is None else graph.nodes[head].name,
+            lower_bound_bytes=0 if head is not None else b * bound.elements,
+            lower_bound_source="rides with another operator" if head is not None else bound.source,
         ))
     return InspectReport(
         model=graph.name,

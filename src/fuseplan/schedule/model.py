@@ -27,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fuseplan.graph.ir import CompGraph
 
 #: How a tensor sits on chip.
 WHOLE = "whole"  # every element, for as long as the group needs it
@@ -95,37 +98,65 @@ class Schedule:
                 return use
         raise KeyError(index)
 
-    def to_json(self) -> dict[str, Any]:
-        """A compact, strict-JSON form (plan.json): lists in the order of the fields above."""
+    def to_json(self, graph: CompGraph | None = None) -> dict[str, Any]:
+        """A compact, strict-JSON form (plan.json): lists in the order of the fields above; with ``graph``,
+        operators and tensors by name rather than index (what a code generator reads)."""
+        op = (lambda v: v) if graph is None else (lambda v: graph.nodes[v].name)
+        tensor = (lambda t: t) if graph is None else (lambda t: graph.tensors[t].name)
         return {
             "kind": self.kind,
-            "operators": list(self.operators),
+            "operators": [op(v) for v in self.operators],
             "loops": [[name, count] for name, count in self.loops],
             "params": dict(self.params),
-            "tensors": [[t.tensor, t.holding, t.rows, t.elements, t.dram_reads, t.dram_writes] for t in self.tensors],
-            "weights": [[w.operator, w.elements, w.dram_reads] for w in self.weights],
+            "tensors": [[tensor(t.tensor), t.holding, t.rows, t.elements, t.dram_reads, t.dram_writes]
+                        for t in self.tensors],
+            "weights": [[op(w.operator), w.elements, w.dram_reads] for w in self.weights],
             "scratch": self.scratch,
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Schedule:
-        """The inverse of :meth:`to_json`; raises ``ValueError`` (or ``TypeError``) on a malformed form."""
+    def from_json(cls, data: Mapping[str, Any], graph: CompGraph | None = None) -> Schedule:
+        """The inverse of :meth:`to_json`; raises ``ValueError`` on a malformed form or, with ``graph``, a
+        name the graph does not have."""
         def integer(value: Any) -> int:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"expected a non-negative integer, got {value!r}")
             return value
 
-        params = data.get("params", {})
-        if not isinstance(params, Mapping) or not all(
-                isinstance(v, (str, int)) and not isinstance(v, bool) for v in params.values()):
-            raise ValueError("a schedule's params are a mapping of names to integers or strings")
-        return cls(
-            kind=str(data["kind"]),
-            operators=tuple(integer(v) for v in data["operators"]),
-            loops=tuple((str(name), integer(count)) for name, count in data.get("loops", ())),
-            params=dict(params),
-            tensors=tuple(TensorUse(integer(t), str(h), integer(r), integer(e), integer(rd), integer(wr))
-                          for t, h, r, e, rd, wr in data["tensors"]),
-            weights=tuple(WeightUse(integer(v), integer(e), integer(rd)) for v, e, rd in data.get("weights", ())),
-            scratch=integer(data.get("scratch", 0)),
-        )
+        if graph is None:
+            op = tensor = integer
+        else:
+            tensors = {t.name: t.index for t in graph.tensors}
+
+            def op(name: Any) -> int:
+                if not isinstance(name, str):
+                    raise ValueError(f"expected an operator name, got {name!r}")
+                try:
+                    return graph.node_index(name)
+                except Exception:
+                    raise ValueError(f"the model has no operator {name!r}") from None
+
+            def tensor(name: Any) -> int:
+                if not isinstance(name, str) or name not in tensors:
+                    raise ValueError(f"the model has no activation tensor {name!r}")
+                return tensors[name]
+
+        if not isinstance(data, Mapping):
+            raise ValueError("a schedule is an object")
+        try:
+            params = data.get("params", {})
+            if not isinstance(params, Mapping) or not all(
+                    isinstance(v, (str, int)) and not isinstance(v, bool) for v in params.values()):
+                raise ValueError("a schedule's params map names to integers or strings")
+            return cls(
+                kind=str(data["kind"]),
+                operators=tuple(op(v) for v in data["operators"]),
+                loops=tuple((str(name), integer(count)) for name, count in data.get("loops", ())),
+                params=dict(params),
+                tensors=tuple(TensorUse(tensor(t), str(h), integer(r), integer(e), integer(rd), integer(wr))
+                              for t, h, r, e, rd, wr in data["tensors"]),
+                weights=tuple(WeightUse(op(v), integer(e), integer(rd)) for v, e, rd in data.get("weights", ())),
+                scratch=integer(data.get("scratch", 0)),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a malformed schedule ({type(exc).__name__}: {exc})") from None

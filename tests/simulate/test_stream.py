@@ -1,0 +1,110 @@
+"""A ``stream`` schedule run row by row through its line buffers moves exactly the DRAM its price says, never
+holds more than its price, and computes what onnxruntime computes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fuseplan.cost import make_cost_model
+from fuseplan.plan.problem import FusionProblem
+from fuseplan.schedule import ROWS, Schedule
+from fuseplan.search import make_search, minimize
+from fuseplan.simulate.run import TOLERANCE, simulate, simulate_alone
+from fuseplan.split import make_splitter
+from tests.simulate.conftest import prepared
+
+GOOGLENET = "tests/data/googlenet_opset13.onnx"
+
+
+def _random_groups(graph, cost, count: int, seed: int) -> list[frozenset[int]]:
+    """Convex, connected groups that fit, grown from random operators (at most 12 members)."""
+    rng = random.Random(seed)
+    found: list[frozenset[int]] = []
+    for _ in range(count * 50):
+        members = {rng.randrange(len(graph.nodes))}
+        for _ in range(rng.randrange(12)):
+            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
+            if not around:
+                break
+            members.add(rng.choice(around))
+        group = frozenset(members)
+        if graph.is_convex(group) and cost.fits(group) and group not in found:
+            found.append(group)
+            if len(found) == count:
+                break
+    return found
+
+
+def _assert_agrees(outcome, schedule: Schedule) -> None:
+    assert outcome.finding is None, outcome.finding
+    assert outcome.simulated_dram == schedule.dram, outcome
+    assert outcome.peak_on_chip <= schedule.on_chip, outcome
+    assert outcome.max_error <= TOLERANCE, outcome
+    assert outcome.agrees
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "mobilenet_v3_small", "resnet18", GOOGLENET, "bert_encoder"])
+def test_random_lbdf_groups_run_as_priced(name):
+    graph, values = prepared(name)
+    cost = make_cost_model("lbdf", graph, 256 * 1024)
+    groups = _random_groups(graph, cost, 12, seed=1)
+    assert len(groups) == 12
+    for group in groups:
+        schedule = cost.schedule(group)
+        assert (schedule.on_chip, schedule.dram) == tuple(cost.evaluate(group))  # bytes per element 1
+        _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)
+
+
+@pytest.mark.parametrize("name, kb", [("squeezenet", 64), ("mobilenet_v3_small", 256), ("resnet18", 1024)])
+def test_an_auto_plan_runs_group_after_group_as_priced(name, kb):
+    graph, values = prepared(name)
+    cost = make_cost_model("lbdf", graph, kb * 1024)
+    problem = FusionProblem(cost)
+    result = minimize(problem, make_search("auto"), make_splitter("random"), budget=200, seed=0)
+    schedules = [cost.schedule(group) for group in result.plan.groups]
+    outcome = simulate(graph, schedules, values, cost.buffer_bytes - 1)
+    stream = [g for g in outcome.groups if g.kind == "stream"]
+    assert len(stream) == len(result.plan.groups)
+    for group, schedule in zip(sorted(stream, key=lambda g: g.index), schedules):
+        _assert_agrees(group, schedule)
+    assert sum(g.simulated_dram for g in stream) == result.cost.dram
+
+
+def test_a_line_buffer_one_row_short_stalls_the_group():
+    graph, values = prepared("resnet18")
+    cost = make_cost_model("lbdf", graph, 1024 * 1024)
+    group = frozenset(range(graph.node_index("/layer1/layer1.0/conv1/Conv"),
+                            graph.node_index("/layer1/layer1.0/relu_1/Relu") + 1))
+    schedule = cost.schedule(group)
+    assert simulate_alone(graph, schedule, values, None).agrees
+    narrowed = next(u for u in schedule.tensors if u.holding == ROWS and u.rows > 1)
+    short = Schedule(schedule.kind, schedule.operators,
+                     tuple(u if u is not narrowed else type(u)(u.tensor, u.holding, u.rows - 1, u.elements,
+                                                                 u.dram_reads, u.dram_writes)
+                           for u in schedule.tensors), schedule.weights)
+    outcome = simulate_alone(graph, short, values, None)
+    assert outcome.finding is not None and "cannot emit" in outcome.finding and not outcome.agrees
+
+
+def test_a_buffer_smaller_than_the_price_overflows_and_says_by_how_much():
+    graph, values = prepared("squeezenet")
+    cost = make_cost_model("lbdf", graph, 256 * 1024)
+    group = _random_groups(graph, cost, 1, seed=3)[0]
+    schedule = cost.schedule(group)
+    outcome = simulate_alone(graph, schedule, values, schedule.on_chip - 100)
+    assert outcome.finding is not None and "overflows" in outcome.finding and "over)" in outcome.finding
+
+
+def test_brr_groups_of_one_tile_that_hold_whole_rows_run_as_priced():
+    graph, values = prepared("mobilenet_v3_small")
+    cost = make_cost_model("brr", graph, 1024 * 1024)
+    run = 0
+    for group in _random_groups(graph, cost, 40, seed=2):
+        schedule = cost.schedule(group)
+        outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+        if outcome.skipped is None and schedule.kind == "row-tiles":
+            _assert_agrees(outcome, schedule)
+            run += 1
+    assert run >= 3
