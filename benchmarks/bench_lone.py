@@ -7,9 +7,10 @@ and 1MB (one byte an element), prices the least-DRAM schedule of
 :func:`fuseplan.schedule.bounds.io_lower_bound`, and writes the ratio's
 distribution (all, and per schedule kind), the worst cases and the mapper's
 time to ``benchmarks/results/lone.json``. Beside it, per model, scheme and
-buffer, the DRAM of the cost models' unfuseable operators as the schemes price
-them today (``unfuseable_dram``) and as the mapper schedules them (each
-operator alone, without riders: the same operators), and for vgg16 (LBDF,
+buffer, the DRAM of the cost models' unfuseable operators as the scheme prices
+them (``unfuseable_dram``, whose cost-model version the file records) and as
+the mapper schedules them (each operator alone, without riders: the same
+operators), and for vgg16 (LBDF,
 64KB) and bert_encoder (both schemes, 256KB) the fuseable plan's DRAM from
 ``fuseplan plan --search dp``, so the totals the mapper would give are
 (fuseable plan + mapped unfuseable operators). Run::
