@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
 
 import numpy as np
 import pytest
 
 from fuseplan.cost.streaming import in_place_operators
-from fuseplan.graph.onnx_import import graph_from_model, model_path, prepare_model, read_model
+from fuseplan.graph.onnx_import import graph_from_model, prepare_model
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import (
     CHANNELS_OUTER, CONV_ORDERS, MATMUL_ORDERS, ROWS_INNER, ROWS_OUTER, channel_blocks, conv_blocks_schedule,
@@ -17,6 +16,7 @@ from fuseplan.schedule.lone import (
 )
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from tests.schedule import layers
+from tests.simulate.conftest import prepared
 
 pytest.importorskip("onnxruntime", reason="the executor is compared with onnxruntime")
 
@@ -24,18 +24,10 @@ from fuseplan.simulate.lone import run_lone  # noqa: E402
 from fuseplan.simulate.values import ModelValues, relative_error  # noqa: E402
 
 
-@lru_cache(maxsize=None)
-def zoo_model(name: str):
-    path, stem = model_path(name)
-    model, _ = prepare_model(read_model(path), stem)
-    graph = graph_from_model(model, stem, passes=[])
-    return graph, ModelValues(model, graph, seed=0)
-
-
 def layer(model):
-    prepared, _ = prepare_model(model, "layer")
-    graph = graph_from_model(prepared, "layer", passes=[])
-    return graph, ModelValues(prepared, graph, seed=0)
+    ready, _ = prepare_model(model, "layer")
+    graph = graph_from_model(ready, "layer", passes=[])
+    return graph, ModelValues(ready, graph, seed=0)
 
 
 def execute(graph, values, schedule):
@@ -166,7 +158,7 @@ ZOO_LAYERS = [
 @pytest.mark.parametrize("model, name, buffer", ZOO_LAYERS,
                          ids=[getattr(p, "values", p)[1] for p in ZOO_LAYERS])
 def test_zoo_operators_execute_as_priced_in_small_buffers(model, name, buffer):
-    graph, values = zoo_model(model)
+    graph, values = prepared(model)
     _, schedule = mapped(graph, values, name, buffer)
     assert any(count > 1 for _, count in schedule.loops)  # really in blocks
 
