@@ -7,9 +7,10 @@ and 1MB (one byte an element), prices the least-DRAM schedule of
 :func:`fuseplan.schedule.bounds.io_lower_bound`, and writes the ratio's
 distribution (all, and per schedule kind), the worst cases and the mapper's
 time to ``benchmarks/results/lone.json``. Beside it, per model, scheme and
-buffer, the DRAM of the cost models' unfuseable operators as the schemes price
-them today (``unfuseable_dram``) and as the mapper schedules them (each
-operator alone, without riders: the same operators), and for vgg16 (LBDF,
+buffer, the DRAM of the cost models' unfuseable operators as the scheme prices
+them (``unfuseable_dram``, whose cost-model version the file records) and as
+the mapper schedules them (each operator alone, without riders: the same
+operators), and for vgg16 (LBDF,
 64KB) and bert_encoder (both schemes, 256KB) the fuseable plan's DRAM from
 ``fuseplan plan --search dp``, so the totals the mapper would give are
 (fuseable plan + mapped unfuseable operators). Run::
@@ -76,12 +77,23 @@ def lone_rows(models: list[str]) -> tuple[list[dict], float, int]:
                     continue
                 rows.append({
                     "model": name, "operator": graph.nodes[v].name, "op_type": graph.nodes[v].op_type,
+                    "why": why(graph, schedule),
                     "buffer_bytes": buffer, "kind": schedule.kind, "params": dict(schedule.params),
                     "dram": schedule.dram, "on_chip": schedule.on_chip, "compulsory": bound.compulsory,
                     "communication": bound.communication, "bound": bound.elements, "bound_source": bound.source,
                     "ratio": schedule.dram / bound.elements,
                 })
     return rows, seconds, priced
+
+
+def why(graph, schedule) -> str:
+    """What the schedule moves more than once: each input and weight's reads over its size."""
+    parts = [f"{graph.tensors[u.tensor].name} read {u.dram_reads / graph.tensors[u.tensor].numel:.2f}x"
+             for u in schedule.tensors if u.dram_reads]
+    parts += [f"weights of {graph.nodes[w.operator].name} read "
+              f"{w.dram_reads / graph.nodes[w.operator].weight_numel:.2f}x" for w in schedule.weights if w.dram_reads]
+    loops = ", ".join(f"{count} {what}" for what, count in schedule.loops if count > 1)
+    return "; ".join(parts) + (f" ({loops})" if loops else "")
 
 
 def unfuseable_totals(models: list[str]) -> list[dict]:

@@ -27,7 +27,8 @@ def _out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
 
 
 def conv(c_in: int, c_out: int, size: int, kernel: int = 3, stride: int = 1, pad: int = 1, dilation: int = 1,
-         groups: int = 1, bias: bool = True, relu: bool = False, seed: int = 0, width: int | None = None):
+         groups: int = 1, bias: bool = True, relu: bool = False, seed: int = 0, width: int | None = None,
+         batch: int = 1):
     """A Conv (and a Relu after it): (model, graph, weights in the Conv's input order)."""
     rng = np.random.default_rng(seed)
     width = size if width is None else width
@@ -44,7 +45,7 @@ def conv(c_in: int, c_out: int, size: int, kernel: int = 3, stride: int = 1, pad
     if relu:
         nodes.append(helper.make_node("Relu", ["y"], ["r"], name="relu"))
         last = "r"
-    model = _model(nodes, [("x", (1, c_in, size, width))], [(last, (1, c_out, h_out, w_out))], weights)
+    model = _model(nodes, [("x", (batch, c_in, size, width))], [(last, (batch, c_out, h_out, w_out))], weights)
     return model, graph_from_model(model, "conv"), [weights[n] for n in names[1:]]
 
 

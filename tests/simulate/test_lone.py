@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
 
 import numpy as np
 import pytest
 
 from fuseplan.cost.streaming import in_place_operators
-from fuseplan.graph.onnx_import import graph_from_model, model_path, prepare_model, read_model
+from fuseplan.graph.onnx_import import graph_from_model, prepare_model
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import (
     CHANNELS_OUTER, CONV_ORDERS, MATMUL_ORDERS, ROWS_INNER, ROWS_OUTER, channel_blocks, conv_blocks_schedule,
@@ -17,6 +16,7 @@ from fuseplan.schedule.lone import (
 )
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from tests.schedule import layers
+from tests.simulate.conftest import prepared
 
 pytest.importorskip("onnxruntime", reason="the executor is compared with onnxruntime")
 
@@ -24,18 +24,10 @@ from fuseplan.simulate.lone import run_lone  # noqa: E402
 from fuseplan.simulate.values import ModelValues, relative_error  # noqa: E402
 
 
-@lru_cache(maxsize=None)
-def zoo_model(name: str):
-    path, stem = model_path(name)
-    model, _ = prepare_model(read_model(path), stem)
-    graph = graph_from_model(model, stem, passes=[])
-    return graph, ModelValues(model, graph, seed=0)
-
-
 def layer(model):
-    prepared, _ = prepare_model(model, "layer")
-    graph = graph_from_model(prepared, "layer", passes=[])
-    return graph, ModelValues(prepared, graph, seed=0)
+    ready, _ = prepare_model(model, "layer")
+    graph = graph_from_model(ready, "layer", passes=[])
+    return graph, ModelValues(ready, graph, seed=0)
 
 
 def execute(graph, values, schedule):
@@ -76,6 +68,8 @@ CONVS = [
     dict(c_in=3, c_out=4, size=5, kernel=3, pad=6, dilation=6, relu=True),  # only the centre taps are read
     dict(c_in=8, c_out=12, size=8, kernel=3, pad=1, groups=4),  # grouped: blocks within a group, whole groups
     dict(c_in=6, c_out=6, size=9, kernel=3, pad=1, groups=6, bias=False),  # depthwise
+    dict(c_in=3, c_out=4, size=6, kernel=3, pad=1, relu=True, batch=2),  # images in turn
+    pytest.param(dict(c_in=4, c_out=8, size=6, kernel=3, pad=1, groups=2, batch=2), marks=SLOW),
 ]
 
 
@@ -164,7 +158,7 @@ ZOO_LAYERS = [
 @pytest.mark.parametrize("model, name, buffer", ZOO_LAYERS,
                          ids=[getattr(p, "values", p)[1] for p in ZOO_LAYERS])
 def test_zoo_operators_execute_as_priced_in_small_buffers(model, name, buffer):
-    graph, values = zoo_model(model)
+    graph, values = prepared(model)
     _, schedule = mapped(graph, values, name, buffer)
     assert any(count > 1 for _, count in schedule.loops)  # really in blocks
 
@@ -182,3 +176,46 @@ def test_copies_and_the_whole_fallback_execute_as_priced(op, inputs, outputs, co
     schedule = lone_schedule(graph, 0, (), 1 << 16, 1)
     assert schedule.kind == kind
     execute(graph, values, schedule)
+
+
+@pytest.mark.slow
+def test_random_blockings_of_random_convolutions_execute_as_priced():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw):
+        groups = draw(st.sampled_from([1, 1, 2, 3]))
+        kernel, dilation, stride = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        pad = draw(st.integers(0, (kernel - 1) * dilation + 1))
+        least = max(1, (kernel - 1) * dilation + 1 - 2 * pad)
+        spec = dict(c_in=groups * draw(st.integers(1, 3)), c_out=groups * draw(st.integers(1, 3)),
+                    size=draw(st.integers(least, max(least, 10))), kernel=kernel, stride=stride, pad=pad,
+                    dilation=dilation, groups=groups, bias=draw(st.booleans()), relu=draw(st.booleans()))
+        return spec, draw(st.sampled_from(CONV_ORDERS)), draw(st.integers(1, 9)), draw(st.integers(1, 9)), \
+            draw(st.integers(1, 10))
+
+    @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(cases())
+    def check(case):
+        spec, order, k, c, h = case
+        model, _, _ = layers.conv(**spec)
+        graph, values = layer(model)
+        g = conv_geometry(graph, 0)
+        k = min(k, g.c_out) if k < g.cout_group else g.cout_group * max(1, min(k // g.cout_group, g.groups))
+        block_in = channel_blocks(g, k)[1]
+        schedule = conv_blocks_schedule(graph, 0, riders(graph, 0, in_place_operators(graph)), order, k,
+                                        1 + (c - 1) % block_in if g.groups == 1 else block_in, min(h, g.h_out))
+        if schedule is not None:
+            execute(graph, values, schedule)
+
+    check()
+
+
+def test_a_product_by_one_activation_matrix_folds_the_rows_of_a():
+    model, _, _ = layers.single("MatMul", [(2, 3, 4), (4, 5)], [(2, 3, 5)])
+    graph, values = layer(model)
+    for order, m, n, kk in itertools.product(MATMUL_ORDERS, (1, 4, 6), (2, 5), (1, 4)):
+        schedule = matmul_blocks_schedule(graph, 0, (), order, m, n, kk)
+        assert dict(schedule.loops)["batch"] == 1 and dict(schedule.loops)["m blocks"] == -(-6 // m)
+        execute(graph, values, schedule)

@@ -34,9 +34,10 @@ counts (reads of inputs and weights, writes of outputs):
 
       Q >= sqrt(2) G / sqrt(R S) - 4 S
 
-  Smith et al. prove ``2 mnk / sqrt(S) - 2S`` for a product that reads its
-  ``C`` (their main result, whose leading term an algorithm attains); here ``C`` starts empty and is
-  written, which the argument above pays for with the weaker constant.
+  Smith et al. prove a bound whose leading term is ``2 mnk / sqrt(S)`` (an
+  algorithm attains it) for a product that reads its ``C``; here ``C`` starts
+  empty and is written, which the argument above pays for with the weaker
+  constant.
   Demmel and Dinh, "Communication-optimal convolutional neural nets" (arXiv
   1802.06905), derive the tight bounds for convolutions from the
   Hölder-Brascamp-Lieb inequalities; their constants are not used here: the
@@ -50,7 +51,7 @@ least what any fitting schedule holds. ``elements`` is the larger bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import sqrt
 
 from fuseplan.graph.ir import CompGraph
@@ -70,10 +71,10 @@ class IOBound:
     compulsory: int  # every needed input and weight element read once, every output written once
     communication: int | None  # the buffer-dependent bound of matrix products and convolutions
     source: str  # which bound ``elements`` is
+    elements: int = field(init=False)  # the larger bound
 
-    @property
-    def elements(self) -> int:
-        return max(self.compulsory, self.communication or 0)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "elements", max(self.compulsory, self.communication or 0))
 
 
 def _used_taps(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> tuple[int, int]:
@@ -96,11 +97,11 @@ def _window_bounds(g: ConvGeometry, buffer: int) -> tuple[int, int, int | None]:
     taps_h, macs_h = _used_taps(g.h_in, g.h_out, g.kh, g.sh, g.dh, g.pad_top)
     taps_w, macs_w = _used_taps(g.w_in, g.w_out, g.kw, g.sw, g.dw, g.pad_left)
     if not g.weights:
-        return g.c_in * rows * cols, 0, None
+        return g.batch * g.c_in * rows * cols, 0, None
     weights = g.c_out * g.cin_group * taps_h * taps_w + g.bias
-    macs = g.c_out * g.cin_group * macs_h * macs_w
+    macs = g.batch * g.c_out * g.cin_group * macs_h * macs_w
     reuse = min(g.kh, (g.kh - 1) * g.dh // g.sh + 1) * min(g.kw, (g.kw - 1) * g.dw // g.sw + 1)
-    return g.c_in * rows * cols, weights, _segment_bound(macs, reuse, buffer)
+    return g.batch * g.c_in * rows * cols, weights, _segment_bound(macs, reuse, buffer)
 
 
 def _segment_bound(macs: int, reuse: int, buffer: int) -> int:

@@ -17,7 +17,10 @@ kinds and their loop nests, which :mod:`fuseplan.simulate.lone` executes
 exactly:
 
 ``conv-blocks`` (Conv, grouped and depthwise included; MaxPool and AveragePool
-as weightless depthwise windows). Batch 1. Blocks of ``k`` output channels
+as weightless depthwise windows). The images of a batch are looped outermost,
+each running the nest below; the weights are read again for each image unless
+the nest holds all of them at once (one block of all output channels, all
+input channels per step), when they stay. Blocks of ``k`` output channels
 (a grouped convolution's blocks hold whole groups, ``k`` a multiple of the
 channels per group, or ``k`` channels within one group, so each block reads
 exactly its groups' input channels), ``h`` output rows, ``c`` input channels
@@ -55,8 +58,8 @@ dilated 3x3 whose outer taps only ever fall on padding reads its centre tap).
 
 ``matmul-blocks`` (Gemm; MatMul of any rank, batch dimensions looped
 outermost, ``B`` a weight or an activation). ``C = A B`` with ``A`` ``M x K``,
-``B`` ``K x N``; a MatMul whose ``B`` is a weight folds ``A``'s leading
-dimensions into ``M``. Blocks ``m``, ``n``, ``k`` (params ``m``, ``n``, ``k``);
+``B`` ``K x N``; a MatMul whose ``B`` is a weight or a matrix folds ``A``'s
+leading dimensions into ``M``. Blocks ``m``, ``n``, ``k`` (params ``m``, ``n``, ``k``);
 the ``m x n`` block of ``C`` accumulates in ``scratch`` (starting from its bias
 slice, read with it) and is written once. Orders:
 
@@ -89,7 +92,7 @@ once, each moved once; ``None`` where that does not fit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
 
@@ -225,7 +228,7 @@ def _ceil_sizes_cached(n: int) -> tuple[int, ...]:
 # -- conv-blocks ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ConvGeometry:
-    """A windowed operator's shape, as its loop nest sees it (batch 1)."""
+    """A windowed operator's shape, as its loop nest sees it (``batch`` images, each run in turn)."""
 
     c_in: int
     h_in: int
@@ -247,6 +250,7 @@ class ConvGeometry:
     taps_h: int  # filter rows some output row reads off the padding
     taps_w: int  # filter columns some output column reads off the padding
     cols: int  # input columns some window touches: the length of an input row as read
+    batch: int = 1
 
     @property
     def cin_group(self) -> int:
@@ -276,14 +280,14 @@ def _pads(attrs, in_size: int, out_size: int, kernel: int, stride: int, dilation
 
 
 def conv_geometry(graph: CompGraph, v: int) -> ConvGeometry | None:
-    """The geometry of a 2-D Conv, MaxPool or AveragePool of batch 1; ``None`` for any other operator."""
+    """The geometry of a 2-D Conv, MaxPool or AveragePool; ``None`` for any other operator."""
     node = graph.nodes[v]
     if node.op_type not in WINDOW_OPS or len(node.inputs) != 1 or len(node.outputs) != 1:
         return None
     x, y = graph.tensors[node.inputs[0]].shape, graph.tensors[node.outputs[0]].shape
     attrs = node.attributes
     kernel = attrs.get("kernel_shape")
-    if len(x) != 4 or len(y) != 4 or x[0] != 1 or y[0] != 1 or not kernel or len(kernel) != 2:
+    if len(x) != 4 or len(y) != 4 or x[0] != y[0] or not kernel or len(kernel) != 2:
         return None
     kh, kw = (int(k) for k in kernel)
     sh, sw = (int(s) for s in (attrs.get("strides") or (1, 1)))
@@ -307,7 +311,7 @@ def conv_geometry(graph: CompGraph, v: int) -> ConvGeometry | None:
     weights = c_out * (c_in // groups) * taps_h * taps_w + bias if node.op_type == "Conv" else 0
     cols = touched_prefix(w_in, w_out, kw, sw, dw, pad_left)[-1]
     return ConvGeometry(c_in, h_in, w_in, c_out, h_out, w_out, kh, kw, sh, sw, dh, dw, pad_top, pad_left,
-                        groups, weights, bias, taps_h, taps_w, cols)
+                        groups, weights, bias, taps_h, taps_w, cols, x[0])
 
 
 @lru_cache(maxsize=4096)
@@ -398,13 +402,24 @@ class ConvCost:
 
     def totals(self, g: ConvGeometry) -> tuple[int, int]:
         """(DRAM, on chip) without riders."""
-        return (self.input_reads + self.weight_reads + g.c_out * g.h_out * g.w_out,
+        return (self.input_reads + self.weight_reads + g.batch * g.c_out * g.h_out * g.w_out,
                 self.input_tile + self.weights_held + self.scratch)
 
 
 def conv_cost(g: ConvGeometry, order: str, k: int, c: int, h: int) -> ConvCost | None:
     """The blocking ``(order, k, c, h)`` priced; ``None`` where it is not one (``c`` fewer than a block's
     input channels outside dense ``channels-outer``/``rows-outer``/``rows-inner``, say)."""
+    cost = _image_cost(g, order, k, c, h)
+    if cost is None or g.batch == 1:
+        return cost
+    count, block_in, _ = channel_blocks(g, k)
+    stay = count == 1 and c == block_in  # every weight on chip at once: they stay across images
+    return replace(cost, input_reads=g.batch * cost.input_reads,
+                   weight_reads=cost.weight_reads * (1 if stay else g.batch))
+
+
+def _image_cost(g: ConvGeometry, order: str, k: int, c: int, h: int) -> ConvCost | None:
+    """:func:`conv_cost` of one image."""
     count, block_in, read_in = channel_blocks(g, k)
     dense = g.groups == 1
     if c != block_in and not (dense and 1 <= c < block_in):
@@ -492,7 +507,7 @@ def _least_reread(g: ConvGeometry, room: int) -> ConvCost | None:
             on_chip = held + most * g.cols + h * k * g.w_out
             if on_chip > room:
                 continue
-            key = (g.weights * blocks + reads * rows + out, on_chip)
+            key = (g.batch * (g.weights * blocks + reads * rows + out), on_chip)
             if best_key is None or key < best_key:
                 best_key, best = key, (k, h)
     return None if best is None else conv_cost(g, CHANNELS_OUTER, best[0], 1, best[1])
@@ -550,7 +565,7 @@ def conv_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], orde
 
 def _conv_blocks(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, best: ConvCost) -> Schedule:
     node = graph.nodes[v]
-    out = g.c_out * g.h_out * g.w_out
+    out = g.batch * g.c_out * g.h_out * g.w_out
     count = channel_blocks(g, best.k)[0]
     nh = -(-g.h_out // best.h)
     nc = 1 if best.c == channel_blocks(g, best.k)[1] else -(-g.c_in // best.c)
@@ -560,6 +575,8 @@ def _conv_blocks(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, best
         loops = (("output row blocks", nh), ("output channel blocks", count), ("input channel blocks", nc))
     else:
         loops = (("output channel blocks", count), ("input channel blocks", nc), ("output row blocks", nh))
+    if g.batch > 1:
+        loops = (("images", g.batch), *loops)
     tensors = (TensorUse(node.inputs[0], TILE, best.input_rows, best.input_tile, dram_reads=best.input_reads),
                *extra.tensors(),
                TensorUse(extra.output, TILE, best.h if best.order != ROWS_INNER else g.h_out, 0, dram_writes=out))
@@ -616,8 +633,12 @@ def matmul_geometry(graph: CompGraph, v: int) -> MatmulGeometry | None:
             return None
         return MatmulGeometry(1, prod(a[:-1]), k, n, True, 0)
     b = tensors[node.inputs[1]].shape
-    if len(node.inputs) != 2 or len(b) != len(a) or a[:-2] != b[:-2] or y[:-2] != a[:-2] or b[-2] != k:
+    if len(node.inputs) != 2 or len(b) < 2 or b[-2] != k:
         return None
+    if len(b) == 2 and prod(y) == prod(a[:-1]) * b[-1]:  # one B for every row of A: fold them into M
+        return MatmulGeometry(1, prod(a[:-1]), k, b[-1], False, 0)
+    if len(b) != len(a) or a[:-2] != b[:-2] or y[:-2] != a[:-2]:
+        return None  # broadcast batches: the whole fallback
     return MatmulGeometry(prod(a[:-2]), a[-2], k, b[-1], False, 0)
 
 

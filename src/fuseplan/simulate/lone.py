@@ -27,7 +27,8 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.lone import (
-    A_PANEL, B_PANEL, CHANNELS_OUTER, CHUNKS, CONV_BLOCKS, KEPT, MATMUL_BLOCKS, ROWS_INNER, ROWS_OUTER, WHOLE_KIND,
+    A_PANEL, B_PANEL, CHANNELS_OUTER, CHUNKS, CONV_BLOCKS, COPY_OPS, ELEMENTWISE_OPS, GLOBAL_POOLS, KEPT,
+    LINE_NORMALISATIONS, MATMUL_BLOCKS, ROWS_INNER, ROWS_OUTER, WHOLE_KIND,
 )
 from fuseplan.schedule.model import Schedule
 from fuseplan.simulate.kernels import ELEMENTWISE, Rows, SingleNode, Window, clip, conv_rows, pool_rows, resize_rows
@@ -150,7 +151,9 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
     """Run a ``conv-blocks`` schedule (the module docstring of :mod:`fuseplan.schedule.lone`)."""
     v = schedule.operators[0]
     node = graph.nodes[v]
-    x = dram[node.inputs[0]]
+    source = graph.tensors[node.inputs[0]]
+    # windows that all fall on padding read nothing: then no value of the input is needed (nor given)
+    x = dram[source.index] if source.index in dram else np.full(source.shape, np.nan, dtype=np.float32)
     out_t = graph.tensors[node.outputs[0]]
     _, c_out, h_out, w_out = out_t.shape
     _, c_in, h_in, w_in = x.shape
@@ -179,7 +182,8 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
     out_name = _tensor(graph, schedule.tensors[-1].tensor)
     result = np.empty(out_t.shape, dtype=x.dtype)
     riders = _Riders(schedule, graph, values, out_t.shape, lambda a: a, chip, traffic)
-    tile = _InputRows(x, xname, cols, chip, traffic)
+    tile = _InputRows(x[:1], xname, cols, chip, traffic)
+    image = 0  # the image of the batch the nest runs on
 
     # output channel blocks: (first, stop, first input channel, stop, groups in the block)
     blocks: list[tuple[int, int, int, int, int]] = []
@@ -207,6 +211,9 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
         k0, k1 = block[0], block[1]
         if filters is None:
             return
+        if stay and loaded:
+            return  # all the weights are on chip: they stay across images
+        loaded.append(True)
         per_output = (i1 - i0) if groups == 1 else cin_g
         count = (k1 - k0) * per_output * taps + ((k1 - k0) if (bias is not None and with_bias) else 0)
         held = (k1 - k0) * (per_output * taps + (1 if bias is not None else 0))
@@ -227,7 +234,7 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
 
     def finish(block, r0: int, r1: int, sums: np.ndarray) -> None:
         k0, k1 = block[0], block[1]
-        region = (slice(None), slice(k0, k1), slice(r0, r1), slice(None))
+        region = (slice(image, image + 1), slice(k0, k1), slice(r0, r1), slice(None))
         done = riders(sums, region)
         result[region] = done
         traffic.write(out_name, done.size)
@@ -241,59 +248,68 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
         return sums
 
     dense = groups == 1
-    once = order == ROWS_OUTER and len(blocks) == 1 and (not dense or c == c_in)
+    stay = len(blocks) == 1 and (not dense or c == c_in)  # every weight on chip at once: kept across images
+    loaded: list[bool] = []
+    once = order == ROWS_OUTER and stay
     if once:
         load_weights(blocks[0], 0, blocks[0][3] - blocks[0][2], True)
-    if order == CHANNELS_OUTER:
-        for block in blocks:
-            b0, b1 = block[2], block[3]
-            steps = [(b0, b1)] if c >= b1 - b0 else [(i, min(i + c, b1)) for i in range(b0, b1, c)]
-            if len(steps) == 1:
-                load_weights(block, b0, b1, True)
-            for r0, r1 in row_blocks:
-                sums = start_sums(block, r1 - r0)
-                for n, (i0, i1) in enumerate(steps):
-                    if len(steps) > 1:
-                        load_weights(block, i0, i1, n == 0)
-                        tile.hold(rows_of(r0, r1), (i0, i1), keep=False)
-                    else:
-                        tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
-                    sums += partial(block, i0, i1, r0, r1)
-                finish(block, r0, r1, sums)
-            tile.release()
-    elif order == ROWS_OUTER:
-        for r0, r1 in row_blocks:
-            tile.hold(window_rows(r0, r1), (0, c_in), keep=True)
-            whole = tile.rows(*window.input_rows(r0, r1))
+
+    def run_image() -> None:
+        if order == CHANNELS_OUTER:
             for block in blocks:
                 b0, b1 = block[2], block[3]
                 steps = [(b0, b1)] if c >= b1 - b0 else [(i, min(i + c, b1)) for i in range(b0, b1, c)]
-                sums = start_sums(block, r1 - r0)
-                for n, (i0, i1) in enumerate(steps):
-                    if not once:
-                        load_weights(block, i0, i1, n == 0)
-                    held = Rows(whole.data[:, i0:i1], whole.first, whole.height)
-                    k0, k1, _, _, count = block
-                    if node.op_type == "Conv":
-                        w = filters[k0:k1, i0 - b0:i1 - b0] if count == 1 and dense else filters[k0:k1]
-                        sums += conv_rows(held, w, None, window, count, r0, r1, w_out)
-                    else:
-                        sums += pool_rows(node.op_type, held, window, node.attributes, r0, r1, w_out)
-                finish(block, r0, r1, sums)
-        tile.release()
-    elif order == ROWS_INNER:
-        for block in blocks:
-            b0, b1 = block[2], block[3]
-            sums = start_sums(block, h_out)
-            for n, (i0, i1) in enumerate((i, min(i + c, b1)) for i in range(b0, b1, c)):
-                load_weights(block, i0, i1, n == 0)
+                if len(steps) == 1:
+                    load_weights(block, b0, b1, True)
                 for r0, r1 in row_blocks:
-                    tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
-                    sums[:, :, r0:r1] += partial(block, i0, i1, r0, r1)
+                    sums = start_sums(block, r1 - r0)
+                    for n, (i0, i1) in enumerate(steps):
+                        if len(steps) > 1:
+                            load_weights(block, i0, i1, n == 0)
+                            tile.hold(rows_of(r0, r1), (i0, i1), keep=False)
+                        else:
+                            tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
+                        sums += partial(block, i0, i1, r0, r1)
+                    finish(block, r0, r1, sums)
                 tile.release()
-            finish(block, 0, h_out, sums)
-    else:
-        raise ValueError(f"unknown conv-blocks order {order!r}")
+        elif order == ROWS_OUTER:
+            for r0, r1 in row_blocks:
+                tile.hold(window_rows(r0, r1), (0, c_in), keep=True)
+                whole = tile.rows(*window.input_rows(r0, r1))
+                for block in blocks:
+                    b0, b1 = block[2], block[3]
+                    steps = [(b0, b1)] if c >= b1 - b0 else [(i, min(i + c, b1)) for i in range(b0, b1, c)]
+                    sums = start_sums(block, r1 - r0)
+                    for n, (i0, i1) in enumerate(steps):
+                        if not once:
+                            load_weights(block, i0, i1, n == 0)
+                        held = Rows(whole.data[:, i0:i1], whole.first, whole.height)
+                        k0, k1, _, _, count = block
+                        if node.op_type == "Conv":
+                            w = filters[k0:k1, i0 - b0:i1 - b0] if count == 1 and dense else filters[k0:k1]
+                            sums += conv_rows(held, w, None, window, count, r0, r1, w_out)
+                        else:
+                            sums += pool_rows(node.op_type, held, window, node.attributes, r0, r1, w_out)
+                    finish(block, r0, r1, sums)
+            tile.release()
+        elif order == ROWS_INNER:
+            for block in blocks:
+                b0, b1 = block[2], block[3]
+                sums = start_sums(block, h_out)
+                for n, (i0, i1) in enumerate((i, min(i + c, b1)) for i in range(b0, b1, c)):
+                    load_weights(block, i0, i1, n == 0)
+                    for r0, r1 in row_blocks:
+                        tile.hold(window_rows(r0, r1), (i0, i1), keep=True)
+                        sums[:, :, r0:r1] += partial(block, i0, i1, r0, r1)
+                    tile.release()
+                finish(block, 0, h_out, sums)
+        else:
+            raise ValueError(f"unknown conv-blocks order {order!r}")
+
+    for image in range(x.shape[0]):
+        tile.release()
+        tile.x = x[image:image + 1]
+        run_image()
     chip.free(SCRATCH)
     dram[schedule.tensors[-1].tensor] = result
 
@@ -321,6 +337,10 @@ def run_matmul_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues,
         b = constants[1][None]
         a = a.reshape(1, -1, a.shape[-1])
         shared_b = True
+    elif dram[node.inputs[1]].ndim == 2:  # one matrix B for every row of A
+        b = dram[node.inputs[1]][None]
+        a = a.reshape(1, -1, a.shape[-1])
+        shared_b = True
     else:
         b = dram[node.inputs[1]]
         a = a.reshape(-1, *a.shape[-2:])
@@ -333,7 +353,7 @@ def run_matmul_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues,
     params = schedule.params
     order, m, n, kk = params["order"], int(params["m"]), int(params["n"]), int(params["k"])
     a_name = _tensor(graph, node.inputs[0])
-    b_name = _weights(graph, v) if shared_b else _tensor(graph, node.inputs[1])
+    b_name = _weights(graph, v) if len(node.inputs) == 1 else _tensor(graph, node.inputs[1])
     out_name = _tensor(graph, schedule.tensors[-1].tensor)
     result = np.empty((batch, m_all, n_all), dtype=a.dtype)
     riders = _Riders(schedule, graph, values, out_t.shape, lambda arr: arr.reshape(batch, m_all, n_all),
@@ -437,14 +457,12 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
     def lined(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.broadcast_to(a, out_t.shape)).reshape(-1, line)
 
-    pooled = op in ("GlobalAveragePool", "GlobalMaxPool")  # its riders see the whole output at once
+    pooled = op in GLOBAL_POOLS  # its riders see the whole output at once
     riders = _Riders(schedule, graph, values, out_t.shape, (lambda a: np.asarray(a).reshape(-1)) if pooled else lined,
                      chip, traffic)
     result = np.empty((lines, line), dtype=np.float32) if final is not None and not pooled else None
 
-    if op in ELEMENTWISE or op in ("Clip", "BatchNormalization", "PRelu") or op not in (
-            "Concat", "Split", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Softmax", "LogSoftmax",
-            "LayerNormalization", "GlobalAveragePool", "GlobalMaxPool", "Resize"):
+    if op in ELEMENTWISE_OPS:
         streamed, whole = {}, {}
         for slot, s in enumerate(operands.slots):
             if isinstance(s, int):
@@ -474,7 +492,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
             done = riders(done, (i,))
             result[i] = done
             traffic.write(out_name, line)
-    elif op in ("Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"):
+    elif op in COPY_OPS and op != "Split":
         inputs = [dram[t] for t in node.inputs]
         source, index = _index_map(op, node.attributes, [a.shape for a in inputs], out_t.shape)
         flat = [a.reshape(-1) for a in inputs]
@@ -512,7 +530,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
         for j, t in enumerate(node.outputs):
             dram[t] = np.concatenate(pieces[j]).reshape(graph.tensors[t].shape)
         return
-    elif op in ("Softmax", "LogSoftmax", "LayerNormalization"):
+    elif op in LINE_NORMALISATIONS:
         x = dram[node.inputs[0]].reshape(-1, line)
         name = _tensor(graph, node.inputs[0])
         gamma = dict(weights).get(1)
@@ -532,7 +550,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
                     row = np.log(row)
             result[i] = riders(row.astype(np.float32), (i,))
             traffic.write(out_name, line)
-    elif op in ("GlobalAveragePool", "GlobalMaxPool"):
+    elif op in GLOBAL_POOLS:
         x = dram[node.inputs[0]]
         n_, c_, h_, w_ = x.shape
         name = _tensor(graph, node.inputs[0])
@@ -566,6 +584,8 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
                 row = resize_rows(held, node.attributes, out_t.shape, r, r + 1).reshape(-1)
                 result[i] = riders(row, (i,))
                 traffic.write(out_name, line)
+    else:
+        raise ValueError(f"no chunks loop nest for a {op} operator")
     dram[final] = result.reshape(graph.tensors[final].shape)
 
 
