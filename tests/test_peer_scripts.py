@@ -157,10 +157,10 @@ def test_what_if_variants_never_cost_more_than_brr():
     assert optimus.brr(graph, 256 * 1024).dram(group) == 2 * (weights * 38 + io)
     assert optimus.TapBlockBRR(graph, 256 * 1024, 2).dram(group) == 2 * (weights * 28 + io)
     # conv5 alone at 128KB (3x3, 128 -> 256, 56x56), as the lone-operator mapper runs it: 8 blocks of 7 output
-    # rows, each holding the 9 input rows of all 128 channels it reads (sliding: the input read once) and, one
-    # output channel and one input channel at a time, 7 x 56 partial sums and 9 weights; the weights are read
-    # once per row block. (Cost-model version 3 priced 5 row blocks with 3 passes over the input, 6,963,200
+    # rows, each holding the 9 input rows of all 128 channels it reads (sliding: the input read once) and, two
+    # output channels and one input channel at a time (the fewest steps at that DRAM that fit), 2 x 7 x 56
+    # partial sums and 2 x 9 weights; the weights are read once per row block. (Cost-model version 3 priced 5 row blocks with 3 passes over the input, 6,963,200
     # bytes, dropping the rows the row blocks' windows share.)
     conv5 = frozenset([names["conv5"]])
     assert optimus.brr(graph, 128 * 1024).evaluate(conv5) == (
-        2 * (128 * 9 * 56 + 7 * 56 + 9), 2 * (256 * 128 * 9 * 8 + 128 * 56 * 56 + 256 * 56 * 56))
+        2 * (128 * 9 * 56 + 2 * 7 * 56 + 2 * 9), 2 * (256 * 128 * 9 * 8 + 128 * 56 * 56 + 256 * 56 * 56))

@@ -10,6 +10,7 @@ from fuseplan import zoo
 from fuseplan.cost.streaming import in_place_operators
 from fuseplan.graph import load_graph
 from fuseplan.schedule import Schedule
+from fuseplan.cost import LBDFCostModel
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import (
     CHUNKS, CONV_BLOCKS, CONV_ORDERS, MATMUL_BLOCKS, MATMUL_ORDERS, channel_blocks, conv_cost, conv_geometry,
@@ -143,7 +144,8 @@ def test_the_conv_search_finds_the_least_dram_of_every_blocking(spec):
     for room in sorted({on_chip for _, on_chip in priced})[::3]:
         schedule = lone_schedule(graph, 0, (), room + 1, 1)
         assert schedule is not None and schedule.kind == CONV_BLOCKS
-        assert (schedule.dram, schedule.on_chip) == min((d, o) for d, o in priced if o <= room)
+        # the least DRAM of any blocking that fits (in its fewest steps: possibly more on chip than the least)
+        assert schedule.dram == min(d for d, o in priced if o <= room) and schedule.on_chip <= room
     assert lone_schedule(graph, 0, (), min(o for _, o in priced), 1) is None
 
 
@@ -156,7 +158,8 @@ def test_the_matmul_search_finds_the_least_dram_of_every_blocking(spec):
     for room in sorted({on_chip for _, on_chip in priced})[::2]:
         schedule = lone_schedule(graph, 0, (), room + 1, 1)
         assert schedule is not None and schedule.kind == MATMUL_BLOCKS
-        assert (schedule.dram, schedule.on_chip) == min((d, o) for d, o in priced if o <= room)
+        # the least DRAM of any blocking that fits (in its fewest steps: possibly more on chip than the least)
+        assert schedule.dram == min(d for d, o in priced if o <= room) and schedule.on_chip <= room
 
 
 def test_a_dilated_convolution_reads_only_the_taps_off_the_padding():
@@ -201,7 +204,7 @@ def test_the_conv_search_is_exact_on_random_layers():
         rooms = sorted({on_chip for _, on_chip in priced})
         room = rooms[int(where * (len(rooms) - 1))]
         schedule = lone_schedule(graph, 0, (), room + 1, 1)
-        assert (schedule.dram, schedule.on_chip) == min((d, o) for d, o in priced if o <= room), spec
+        assert schedule.dram == min(d for d, o in priced if o <= room) and schedule.on_chip <= room, spec
 
     check()
 
@@ -221,6 +224,7 @@ def test_the_matmul_search_is_exact_on_random_products():
         rooms = sorted({on_chip for _, on_chip in priced})
         room = rooms[int(where * (len(rooms) - 1))]
         schedule = lone_schedule(graph, 0, (), room + 1, 1)
-        assert (schedule.dram, schedule.on_chip) == min((d, o) for d, o in priced if o <= room)
+        # the least DRAM of any blocking that fits (in its fewest steps: possibly more on chip than the least)
+        assert schedule.dram == min(d for d, o in priced if o <= room) and schedule.on_chip <= room
 
     check()

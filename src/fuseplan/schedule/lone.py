@@ -552,7 +552,35 @@ def _best(candidates, g, room, totals):
 
 def _conv_schedule(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, room: int) -> Schedule | None:
     best = _best(conv_candidates(g, room), g, room, lambda cost: cost.totals(g))
-    return None if best is None else _conv_blocks(graph, v, g, extra, best)
+    return None if best is None else _conv_blocks(graph, v, g, extra, _fewest_conv_steps(g, best, room))
+
+
+def _conv_steps(g: ConvGeometry, cost: ConvCost) -> int:
+    count, block_in, _ = channel_blocks(g, cost.k)
+    return count * -(-block_in // cost.c) * row_blocks(g.h_in, g.h_out, g.kh, g.sh, g.dh, g.pad_top, cost.h).blocks
+
+
+def _fewest_conv_steps(g: ConvGeometry, best: ConvCost, room: int) -> ConvCost:
+    """Among blockings of ``best``'s order and row height that move exactly its DRAM and fit, the one of the
+    fewest steps (larger channel blocks; ties: the least on chip). The search finds the least DRAM with
+    the smallest tiles; an accelerator moves the same bytes in fewer, larger transfers and loop steps."""
+    dram = best.totals(g)[0]
+    chosen, key = best, (_conv_steps(g, best), best.totals(g)[1])
+    for k in channel_block_sizes(g):
+        if k < best.k:
+            continue
+        block_in = channel_blocks(g, k)[1]
+        for c in {best.c, block_in}:
+            cost = conv_cost(g, best.order, k, c, best.h)
+            if cost is None:
+                continue
+            moved, held = cost.totals(g)
+            if moved != dram or held > room:
+                continue
+            candidate = (_conv_steps(g, cost), held)
+            if candidate < key:
+                chosen, key = cost, candidate
+    return chosen
 
 
 def conv_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], order: str, k: int, c: int,
@@ -704,7 +732,18 @@ def _floor_index(sizes: tuple[int, ...], limit: int) -> int:
 
 def _matmul_schedule(graph: CompGraph, v: int, g: MatmulGeometry, extra: _Riders, room: int) -> Schedule | None:
     best = _best(matmul_candidates(g, room), g, room, lambda cost: cost.totals(g))
-    return None if best is None else _matmul_blocks(graph, v, g, extra, best)
+    if best is None:
+        return None
+    # The inner block only adds to what is on chip, never to DRAM: the deepest that fits takes the fewest
+    # steps (the search found the least DRAM with the shallowest).
+    for kk in reversed(_ceil_sizes(g.k)):
+        if kk <= best.kk:
+            break
+        deeper = matmul_cost(g, best.order, best.m, best.n, kk)
+        if deeper.totals(g)[1] <= room and deeper.totals(g)[0] == best.totals(g)[0]:
+            best = deeper
+            break
+    return _matmul_blocks(graph, v, g, extra, best)
 
 
 def matmul_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], order: str, m: int, n: int,
