@@ -195,6 +195,7 @@ def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypat
     ({"alpha": 0.99}, "alpha must be at least 1"),
     ({"rules": ["no-such-rule"]}, "unknown rule 'no-such-rule'"),
     ({"budget": 0}, "at least one expanded graph"),
+    ({"max_growth": 0.9}, "growth bound must be at least 1"),
 ])
 def test_bad_search_settings_are_one_clear_error(kwargs, message):
     with pytest.raises(FuseplanError, match=message):
@@ -257,6 +258,7 @@ def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
 @pytest.mark.parametrize("args, pattern", [
     (["--alpha", "0.5"], "alpha must be at least 1"),
     (["--rules", "merge-parallel-convs,bogus"], "unknown rule 'bogus'; the rules are"),
+    (["--max-growth", "0.5"], "--max-growth must be at least 1"),
 ])
 def test_rewrite_command_refuses_bad_settings_and_writes_nothing(tmp_path, args, pattern):
     out = tmp_path / "out.onnx"
@@ -353,3 +355,52 @@ def test_models_with_external_weights_are_refused_by_both_rewriting_commands(tmp
     assert_one_line_error(fuseplan("rewrite", source, "-o", tmp_path / "out.onnx"), pattern)
     assert_one_line_error(fuseplan("plan", source, "--rewrite", "-o", tmp_path / "plan.json"), pattern)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["parallel.onnx", "parallel.weights"]
+
+
+def _probe() -> onnx.ModelProto:
+    from tests.passes.probe import probe_model
+
+    return prepare_model(probe_model(), "probe17")[0]
+
+
+def test_the_relaxed_search_on_the_probe_stays_within_its_bounds_and_ends_within_its_budget():
+    """The 17-operator probe grew without end when relaxed steps kept splitting convolutions."""
+    probe = _probe()
+    budget = 40
+    result = backtracking_search(probe, make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024), alpha=1.05,
+                                 budget=budget)
+    assert not result.timed_out and not result.interrupted
+    assert result.max_operators == int(1.5 * len(probe.graph.node)) == 25
+    assert result.oversized > 0 and result.undoing > 0  # both bounds were met, and refused what crossed them
+    # the budget counts what an expansion costs: a grown graph spends more of it than the original
+    assert result.expanded < result.budget_spent and budget <= result.budget_spent < budget + 2
+    assert result.generated < budget * 2 * 120  # at most the bound's sites (the original has 59) per expansion
+    assert len(result.model.graph.node) <= result.max_operators
+    assert result.cost <= result.greedy["cost"] <= result.initial_cost
+    replayed = Rewrite(result.steps).transform(probe)
+    assert len(replayed.graph.node) == len(result.model.graph.node)
+
+
+def test_no_relaxed_step_undoes_what_its_inverse_rule_did():
+    """Merging the halves of a split is refused; so is splitting a merged convolution; so is any graph beyond the
+    operator bound, and with a bound of 1 no graph of the relaxed phase grows at all."""
+    probe = _probe()
+    result = backtracking_search(probe, make_objective("macs"), alpha=1.5, budget=15, max_growth=1.0,
+                                 rules=["split-conv-by-channels", "merge-parallel-convs"])
+    assert result.oversized > 0 and result.max_operators == 17
+    assert len(result.model.graph.node) <= 17
+    free = backtracking_search(probe, make_objective("macs"), alpha=1.5, budget=15, max_growth=10.0,
+                               rules=["split-conv-by-channels", "merge-parallel-convs"])
+    assert free.undoing > 0 and free.oversized == 0
+    for steps in (result.steps, free.steps):  # replayed: no step's site was produced by its rule's inverse
+        import onnx_ir as ir
+
+        from fuseplan.passes.rewrite import apply_in_place
+
+        working, inserted = ir.from_proto(probe), []
+        inverse = {"merge-parallel-convs": "split-conv-by-channels", "split-conv-by-channels": "merge-parallel-convs"}
+        for step in steps:
+            live = {id(node) for node in working.graph}
+            producer = {value.name: rule for node, rule in inserted if id(node) in live for value in node.outputs}
+            assert inverse[step["rule"]] not in {producer.get(value) for value in step["site"]}, step
+            inserted += [(node, step["rule"]) for node in apply_in_place(working, step["rule"], step["site"])]
