@@ -365,23 +365,31 @@ def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_
                     alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
                     time_limit: float | None = None, **options):
     """Run the rewrite search with a progress bar on stderr."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuseplan.passes.rewrite import rule_names
     from fuseplan.rewrite import rewrite_model
 
     chosen_rules = rule_names(rules) if rules is not None else None
-    progress = Progress(TextColumn(f"rewrite {name}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+    # on a terminal only: expansions, budget spent, best cost so far, elapsed time, and what runs after the search
+    progress = Progress(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
+                        TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), TimeElapsedColumn(),
                         console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
+
+    def show(state: dict) -> None:
+        if "expanded" in state:
+            progress.update(task, completed=min(state["budget_spent"], budget), phase=state["phase"],
+                            expanded=state["expanded"], best=f"{state['best']:,.6g}")
+        else:
+            progress.update(task, phase=state["phase"])
+
     with progress:
-        task = progress.add_task("rewrite", total=budget, best="-")
+        task = progress.add_task("rewrite", total=budget, best="-", phase="preparing", expanded=0)
         # a signal stops the preparation or the search (_searching); the best graph is still measured and written
         return rewrite_model(model_proto, name, objective=objective, scheme=scheme, buffer_bytes=buffer_bytes,
                              bytes_per_element=bytes_per_element, alpha=alpha, budget=budget, rules=chosen_rules,
                              seed=seed, input_shapes=shapes or None, time_limit=time_limit, stoppable=_searching,
-                             on_expand=lambda n, best: progress.update(task, completed=n, best=f"{best:,.6g}"),
-                             **options)
+                             on_progress=show, **options)
 
 
 @app.command()

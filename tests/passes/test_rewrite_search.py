@@ -404,3 +404,46 @@ def test_no_relaxed_step_undoes_what_its_inverse_rule_did():
             producer = {value.name: rule for node, rule in inserted if id(node) in live for value in node.outputs}
             assert inverse[step["rule"]] not in {producer.get(value) for value in step["site"]}, step
             inserted += [(node, step["rule"]) for node in apply_in_place(working, step["rule"], step["site"])]
+
+
+def _run_with_terminal_stderr(*args: str) -> tuple[int, str, str]:
+    """Run ``fuseplan args`` with stderr on a pseudo-terminal; the exit status, stdout and what the terminal got."""
+    import os
+    import pty
+    import subprocess
+    import threading
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "fuseplan", *args], stdout=subprocess.PIPE, stderr=terminal,
+                               text=True, env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+    os.close(terminal)
+    received = bytearray()
+
+    def drain() -> None:  # keep reading, so a full terminal buffer never blocks the command
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the command has exited and closed its end
+                return
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    out, _ = process.communicate(timeout=300)
+    reader.join(timeout=60)
+    os.close(controller)
+    return process.returncode, out, received.decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_rewrite_shows_its_progress_on_a_terminal_and_nothing_otherwise(tmp_path):
+    status, out, shown = _run_with_terminal_stderr("rewrite", "squeezenet", "--budget", "3", "-o",
+                                                   str(tmp_path / "a.onnx"))
+    assert status == 0, shown
+    assert "rewrite squeezenet greedy" in shown and "3 expanded, best" in shown  # the phase, expansions, best cost
+    assert "0:00:" in shown  # elapsed time
+    assert "rewritten model written to" in out
+    quiet = fuseplan("rewrite", "squeezenet", "--budget", "3", "-o", tmp_path / "b.onnx")
+    assert quiet.returncode == 0 and quiet.stderr == ""  # not a terminal: no progress

@@ -57,7 +57,8 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   on_expand: Callable[[int, float], None] | None = None, time_limit: float | None = None,
                   stoppable: Callable[[], ContextManager[Any]] = nullcontext, max_growth: float = MAX_GROWTH,
-                  timing_rounds: int = 30, timing_threads: int = 1, **objective_options: Any) -> Rewritten:
+                  timing_rounds: int = 30, timing_threads: int = 1,
+                  on_progress: Callable[[dict[str, Any]], None] | None = None, **objective_options: Any) -> Rewritten:
     """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
 
     ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified
@@ -74,6 +75,10 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
     interleaved rounds, ``timing_threads`` threads, onnxruntime's own
     optimisations on); unless it is faster beyond the spread,
     :attr:`Rewritten.keeps_original` says to keep the original.
+
+    ``on_progress(state)`` follows the search (:func:`backtracking_search`)
+    and then gets ``{"phase": "measuring"}`` and, when the graph found is
+    timed end to end, ``{"phase": "timing"}``.
     """
     prepared = chosen = result = None
     with stoppable():
@@ -83,7 +88,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                                     bytes_per_element=bytes_per_element, seed=seed, **objective_options)
             result = backtracking_search(prepared, chosen, rules=rules, alpha=alpha, budget=budget, seed=seed,
                                          on_expand=on_expand, time_limit=time_limit, greedy_time_limit=time_limit,
-                                         max_growth=max_growth)
+                                         max_growth=max_growth, on_progress=on_progress)
         except KeyboardInterrupt:
             pass  # stopped before the search began (the search itself returns what it has)
     if result is None:
@@ -93,6 +98,8 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
             chosen = make_objective(objective, scheme=scheme, buffer_bytes=buffer_bytes,
                                     bytes_per_element=bytes_per_element, seed=seed, **objective_options)
         result = unsearched(prepared, chosen)
+    report = on_progress or (lambda state: None)
+    report({"phase": "measuring"})
     if hasattr(chosen, "save"):
         chosen.save()
     verifier = Verifier(prepared, seed=seed)
@@ -106,6 +113,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
     before, after = measure([], prepared), measure(result.steps, result.model)
     timing = None
     if objective == "latency" and result.steps:
+        report({"phase": "timing"})
         timing = judge_latency(verifier.model, Rewrite(result.steps).transform(verifier.model), threads=timing_threads,
                                rounds=timing_rounds, seed=seed, feeds=feeds)
     pipeline = [*default_passes(input_shapes), Rewrite(result.steps)]

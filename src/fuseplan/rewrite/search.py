@@ -103,7 +103,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                         alpha: float = 1.05, budget: int = 300, seed: int = 0, time_limit: float | None = None,
                         on_expand: Callable[[int, float], None] | None = None,
                         greedy: RewriteResult | None = None, greedy_time_limit: float | None = None,
-                        max_growth: float = MAX_GROWTH) -> RewriteResult:
+                        max_growth: float = MAX_GROWTH,
+                        on_progress: Callable[[dict[str, Any]], None] | None = None) -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
     With ``alpha > 1`` the search first runs the greedy search (``alpha =
@@ -131,6 +132,11 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     allows. Without these bounds relaxed steps kept splitting convolutions
     and graphs grew without end.
 
+    ``on_expand(expanded, bound)`` and ``on_progress(state)`` are called
+    after every expansion; ``state`` holds the ``phase`` (greedy or
+    relaxed), ``expanded``, ``budget_spent``, ``best`` (the best verified
+    graph's cost) and ``bound`` (the cheapest graph kept).
+
     ``greedy_time_limit`` (seconds, none by default) does cut the greedy
     phase: a relaxed search is then never worse than the greedy phase it
     ran or was given, but may be worse than another greedy search cut at
@@ -151,6 +157,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     start = time.perf_counter()
     try:
         search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)
+        search.on_progress = on_progress
     except KeyboardInterrupt:  # stopped while the original was being checked and priced: keep it
         return unsearched(model, objective, start, greedy)
     if not search.initial < float("inf"):
@@ -245,6 +252,7 @@ class _Search:
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
 
         self.objective, self.rules, self.on_expand = objective, rules, on_expand
+        self.on_progress: Callable[[dict[str, Any]], None] | None = None
         self.verifier = Verifier(model, seed=seed)
         self.original = _to_ir(model)
         self.max_operators = int(max_growth * len(self.original.graph))
@@ -424,6 +432,9 @@ class _Search:
                 heapq.heappush(queue, entry)
             if self.on_expand is not None:
                 self.on_expand(counters["expanded"], self.bound)
+            if self.on_progress is not None:
+                self.on_progress({"phase": self.phase, "expanded": counters["expanded"],
+                                  "budget_spent": self.budget_spent, "best": self.best.cost, "bound": self.bound})
         self.settle(queue)
 
     def verify(self, cost: float, steps: list[dict[str, Any]], graph: Any = None) -> bool:
