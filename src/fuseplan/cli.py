@@ -676,11 +676,14 @@ def _print_pass_search(report: dict, scheme: str, buffer_bytes: int, batch: int,
         stdout.print(f"best selected by {report['objective']}: {' > '.join(best['pipeline']) or '(no pass)'} "
                      f"(max error {best['max_error']:.1e}){_against_baseline(report['best_against_baseline'])}",
                      highlight=False, markup=False)
-    written = report["written"]
-    if written is not None:
-        stdout.print(f"best measured: {' > '.join(written['pipeline']) or '(no pass)'}"
-                     f"{_against_baseline(report['written_against_baseline'])}", highlight=False, markup=False)
-    for path, what in ((output, "best measured graph"), (png, "picture")):
+    measured, written = report["measured_best"], report["written"]
+    if measured is not None:
+        stdout.print(f"best measured (baseline and random pipelines included): "
+                     f"{' > '.join(measured['pipeline']) or '(no pass)'}"
+                     f"{_against_baseline(report['measured_best_against_baseline'])}", highlight=False, markup=False)
+    if written is not None and output is not None:
+        stdout.print(f"written: {' > '.join(written['pipeline']) or '(no pass)'}", highlight=False, markup=False)
+    for path, what in ((output, "graph"), (png, "picture")):
         if path is not None:
             stdout.print(f"{what} written to {path}", highlight=False)
 

@@ -177,7 +177,7 @@ def test_the_graph_written_is_the_best_measured_unless_no_faster_than_the_baseli
     beyond = LatencyVerdict(Timing(2.0, 1.9, 2.1), Timing(1.0, 0.9, 1.1), 1, 30, "disabled")
     within = LatencyVerdict(Timing(2.0, 1.5, 2.5), Timing(1.9, 1.4, 2.4), 1, 30, "disabled")
     search.timings = {"random": beyond}
-    assert search.written is drawn and search.to_json()["written_against_baseline"]["faster"] is True
+    assert search.written is drawn and search.to_json()["measured_best_against_baseline"]["faster"] is True
     search.timings = {"random": within}
     assert search.written is baseline  # no gain beyond the spread: ort/all, the baseline a user has
     assert search.to_json()["written"]["pipeline"] == ["ort/all"]
@@ -193,7 +193,8 @@ def test_fuseplan_passes_writes_the_fastest_graph_it_measured_or_the_baseline(cl
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     fastest = min((g for g in report["graphs"] if g["verified"]), key=lambda g: g["latency_seconds"])
-    baseline, timing = report["comparison"]["baseline"], report["written_against_baseline"]
+    baseline, timing = report["comparison"]["baseline"], report["measured_best_against_baseline"]
+    assert report["measured_best"]["hash"] == fastest["hash"]
     if fastest["hash"] == baseline["hash"]:
         assert timing is None and report["written"]["hash"] == baseline["hash"]
     else:
@@ -216,7 +217,7 @@ def test_fuseplan_passes_reuses_its_pruning_and_draws_the_front(cli, tmp_path):
     assert json.loads(again.stdout)["pruning"]["cached"]
     shown = cli("passes", source, "--budget", "4", "--random", "0", "--no-cache")
     assert shown.returncode == 0 and "best selected by latency" in shown.stdout and "relevant:" in shown.stdout
-    assert "best measured:" in shown.stdout
+    assert "best measured (baseline and random pipelines included):" in shown.stdout
 
 
 def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):

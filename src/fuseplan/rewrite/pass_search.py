@@ -542,8 +542,9 @@ class PassSearch:
             "comparison": self.comparison(),
             "best": None if self.best is None else self.best.to_json(),
             "best_against_baseline": self.timing_of(self.best),
+            "measured_best": None if self.measured_best is None else self.measured_best.to_json(),
+            "measured_best_against_baseline": self.timing_of(self.measured_best),
             "written": None if self.written is None else self.written.to_json(),
-            "written_against_baseline": self.timing_of(self.measured_best),
             "seconds": self.seconds,
         }
 
