@@ -29,7 +29,7 @@ from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
 from fuseplan.hardware import template_names
 from fuseplan.passes import FixInputShapes, Pass
 from fuseplan.rewrite.objectives import OBJECTIVES
-from fuseplan.rewrite.search import MAX_GROWTH
+from fuseplan.rewrite.search import MAX_GROWTH, VERIFY_MODES
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
@@ -341,6 +341,7 @@ def plan(
 
 
 ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
+VerifyMode = Enum("VerifyMode", {name: name for name in VERIFY_MODES}, type=str)
 
 
 def _read_rewritable(source: Path):
@@ -422,6 +423,9 @@ def rewrite(
         help="Latency objective: interleaved end-to-end runs of the graph found and the original; the original is "
              "written unless the graph found is faster beyond their spread.")] = 30,
     timing_threads: Annotated[int, typer.Option(help="Latency objective: onnxruntime threads of those runs.")] = 1,
+    verify: Annotated[VerifyMode, typer.Option(
+        help="site: check each substitution alone, once per site signature (rule, attributes, shapes, types), and "
+             "the graph returned whole; each: check every graph the search uses whole.")] = VerifyMode.site,
     bytes_per_element: HardwareBytesPerElementOpt = None,
     hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,
@@ -446,7 +450,8 @@ def rewrite(
     source_model = _read_rewritable(source)
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
-    options.update(max_growth=max_growth, timing_rounds=timing_rounds, timing_threads=timing_threads)
+    options.update(max_growth=max_growth, timing_rounds=timing_rounds, timing_threads=timing_threads,
+                   verify=verify.value)
     done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
                            budget, rules, seed, shapes, as_json, time_limit, **options)
     if done.keeps_original:  # timed end to end, the graph found was no faster than the original

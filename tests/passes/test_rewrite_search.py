@@ -167,7 +167,7 @@ def test_checking_while_expanding_finds_what_checking_first_finds(monkeypatch):
     for overlap in (True, False):
         monkeypatch.setattr(search_module._Search, "overlap_verification", overlap)
         result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=256 * 1024),
-                                     alpha=1.05, budget=6, seed=3)
+                                     alpha=1.05, budget=6, seed=3, verify="each")
         records.append({k: v for k, v in result.record().items() if k not in ("wall_seconds", "greedy")})
         records[-1]["greedy"] = {k: v for k, v in result.greedy.items() if k != "seconds"}
     assert records[0]["verification_failures"] >= 1 and records[0]["expanded"] == 6
@@ -196,6 +196,7 @@ def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypat
     ({"rules": ["no-such-rule"]}, "unknown rule 'no-such-rule'"),
     ({"budget": 0}, "at least one expanded graph"),
     ({"max_growth": 0.9}, "growth bound must be at least 1"),
+    ({"verify": "sometimes"}, "unknown verification 'sometimes'"),
 ])
 def test_bad_search_settings_are_one_clear_error(kwargs, message):
     with pytest.raises(FuseplanError, match=message):
@@ -447,3 +448,49 @@ def test_rewrite_shows_its_progress_on_a_terminal_and_nothing_otherwise(tmp_path
     assert "rewritten model written to" in out
     quiet = fuseplan("rewrite", "squeezenet", "--budget", "3", "-o", tmp_path / "b.onnx")
     assert quiet.returncode == 0 and quiet.stderr == ""  # not a terminal: no progress
+
+
+def test_site_checks_run_each_signature_once_and_catch_a_wrong_rule(monkeypatch):
+    import onnx_ir as ir
+
+    from fuseplan.passes.rewrite import load_rules
+    from fuseplan.passes.rules import conv as conv_rules
+    from fuseplan.passes.verify import SiteVerifier
+
+    probe = ir.from_proto(_probe())
+    sites = [(name, site) for name, rule in load_rules().items() for site in rule.sites(probe)]
+    checker = SiteVerifier(seed=0)
+    for name, site in sites:
+        verification = checker.check(probe, name, site)
+        assert verification.passed and verification.max_error < 1e-5, (name, site)
+    # the three parallel 1x1 branches are one signature per rule: each checked once
+    assert {name for name, _ in sites} >= {"split-conv-by-channels", "merge-parallel-convs", "fuse-conv-add",
+                                            "enlarge-conv-kernel"}
+    assert checker.runs < len(sites)
+    original = conv_rules._weights
+    monkeypatch.setattr(conv_rules, "_weights", lambda node: None if original(node) is None else original(node) * 1.01)
+    wrong = SiteVerifier(seed=0)
+    failed = [name for name, site in sites if not wrong.check(probe, name, site).passed]
+    assert "merge-parallel-convs" in failed and "split-conv-by-channels" in failed
+
+
+@pytest.mark.slow
+def test_site_verification_finds_what_whole_graph_verification_finds():
+    probe = _probe()
+    found = {mode: backtracking_search(probe, make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024),
+                                       alpha=1.05, budget=10, verify=mode) for mode in ("site", "each")}
+    assert found["site"].steps == found["each"].steps and found["site"].cost == found["each"].cost
+    assert found["site"].expanded == found["each"].expanded and found["site"].generated == found["each"].generated
+    checks = found["site"].site_checks
+    assert checks["signatures_run"] <= checks["lookups"] and found["each"].site_checks is None
+
+
+def test_a_site_verified_best_that_fails_whole_gives_the_original(monkeypatch):
+    from fuseplan.passes.verify import Verification, Verifier
+
+    monkeypatch.setattr(Verifier, "check", lambda self, steps: Verification(float("inf"), self.tolerance))
+    model = prepare_model(_parallel_convs(), "p")[0]
+    result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024),
+                                 rules=["merge-parallel-convs"], alpha=1.0, budget=3, verify="site")
+    assert result.steps == [] and result.cost == result.initial_cost and result.verification_failures >= 1
+    assert result.site_checks["signatures_run"] >= 1

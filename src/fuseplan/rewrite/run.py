@@ -58,7 +58,8 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   on_expand: Callable[[int, float], None] | None = None, time_limit: float | None = None,
                   stoppable: Callable[[], ContextManager[Any]] = nullcontext, max_growth: float = MAX_GROWTH,
                   timing_rounds: int = 30, timing_threads: int = 1,
-                  on_progress: Callable[[dict[str, Any]], None] | None = None, **objective_options: Any) -> Rewritten:
+                  on_progress: Callable[[dict[str, Any]], None] | None = None, verify: str = "site",
+                  **objective_options: Any) -> Rewritten:
     """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
 
     ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified
@@ -88,7 +89,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                                     bytes_per_element=bytes_per_element, seed=seed, **objective_options)
             result = backtracking_search(prepared, chosen, rules=rules, alpha=alpha, budget=budget, seed=seed,
                                          on_expand=on_expand, time_limit=time_limit, greedy_time_limit=time_limit,
-                                         max_growth=max_growth, on_progress=on_progress)
+                                         max_growth=max_growth, on_progress=on_progress, verify=verify)
         except KeyboardInterrupt:
             pass  # stopped before the search began (the search itself returns what it has)
     if result is None:

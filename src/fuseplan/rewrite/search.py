@@ -49,12 +49,15 @@ import onnx
 
 from fuseplan.errors import FuseplanError
 from fuseplan.passes.rewrite import apply_in_place, load_rules
-from fuseplan.passes.verify import Verifier
+from fuseplan.passes.verify import SiteVerifier, Verifier
 from fuseplan.rewrite.objectives import Objective
 
 
 #: the relaxed phase's bound on a graph's operators, as a multiple of the original's
 MAX_GROWTH = 1.5
+
+#: how a graph is verified: whole, each one the search uses, or its last substitution alone (once per signature)
+VERIFY_MODES = ("each", "site")
 
 
 @dataclass
@@ -82,6 +85,7 @@ class RewriteResult:
     undoing: int = 0  # relaxed sites refused because the rule would undo what its inverse produced
     budget_spent: float = 0.0  # expansions, a relaxed one counted as its sites over the original's
     max_operators: int = 0  # the relaxed phase's bound on a graph's operators
+    site_checks: dict[str, int] | None = None  # verify="site": distinct site signatures run, and lookups
 
     @property
     def cut_by_time(self) -> bool:
@@ -93,7 +97,7 @@ class RewriteResult:
                 "expanded": self.expanded, "generated": self.generated, "duplicates": self.duplicates,
                 "refused": self.refused, "unpriced": self.unpriced, "oversized": self.oversized,
                 "undoing": self.undoing, "budget_spent": round(self.budget_spent, 3),
-                "max_operators": self.max_operators, "verified": self.verified,
+                "max_operators": self.max_operators, "site_checks": self.site_checks, "verified": self.verified,
                 "verification_failures": self.verification_failures, "max_error": self.max_error,
                 "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted,
                 "interrupted_in": self.interrupted_in, "timed_out": self.timed_out, "greedy": self.greedy}
@@ -104,7 +108,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                         on_expand: Callable[[int, float], None] | None = None,
                         greedy: RewriteResult | None = None, greedy_time_limit: float | None = None,
                         max_growth: float = MAX_GROWTH,
-                        on_progress: Callable[[dict[str, Any]], None] | None = None) -> RewriteResult:
+                        on_progress: Callable[[dict[str, Any]], None] | None = None,
+                        verify: str = "site") -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
     With ``alpha > 1`` the search first runs the greedy search (``alpha =
@@ -132,6 +137,14 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     allows. Without these bounds relaxed steps kept splitting convolutions
     and graphs grew without end.
 
+    ``verify="each"`` checks every graph the search expands or returns
+    whole with onnxruntime (:class:`~fuseplan.passes.verify.Verifier`).
+    ``verify="site"`` checks a graph's last substitution alone instead: the
+    matched nodes and their replacement, once per site signature
+    (:class:`~fuseplan.passes.verify.SiteVerifier`; its earlier ones were
+    checked when its parent was), and checks the graph returned whole; if
+    that fails, the original is returned (and the failure counted).
+
     ``on_expand(expanded, bound)`` and ``on_progress(state)`` are called
     after every expansion; ``state`` holds the ``phase`` (greedy or
     relaxed), ``expanded``, ``budget_spent``, ``best`` (the best verified
@@ -147,6 +160,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
         raise FuseplanError("the budget must be at least one expanded graph")
+    if verify not in VERIFY_MODES:
+        raise FuseplanError(f"unknown verification {verify!r}; choose one of {', '.join(VERIFY_MODES)}")
     if not 1 <= max_growth < float("inf"):
         raise FuseplanError(f"the growth bound must be at least 1 (got {max_growth}); 1 keeps the operator count")
     registry = load_rules()
@@ -158,6 +173,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     try:
         search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)
         search.on_progress = on_progress
+        search.site_verifier = SiteVerifier(seed) if verify == "site" else None
     except KeyboardInterrupt:  # stopped while the original was being checked and priced: keep it
         return unsearched(model, objective, start, greedy)
     if not search.initial < float("inf"):
@@ -187,10 +203,12 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                 entries.append((search.best.cost, search.best.steps))
             search.explore(entries, alpha, budget - search.budget_spent,
                            deadline=None if time_limit is None else start + time_limit - earlier)
+        search.check_whole()
     except KeyboardInterrupt:
         search.interrupted = True
         if not record:  # stopped in the greedy phase
             record.update(search.greedy_record(start), interrupted=True)
+        search.check_whole()  # a second signal is only recorded (the command line's guard)
     finally:
         search.verifications.shutdown(wait=True, cancel_futures=True)
         sys.setswitchinterval(switch_interval)
@@ -199,7 +217,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                          max_error=best.error, wall_seconds=earlier + time.perf_counter() - start,
                          interrupted=search.interrupted, interrupted_in=search.phase if search.interrupted else None,
                          timed_out=search.timed_out, greedy=record, budget_spent=search.budget_spent,
-                         max_operators=search.max_operators, **search.counters)
+                         max_operators=search.max_operators, site_checks=search.site_checks(),
+                         **search.counters)
 
 
 def unsearched(model: onnx.ModelProto, objective: Objective, start: float | None = None,
@@ -236,6 +255,7 @@ class _Best:
     steps: list[dict[str, Any]]
     model: onnx.ModelProto
     error: float
+    whole: bool = True  # verified as a whole graph (False: only its last substitution alone, verify="site")
 
 
 def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
@@ -253,6 +273,8 @@ class _Search:
 
         self.objective, self.rules, self.on_expand = objective, rules, on_expand
         self.on_progress: Callable[[dict[str, Any]], None] | None = None
+        self.site_verifier: SiteVerifier | None = None
+        self.site_lookups = 0
         self.verifier = Verifier(model, seed=seed)
         self.original = _to_ir(model)
         self.max_operators = int(max_growth * len(self.original.graph))
@@ -261,6 +283,7 @@ class _Search:
         self.rng = random.Random(seed)
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
         self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
+        self.original_model = model
         self.best = _Best(self.initial, [], model, 0.0)
         self.bound = self.initial  # the cheapest graph kept, verified or not
         self.counters = dict.fromkeys(_COUNTERS, 0)
@@ -281,19 +304,40 @@ class _Search:
         self.budget_spent = greedy.budget_spent
         return {**greedy.greedy, "reused": True}
 
+    def site_checks(self) -> dict[str, int] | None:
+        if self.site_verifier is None:
+            return None
+        return {"signatures_run": self.site_verifier.runs, "lookups": self.site_lookups}
+
+    def check_whole(self) -> None:
+        """With site verification, check the best graph whole; the original if it fails."""
+        if self.site_verifier is None or not self.best.steps or self.best.whole:
+            return
+        verification = self.verifier.check(self.best.steps)
+        self.counters["verified"] += 1
+        if verification.passed:
+            self.best = _Best(self.best.cost, self.best.steps, self.best.model, verification.max_error)
+        else:
+            self.counters["verification_failures"] += 1
+            self.best = _Best(self.initial, [], self.original_model, 0.0)
+
     def greedy_record(self, start: float) -> dict[str, Any]:
         """What the greedy phase found, for the result's ``greedy``."""
         return {"cost": self.best.cost, "steps": len(self.best.steps), "expanded": self.counters["expanded"],
                 "seconds": round(time.perf_counter() - start, 3), "timed_out": self.timed_out}
 
-    def rebuild(self, steps: list[dict[str, Any]], producers: dict[str, str] | None = None) -> Any:
+    def rebuild(self, steps: list[dict[str, Any]], producers: dict[str, str] | None = None,
+                before_last: Callable[[Any, dict[str, Any]], bool] | None = None) -> Any:
         """The onnx-ir graph ``steps`` make of the original (a new one).
 
         ``producers``, if given, is filled with the outputs of the nodes the steps inserted that are still in
-        the graph, each mapped to the rule that inserted its node."""
+        the graph, each mapped to the rule that inserted its node. ``before_last(graph, step)`` is called
+        before the last step is applied; if it returns false, the result is ``None``."""
         working = self.original.clone()
         inserted = []
-        for step in steps:
+        for position, step in enumerate(steps):
+            if before_last is not None and position == len(steps) - 1 and not before_last(working, step):
+                return None
             added = apply_in_place(working, step["rule"], step["site"])
             if producers is not None:
                 inserted.extend((node, step["rule"]) for node in added)
@@ -354,7 +398,20 @@ class _Search:
         while queue and spent < budget and not self.out_of_time(deadline):
             cost, _, _, steps, digest, verified = heapq.heappop(queue)
             producers: dict[str, str] = {}
-            working = self.rebuild(steps, producers if bounded else None)
+            if not verified and self.site_verifier is not None:  # check the last substitution alone
+                checked = []
+
+                def check_last(graph: Any, step: dict[str, Any]) -> bool:
+                    self.site_lookups += 1
+                    checked.append(self.site_verifier.check(graph, step["rule"], step["site"]))
+                    return checked[0].passed
+
+                working = self.rebuild(steps, producers if bounded else None, check_last)
+                if not self.judge(cost, steps, working, checked[0], whole=False):
+                    continue
+                verified = True
+            else:
+                working = self.rebuild(steps, producers if bounded else None)
             if not verified and not self.overlap_verification:
                 if not self.verify(cost, steps, working):
                     continue
@@ -443,7 +500,8 @@ class _Search:
         ``graph`` is the onnx-ir graph of ``steps`` if already rebuilt."""
         return self.judge(cost, steps, graph, self.verifier.check(steps))
 
-    def judge(self, cost: float, steps: list[dict[str, Any]], graph: Any, verification: Any) -> bool:
+    def judge(self, cost: float, steps: list[dict[str, Any]], graph: Any, verification: Any,
+              whole: bool = True) -> bool:
         """Count the check of ``steps`` and make their graph the best if it passed and is cheaper; whether it
         passed."""
         import onnx_ir as ir
@@ -454,7 +512,7 @@ class _Search:
             return False
         if cost < self.best.cost:
             self.best = _Best(cost, steps, ir.to_proto(graph if graph is not None else self.rebuild(steps)),
-                              verification.max_error)
+                              verification.max_error, whole)
         return True
 
     def _mark(self) -> tuple:
