@@ -12,11 +12,15 @@ below the original's first. The load average is recorded before and after each m
         [--alpha 1] [--time-limit 60] [--rounds 30] [--quick] [--output benchmarks/results/rewrite_end_to_end.json]
 
 ``--quick``: SqueezeNet, ResNet-18, VGG-16 and MobileNetV2, budget 50, time limit 30 s.
+
+``--steps-from benchmarks/results/rewrite.json`` searches nothing: it times the rewrites that grid's
+latency-objective greedy searches (alpha 1) found, replayed on the original, against the original.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +41,7 @@ from fuseplan.rewrite.latency import judge_latency
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
+GOOGLENET = ROOT / "tests" / "data" / "googlenet_opset13.onnx"
 QUICK = ["squeezenet", "resnet18", "vgg16", "mobilenet_v2"]
 
 
@@ -55,8 +60,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, default=RESULTS / "rewrite_latency_cache.json")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--steps-from", type=Path, default=None,
+                        help="time the latency rewrites recorded in this grid (bench_rewrite.py) instead of searching")
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_end_to_end.json")
     args = parser.parse_args()
+    if args.steps_from is not None:
+        replay_recorded(args)
+        return
     if args.quick:
         args.models = args.models or QUICK
         args.budget, args.time_limit = min(args.budget, 50), min(args.time_limit, 30.0)
@@ -96,19 +106,58 @@ def main() -> None:
                     run["end_to_end"][str(threads)] = verdict.record()
             run["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
             runs.append(run)
-            shown = "; ".join(f"{t} thr {v['original']['median_seconds'] * 1e3:.2f} -> "
-                              f"{v['candidate']['median_seconds'] * 1e3:.2f} ms ({100 * v['change']:+.1f}%, "
-                              f"{'faster' if v['faster'] else 'no gain'})" for t, v in run["end_to_end"].items())
-            print(f"{label}: {run['steps']} steps, operator sum {100 * run['operator_sum']['change']:+.2f}%; "
-                  f"{shown or 'nothing to time'}", flush=True)
+            _show(run)
     write_results({"benchmark": "rewrite_end_to_end", "machine": machine(), "cpus": os.cpu_count(),
                    "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
-                   "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                            text=True).stdout.strip(),
+                   "commit": _commit(),
                    "settings": {"budget": args.budget, "alpha": args.alpha, "time_limit": args.time_limit,
                                 "rounds": args.rounds, "threads": args.threads, "seed": args.seed,
                                 "optimization": "all", "quick": args.quick},
                    "runs": runs}, args.output)
+
+
+def replay_recorded(args: argparse.Namespace) -> None:
+    """Time the rewrites a grid's latency searches found (alpha 1) against their originals."""
+    grid = json.loads(args.steps_from.read_text())
+    recorded = [r for r in grid["runs"] if r["objective"] == "latency" and r["alpha"] == 1 and r["steps"]]
+    if args.models:
+        recorded = [r for r in recorded if r["model"] in args.models]
+    runs = []
+    for record in recorded:
+        load_before = os.getloadavg()[0]
+        name = str(GOOGLENET) if record["model"] == "googlenet_opset13" else record["model"]
+        path, label = model_path(name)
+        verifier = Verifier(_prepared(path, label), seed=args.seed)
+        rewritten = Rewrite(record["steps"]).transform(verifier.model)
+        run = {"model": label, "steps": len(record["steps"]), "rules": record["rules_used"],
+               "operator_sum": {"before_seconds": record["initial_cost"], "after_seconds": record["cost"],
+                                "change": record["cost"] / record["initial_cost"] - 1},
+               "end_to_end": {}}
+        for threads in args.threads:
+            run["end_to_end"][str(threads)] = judge_latency(verifier.model, rewritten, threads=threads,
+                                                            rounds=args.rounds, seed=args.seed).record()
+        run["written"] = "rewritten" if run["end_to_end"][str(args.threads[0])]["faster"] else "original"
+        run["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        runs.append(run)
+        _show(run)
+    write_results({"benchmark": "rewrite_end_to_end", "machine": machine(), "cpus": os.cpu_count(),
+                   "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
+                   "commit": _commit(), "settings": {"steps_from": str(args.steps_from.name), "rounds": args.rounds,
+                                                     "threads": args.threads, "seed": args.seed,
+                                                     "optimization": "all"},
+                   "runs": runs}, args.output)
+
+
+def _show(run: dict) -> None:
+    shown = "; ".join(f"{t} thr {v['original']['median_seconds'] * 1e3:.2f} -> "
+                      f"{v['candidate']['median_seconds'] * 1e3:.2f} ms ({100 * v['change']:+.1f}%, "
+                      f"{'faster' if v['faster'] else 'no gain'})" for t, v in run["end_to_end"].items())
+    print(f"{run['model']}: {run['steps']} steps, operator sum {100 * run['operator_sum']['change']:+.2f}%; "
+          f"{shown or 'nothing to time'}", flush=True)
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def _prepared(path: Path, label: str):

@@ -152,9 +152,6 @@ def stages_table(path: Path = RESULTS / "rewrite_stages.json") -> None:
               f"| {r['load_average']} |")
 
 
-if __name__ == "__main__":
-    main()
-
 
 
 def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
@@ -199,3 +196,7 @@ def bounds_table(path: Path = RESULTS / "rewrite_bounds.json", before: Path | No
                   f"{search.get('budget_spent', '–')} | {search['generated']} | {search.get('oversized', '–')} | "
                   f"{search.get('undoing', '–')} | {stopped} | "
                   f"{'–'.join(f'{x:.1f}' for x in run['load_average'])} |")
+
+
+if __name__ == "__main__":
+    main()
