@@ -367,7 +367,7 @@ def _probe() -> onnx.ModelProto:
 def test_the_relaxed_search_on_the_probe_stays_within_its_bounds_and_ends_within_its_budget():
     """The 17-operator probe grew without end when relaxed steps kept splitting convolutions."""
     probe = _probe()
-    budget = 40
+    budget = 15
     result = backtracking_search(probe, make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024), alpha=1.05,
                                  budget=budget)
     assert not result.timed_out and not result.interrupted
