@@ -191,7 +191,8 @@ def bounds_table(path: Path = RESULTS / "rewrite_bounds.json", before: Path | No
             stopped = ("time limit" if search["timed_out"] or search["greedy"].get("timed_out")
                        else "budget" if search.get("budget_spent", search["expanded"]) >= document["settings"]["budget"]
                        else "empty queue")
-            print(f"| {run['model']} | {document['commit'][:12]} | {run['operators']} ({run['result_operators']}) | "
+            code = document["commit"].split()[0][:12] + (" (unbounded)" if not run.get("bounded", True) else "")
+            print(f"| {run['model']} | {code} | {run['operators']} ({run['result_operators']}) | "
                   f"{run['wall_seconds']:.1f} | {run['peak_rss_mb']:.0f} | {search['expanded']} | "
                   f"{search.get('budget_spent', '–')} | {search['generated']} | {search.get('oversized', '–')} | "
                   f"{search.get('undoing', '–')} | {stopped} | "
