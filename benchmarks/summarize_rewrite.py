@@ -1,5 +1,6 @@
 """Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md (``--speed [FILE [PREVIOUS]]``:
-the speed table from benchmarks/results/rewrite_speed.json, beside an earlier run of the same benchmark)."""
+the speed table from benchmarks/results/rewrite_speed.json, beside an earlier run of the same benchmark;
+``--end-to-end [FILE]``: rewrite_end_to_end.json; ``--bounds [FILE [BEFORE]]``: rewrite_bounds.json)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--end-to-end"]:
+        end_to_end_table(*[Path(a) for a in sys.argv[2:3]])
+        return
+    if sys.argv[1:2] == ["--bounds"]:
+        bounds_table(*[Path(a) for a in sys.argv[2:4]])
+        return
     if sys.argv[1:2] == ["--stages"]:
         stages_table(*[Path(a) for a in sys.argv[2:3]])
         return
@@ -145,6 +152,52 @@ def stages_table(path: Path = RESULTS / "rewrite_stages.json") -> None:
               f"| {r['load_average']} |")
 
 
+
+
+def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
+    """Original against rewritten, end to end, per model and thread count (bench_rewrite_end_to_end.py)."""
+    document = json.loads(path.read_text())
+
+    def ms(timing: dict) -> str:
+        return f"{timing['median_seconds'] * 1e3:.2f} ± {timing['iqr_seconds'] * 1e3:.2f}"
+
+    print("| model | steps (rules) | per-operator sum | threads | original, ms (median ± IQR) | rewritten, ms "
+          "| change | verdict | written | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for run in document["runs"]:
+        if "error" in run:
+            print(f"| {run['model']} | – | – | – | – | – | – | {run['error']} | – | – |")
+            continue
+        steps = f"{run['steps']} ({', '.join(run['rules'])})" if run["steps"] else "0"
+        proxy = f"{100 * run['operator_sum']['change']:+.2f}%"
+        load = "–".join(f"{x:.1f}" for x in run["load_average"])
+        if not run["end_to_end"]:
+            print(f"| {run['model']} | {steps} | {proxy} | – | – | – | – | nothing to time | original | {load} |")
+            continue
+        for threads, verdict in run["end_to_end"].items():
+            print(f"| {run['model']} | {steps} | {proxy} | {threads} | {ms(verdict['original'])} | "
+                  f"{ms(verdict['candidate'])} | {100 * verdict['change']:+.1f}% | "
+                  f"{'faster' if verdict['faster'] else 'no gain'} | {run['written']} | {load} |")
+
+
+def bounds_table(path: Path = RESULTS / "rewrite_bounds.json", before: Path | None = None) -> None:
+    """Peak memory and wall time of bounded relaxed searches (bench_rewrite_bounds.py), and of the code before."""
+    print("| model | code | operators (result) | wall s | peak RSS MB | expanded | budget spent | generated | "
+          "oversized | undoing | stopped by | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for document in [json.loads(p.read_text()) for p in (path, before) if p is not None]:
+        for run in document["runs"]:
+            search = run["search"]
+            stopped = ("time limit" if search["timed_out"] or search["greedy"].get("timed_out")
+                       else "budget" if search.get("budget_spent", search["expanded"]) >= document["settings"]["budget"]
+                       else "empty queue")
+            code = document["commit"].split()[0][:12] + (" (unbounded)" if not run.get("bounded", True) else "")
+            print(f"| {run['model']} | {code} | {run['operators']} ({run['result_operators']}) | "
+                  f"{run['wall_seconds']:.1f} | {run['peak_rss_mb']:.0f} | {search['expanded']} | "
+                  f"{search.get('budget_spent', '–')} | {search['generated']} | {search.get('oversized', '–')} | "
+                  f"{search.get('undoing', '–')} | {stopped} | "
+                  f"{'–'.join(f'{x:.1f}' for x in run['load_average'])} |")
+
+
 if __name__ == "__main__":
     main()
-

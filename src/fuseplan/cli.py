@@ -30,6 +30,7 @@ from fuseplan.graph import CompGraph, load_graph, model_path, parse_input_shape
 from fuseplan.hardware import template_names
 from fuseplan.passes import FixInputShapes, Pass
 from fuseplan.rewrite.objectives import OBJECTIVES
+from fuseplan.rewrite.search import MAX_GROWTH, VERIFY_MODES
 from fuseplan.report.inspect import inspect_model
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes, parse_size
@@ -295,6 +296,8 @@ def plan(
     reference = reference_record(problem, result)
     document = plan_document(problem, result.plan, result.search_record(), reference,
                              accelerator if hardware is not None else None)
+    if rewritten is not None:  # how the rewrite search ended; its steps are in "passes"
+        document["rewrite"] = rewritten.summary()
     if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
         assert source_model is not None
         save_onnx(annotate_onnx(source_model, problem, result.plan, document.get("estimates")), onnx_out,
@@ -337,7 +340,8 @@ def plan(
     if rewritten is not None:
         stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM "
                      f"{format_bytes(rewritten.before['dram_bytes'])} -> {format_bytes(rewritten.after['dram_bytes'])} "
-                     f"{'(time limit reached) ' if rewritten.result.cut_by_time else ''}(see fuseplan rewrite)",
+                     f"{'(time limit reached) ' if rewritten.result.cut_by_time else ''}"
+                     f"{'(rewrite interrupted) ' if rewritten.result.interrupted else ''}(see fuseplan rewrite)",
                      highlight=False)
     if output is not None:
         stdout.print(f"plan written to {output}", highlight=False)
@@ -348,6 +352,7 @@ def plan(
 
 
 ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
+VerifyMode = Enum("VerifyMode", {name: name for name in VERIFY_MODES}, type=str)
 
 
 def _read_rewritable(source: Path):
@@ -372,22 +377,31 @@ def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_
                     alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
                     time_limit: float | None = None, **options):
     """Run the rewrite search with a progress bar on stderr."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuseplan.passes.rewrite import rule_names
     from fuseplan.rewrite import rewrite_model
 
     chosen_rules = rule_names(rules) if rules is not None else None
-    progress = Progress(TextColumn(f"rewrite {name}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+    # on a terminal only: expansions, budget spent, best cost so far, elapsed time, and what runs after the search
+    progress = Progress(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
+                        TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), TimeElapsedColumn(),
                         console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
-    with progress, _searching():  # a signal stops the search; the best graph is still measured and written
-        task = progress.add_task("rewrite", total=budget, best="-")
+
+    def show(state: dict) -> None:
+        if "expanded" in state:
+            progress.update(task, completed=min(state["budget_spent"], budget), phase=state["phase"],
+                            expanded=state["expanded"], best=f"{state['best']:,.6g}")
+        else:
+            progress.update(task, phase=state["phase"])
+
+    with progress:
+        task = progress.add_task("rewrite", total=budget, best="-", phase="preparing", expanded=0)
+        # a signal stops the preparation or the search (_searching); the best graph is still measured and written
         return rewrite_model(model_proto, name, objective=objective, scheme=scheme, buffer_bytes=buffer_bytes,
                              bytes_per_element=bytes_per_element, alpha=alpha, budget=budget, rules=chosen_rules,
-                             seed=seed, input_shapes=shapes or None, time_limit=time_limit,
-                             on_expand=lambda n, best: progress.update(task, completed=n, best=f"{best:,.6g}"),
-                             **options)
+                             seed=seed, input_shapes=shapes or None, time_limit=time_limit, stoppable=_searching,
+                             on_progress=show, **options)
 
 
 @app.command()
@@ -401,7 +415,12 @@ def rewrite(
     buffer: HardwareBufferOpt = None,
     alpha: Annotated[float, typer.Option(
         help="Keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
-    budget: Annotated[int, typer.Option(help="Graphs the search may expand.")] = 300,
+    budget: Annotated[int, typer.Option(
+        help="Graphs the search may expand; in the relaxed phase an expansion counts as its graph's rule sites over "
+             "the original's (at least 1).")] = 300,
+    max_growth: Annotated[float, typer.Option(
+        help="Bound of the relaxed phase: no graph with more than this times the original's operators (and no rule "
+             "applied to what its inverse rule produced); see docs/rewrite.md.")] = MAX_GROWTH,
     time_limit: Annotated[Optional[float], typer.Option(
         help="Stop the search after this many seconds and keep the best verified graph found by then (default: "
              "none; a time-limited result depends on the machine's speed, a budget's does not).",
@@ -411,6 +430,13 @@ def rewrite(
     seed: Annotated[int, typer.Option(help="Seed of ties, random weights and inputs of the verification.")] = 0,
     latency_cache: Annotated[Optional[Path], typer.Option(
         help="Per-operator latency cache of the latency objective (default ~/.cache/fuseplan).")] = None,
+    timing_rounds: Annotated[int, typer.Option(
+        help="Latency objective: interleaved end-to-end runs of the graph found and the original; the original is "
+             "written unless the graph found is faster beyond their spread.")] = 30,
+    timing_threads: Annotated[int, typer.Option(help="Latency objective: onnxruntime threads of those runs.")] = 1,
+    verify: Annotated[VerifyMode, typer.Option(
+        help="site: check each substitution alone, once per site signature (rule, attributes, shapes, types), and "
+             "the graph returned whole; each: check every graph the search uses whole.")] = VerifyMode.site,
     bytes_per_element: HardwareBytesPerElementOpt = None,
     hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,
@@ -422,6 +448,11 @@ def rewrite(
         raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
+    if not 1 <= max_growth < float("inf"):
+        raise FuseplanError(f"--max-growth must be at least 1 (got {max_growth}); 1 keeps the operator count")
+    if timing_rounds < 10 or timing_threads < 1:
+        raise FuseplanError(f"--timing-rounds must be at least 10 and --timing-threads at least 1 (got "
+                            f"{timing_rounds} and {timing_threads})")
     _check_time_limit("--time-limit", time_limit)
     accelerator = _hardware(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
@@ -430,14 +461,19 @@ def rewrite(
     source_model = _read_rewritable(source)
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
+    options.update(max_growth=max_growth, timing_rounds=timing_rounds, timing_threads=timing_threads,
+                   verify=verify.value)
     done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
                            budget, rules, seed, shapes, as_json, time_limit, **options)
-    rewritten = done.result.model
-    entry = rewritten.metadata_props.add()
-    entry.key, entry.value = "fuseplan.rewrite", json.dumps(done.result.steps)
-    save_onnx(rewritten, output, source.parent)
-    report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "time_limit": time_limit,
-              "seed": seed, **done.to_json()}
+    if done.keeps_original:  # timed end to end, the graph found was no faster than the original
+        save_onnx(source_model, output, source.parent)
+    else:
+        rewritten = done.result.model
+        entry = rewritten.metadata_props.add()
+        entry.key, entry.value = "fuseplan.rewrite", json.dumps(done.result.steps)
+        save_onnx(rewritten, output, source.parent)
+    report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "max_growth": max_growth,
+              "time_limit": time_limit, "seed": seed, **done.to_json()}
     if as_json:
         print(json.dumps(report, indent=2))
         return
@@ -461,9 +497,23 @@ def rewrite(
         f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "
         f"{result.verification_failures} failed and discarded\n"
         f"search             {result.expanded} expanded, {result.generated} generated, {result.duplicates} duplicates, "
-        f"{result.unpriced} unpriced, {result.wall_seconds:.2f} s{' (interrupted)' if result.interrupted else ''}"
-        f"{' (time limit reached)' if result.cut_by_time else ''}\n"
-        f"rewritten model written to {output}", highlight=False)
+        f"{result.unpriced} unpriced, {result.oversized} over {result.max_operators} operators, {result.undoing} "
+        f"undoing their inverse, {result.wall_seconds:.2f} s"
+        f"{f' (interrupted in the {result.interrupted_in} phase)' if result.interrupted else ''}"
+        f"{' (time limit reached)' if result.cut_by_time else ''}", highlight=False)
+    if done.timing is not None:
+        timing = done.timing
+
+        def ms(seconds: float) -> str:
+            return f"{seconds * 1e3:.2f} ms"
+
+        stdout.print(
+            f"end to end         original {ms(timing.original.median)} (IQR {ms(timing.original.iqr)}), rewritten "
+            f"{ms(timing.candidate.median)} (IQR {ms(timing.candidate.iqr)}), {timing.rounds} interleaved runs, "
+            f"{timing.threads} thread(s): "
+            + (f"faster by {-100 * timing.change:.1f}%" if timing.faster else
+               "not faster beyond the spread, so the original is written unchanged"), highlight=False)
+    stdout.print(f"{'original' if done.keeps_original else 'rewritten'} model written to {output}", highlight=False)
 
 
 PassObjective = Enum("PassObjective", {"latency": "latency", "dram": "dram", "opt_time": "opt-time"}, type=str)
@@ -495,7 +545,9 @@ def passes_command(
              "opt-time (time the passes take).")] = PassObjective.latency,
     budget: Annotated[int, typer.Option(help="Pipelines of the relevant passes to try.")] = 24,
     seed: Annotated[int, typer.Option(help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the best graph here.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write the best verified graph measured here (the baseline's and random pipelines' "
+                               "included; under latency, ort/all's unless faster end to end beyond the spread).")] = None,
     png: Annotated[Optional[Path], typer.Option("--png", help="Draw latency against DRAM, the Pareto front marked.")]
     = None,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme of the DRAM figure.")] = Scheme.lbdf,
@@ -567,13 +619,13 @@ def passes_command(
                                random_count=random_orders, seed=seed, threads=threads, batch=batch,
                                scheme=scheme.value, buffer_bytes=buffer_bytes, bytes_per_element=bytes_per_element,
                                directory=Path(directory), on_step=on_step)
-        best = search.best
+        written = search.written
         if output is not None:
-            if best is None:
+            if written is None:
                 raise FuseplanError("no verified graph to write: every pipeline failed or changed the outputs")
             import onnx
 
-            save_onnx(onnx.load(str(best.path)), output, source.parent)
+            save_onnx(onnx.load(str(written.path)), output, source.parent)
     report = search.to_json()
     if png is not None:
         from fuseplan.report.pass_figure import plot_pass_search
@@ -637,11 +689,32 @@ def _print_pass_search(report: dict, scheme: str, buffer_bytes: int, batch: int,
     if best is None:
         stdout.print("no verified graph", highlight=False)
     else:
-        stdout.print(f"best by {report['objective']}: {' > '.join(best['pipeline']) or '(no pass)'} "
-                     f"(max error {best['max_error']:.1e})", highlight=False, markup=False)
-    for path, what in ((output, "best graph"), (png, "picture")):
+        stdout.print(f"best selected by {report['objective']}: {' > '.join(best['pipeline']) or '(no pass)'} "
+                     f"(max error {best['max_error']:.1e}){_against_baseline(report['best_against_baseline'])}",
+                     highlight=False, markup=False)
+    measured, written = report["measured_best"], report["written"]
+    if measured is not None:
+        stdout.print(f"best measured (baseline and random pipelines included): "
+                     f"{' > '.join(measured['pipeline']) or '(no pass)'}"
+                     f"{_against_baseline(report['measured_best_against_baseline'])}", highlight=False, markup=False)
+    if written is not None and output is not None:
+        stdout.print(f"written: {' > '.join(written['pipeline']) or '(no pass)'}", highlight=False, markup=False)
+    for path, what in ((output, "graph"), (png, "picture")):
         if path is not None:
             stdout.print(f"{what} written to {path}", highlight=False)
+
+
+def _against_baseline(timing: dict | None) -> str:
+    """How a graph timed end to end against ort/all compares, for the passes summary."""
+    if timing is None:
+        return ""
+    original, candidate = timing["original"], timing["candidate"]
+    measured = (f"{candidate['median_seconds'] * 1e3:.2f} ms (IQR {candidate['iqr_seconds'] * 1e3:.2f}) against ort/all "
+                f"{original['median_seconds'] * 1e3:.2f} ms (IQR {original['iqr_seconds'] * 1e3:.2f}), "
+                f"{timing['rounds']} interleaved runs")
+    if timing["faster"]:
+        return f"; {measured}: faster by {-100 * timing['change']:.1f}%"
+    return f"; {measured}: no gain over ort/all beyond the spread"
 
 
 def _optimality_line(value: float, search: dict) -> str:

@@ -15,39 +15,105 @@ import pytest
 
 from fuseplan.cli import run
 
-# The search marks its first proposal with a file, so the test signals a search that is surely running
-# rather than guessing how long start-up takes on a busy machine.
+# The launcher runs the command line with hooks at named points of the program. A hook touches its marker
+# file when reached and then blocks until the command's signal handler has run, so a signal the test sends on
+# seeing the marker provably lands at that point, however slow the machine (no sleeps, no guessed timings).
+# The handler may raise KeyboardInterrupt out of the hook's wait: that is the program's own reaction to it.
 LAUNCHER = """
+import json
 import sys
+import threading
 from pathlib import Path
+
+import fuseplan.cli as cli
+import fuseplan.plan.io as plan_io
+import fuseplan.rewrite.run as rewrite_run
+from fuseplan.rewrite import search as rewrite_search
 from fuseplan.search import base
 
-marker = Path(sys.argv[1])
-propose = base.SearchContext.propose
+handled = threading.Event()
+handle = cli._SignalGuard.handle
 
-def marked(self, plan):
-    if not marker.exists():
-        marker.touch()
-    return propose(self, plan)
+def handle_and_note(self, signum, frame):
+    handled.set()
+    return handle(self, signum, frame)
 
-base.SearchContext.propose = marked
-from fuseplan.cli import main
+cli._SignalGuard.handle = handle_and_note  # run() installs guard.handle, looked up after this
+
+def reached(marker):
+    handled.clear()
+    Path(marker).touch()
+    for _ in range(2400):  # two minutes: the test sends the signal as soon as it sees the marker
+        if handled.wait(0.05):
+            return
+
+def hook_on(owner, attribute, count, marker, when=lambda *args: True):
+    original = getattr(owner, attribute)
+    calls = [0]
+
+    def hooked(*args, **kwargs):
+        if when(*args):
+            calls[0] += 1
+            if calls[0] == count:
+                reached(marker)
+        return original(*args, **kwargs)
+
+    setattr(owner, attribute, hooked)
+
+def after_judging(phase, count, marker):  # once the search has checked `count` graphs in that phase
+    judge = rewrite_search._Search.judge
+    calls = [0]
+
+    def hooked(self, *args, **kwargs):
+        passed = judge(self, *args, **kwargs)
+        if self.phase == phase:
+            calls[0] += 1
+            if calls[0] == count:
+                reached(marker)
+        return passed
+
+    rewrite_search._Search.judge = hooked
+
+POINTS = {
+    "propose": lambda n, m: hook_on(base.SearchContext, "propose", n, m),  # the plan search
+    "prepare": lambda n, m: hook_on(rewrite_run, "prepare_model", n, m),  # before the rewrite search
+    "greedy": lambda n, m: after_judging("greedy", n, m),
+    "relaxed": lambda n, m: after_judging("relaxed", n, m),
+    "measure": lambda n, m: hook_on(rewrite_run, "measure_latency", n, m),  # after it, before the write
+    "write-model": lambda n, m: hook_on(cli, "save_onnx", n, m),
+    "write-plan": lambda n, m: hook_on(plan_io, "write_json", n, m),
+}
+for point, count, marker in json.loads(sys.argv[1]):
+    POINTS[point](count, marker)
 sys.argv = ["fuseplan", *sys.argv[2:]]
-main()
+cli.main()
 """
 
 
-def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
-    marker = tmp_path / "searching"
-    process = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(marker), *args],
+def _run_signalled(tmp_path: Path, points: list[tuple[str, int]], signals: tuple[int, ...],
+                   *args: str) -> tuple[int, str, str]:
+    """Run ``fuseplan args`` and send ``signals[k]`` when the program reaches ``points[k]`` (a point and how many
+    times it must be reached first); the exit status, stdout and stderr."""
+    markers = [tmp_path / f"reached-{k}-{point}" for k, (point, _) in enumerate(points)]
+    hooks = [[point, count, str(marker)] for (point, count), marker in zip(points, markers)]
+    process = subprocess.Popen([sys.executable, "-c", LAUNCHER, json.dumps(hooks), *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the search never started"
-        time.sleep(0.05)
-    time.sleep(0.3)  # a few hundred plans into the search
-    return process, marker
+    try:
+        for marker, signum in zip(markers, signals):
+            deadline = time.monotonic() + 300
+            while not marker.exists():  # polling for the program's own report, not guessing a duration
+                assert process.poll() is None, (f"exited before reaching {marker.name}", process.communicate())
+                assert time.monotonic() < deadline, f"never reached {marker.name}"
+                time.sleep(0.02)
+            os.kill(process.pid, signum)
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+    return process.returncode, out, err
 
 
 @pytest.mark.parametrize("signals", [
@@ -58,68 +124,78 @@ def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
 ], ids=["int", "int-int", "term", "term-int"])
 def test_signals_keep_the_best_plan(tmp_path, signals):
     plan_path = tmp_path / "plan.json"
-    process, _ = _start(tmp_path, "plan", "resnet50", "--search", "ls", "--budget", "100000000",
-                        "-o", str(plan_path))
-    for signum in signals:
-        os.kill(process.pid, signum)
-        time.sleep(0.05)  # the second lands while the result is being completed
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err
+    # the first signal after 200 proposals, the second while the plan is being written
+    points = [("propose", 200), ("write-plan", 1)][:len(signals)]
+    status, out, err = _run_signalled(tmp_path, points, signals, "plan", "resnet50", "--search", "ls",
+                                      "--budget", "100000000", "-o", str(plan_path))
+    assert status == 0, err
     assert "Traceback" not in err
     assert "(interrupted)" in out and "plan written to" in out
     document = json.loads(plan_path.read_text())
     assert document["search"]["interrupted"] is True
-    assert 0 < document["search"]["plans_evaluated"] < 100000000
+    assert 199 <= document["search"]["plans_evaluated"] < 100000000  # stopped within the 200th proposal
     assert run(["validate", "resnet50", str(plan_path)]) == 0  # a complete, valid plan
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "searching"]  # no temporary files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # no temporary files
 
 
-REWRITE_LAUNCHER = """
-import sys
-from pathlib import Path
-from fuseplan.rewrite import search
-
-marker = Path(sys.argv[1])
-explore = search._Search.explore
-
-def marked(self, *args, **kwargs):
-    marker.touch()
-    return explore(self, *args, **kwargs)
-
-search._Search.explore = marked
-from fuseplan.cli import main
-sys.argv = ["fuseplan", *sys.argv[2:]]
-main()
-"""
+# SqueezeNet at 64 KB: the greedy phase ends after a few expansions and the relaxed phase runs on.
+REWRITE_ARGS = ("squeezenet", "--buffer", "64KB", "--budget", "30", "--alpha", "1.1")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signals", [(signal.SIGINT,), (signal.SIGINT, signal.SIGINT)], ids=["int", "int-int"])
-def test_signals_stop_a_rewrite_search_and_keep_its_best_verified_graph(tmp_path, signals):
+@pytest.mark.parametrize("points, signals, stopped_in", [
+    ([("prepare", 1)], (signal.SIGINT,), "set-up"),
+    ([("greedy", 1)], (signal.SIGINT,), "greedy"),
+    ([("greedy", 1), ("measure", 1)], (signal.SIGINT, signal.SIGINT), "greedy"),
+    ([("relaxed", 2)], (signal.SIGTERM,), "relaxed"),
+    ([("relaxed", 1), ("write-model", 1)], (signal.SIGTERM, signal.SIGINT), "relaxed"),
+    ([("measure", 1)], (signal.SIGINT,), None),
+    ([("write-model", 1)], (signal.SIGTERM,), None),
+], ids=["int-prepare", "int-greedy", "int-greedy-int-measure", "term-relaxed", "term-relaxed-int-write",
+        "int-measure", "term-write"])
+def test_signals_stop_a_rewrite_and_keep_its_best_verified_graph(tmp_path, points, signals, stopped_in):
     pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
     out = tmp_path / "rewritten.onnx"
-    marker = tmp_path / "searching"
-    process = subprocess.Popen([sys.executable, "-c", REWRITE_LAUNCHER, str(marker), "rewrite", "resnet18",
-                                "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the search never started"
-        time.sleep(0.05)
-    time.sleep(1.0)  # some expansions into a search that takes minutes at the default budget
-    for signum in signals:
-        os.kill(process.pid, signum)
-        time.sleep(0.05)  # the second lands while the result is being measured and written
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
+    status, stdout, stderr = _run_signalled(tmp_path, points, signals, "rewrite", *REWRITE_ARGS, "-o", str(out),
+                                            "--json")
+    assert status == 0, stderr
     assert "Traceback" not in stderr
     report = json.loads(stdout)
-    assert report["search"]["interrupted"] is True and report["search"]["expanded"] < 300
+    search = report["search"]
+    assert search["interrupted"] is (stopped_in is not None)
+    assert search["interrupted_in"] == stopped_in
+    if stopped_in == "set-up":
+        assert report["steps"] == [] and search["expanded"] == 0
+    elif stopped_in == "greedy":
+        assert search["greedy"]["interrupted"] is True and search["expanded"] < 30
+    elif stopped_in == "relaxed":
+        assert "interrupted" not in search["greedy"] and search["greedy"]["expanded"] < search["expanded"]
+        assert search["budget_spent"] < 30
+    else:  # a signal after the search is only recorded: the search spent its budget
+        assert search["budget_spent"] >= 30 and not search["timed_out"]
     assert report["verification"]["max_error"] <= 1e-4
     assert report["after"]["dram_bytes"] <= report["before"]["dram_bytes"]
     assert len(report["steps"]) == len(json.loads(
         {p.key: p.value for p in onnx.load(out).metadata_props}["fuseplan.rewrite"]))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rewritten.onnx", "searching"]  # no temporary files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rewritten.onnx"]  # no temporary files
+
+
+@pytest.mark.slow
+def test_a_signal_during_the_rewrite_of_plan_rewrite_is_recorded_in_the_plan(tmp_path):
+    pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+    plan_path = tmp_path / "plan.json"
+    status, out, err = _run_signalled(
+        tmp_path, [("greedy", 1)], (signal.SIGINT,), "plan", "squeezenet", "--buffer", "64KB", "--search", "ls",
+        "--budget", "300", "--rewrite", "--rewrite-budget", "30", "--rewrite-alpha", "1.1", "-o", str(plan_path))
+    assert status == 0, err
+    assert "Traceback" not in err
+    assert "(rewrite interrupted)" in out and "plan written to" in out
+    document = json.loads(plan_path.read_text())
+    assert document["rewrite"]["interrupted"] is True and document["rewrite"]["interrupted_in"] == "greedy"
+    assert document["search"]["interrupted"] is False  # the plan's own search ran on
+    rewrite_steps = [p for p in document["passes"] if p["name"] == "rewrite"][0]["options"]["steps"]
+    assert len(rewrite_steps) == document["rewrite"]["steps"]
+    assert run(["validate", "squeezenet", str(plan_path)]) == 0
 
 
 def test_a_signal_before_the_search_stops_the_command_and_writes_nothing(tmp_path, monkeypatch, capsys):

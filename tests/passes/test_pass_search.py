@@ -14,9 +14,11 @@ pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
 pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
 
 from fuseplan.passes.external import ExternalPass, external_passes  # noqa: E402
-from fuseplan.passes.select import normalise  # noqa: E402
+from fuseplan.passes.select import Pruning, normalise  # noqa: E402
+from fuseplan.rewrite.latency import LatencyVerdict, Timing  # noqa: E402
 from fuseplan.rewrite.pass_search import (  # noqa: E402
-    Graph, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs, pareto_front,
+    Applied, Graph, PassSearch, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs,
+    pareto_front,
 )
 from tests.cli.inprocess import assert_one_line_error, cli  # noqa: E402,F401
 from tests.passes.test_select import conv_bn  # noqa: E402
@@ -162,6 +164,47 @@ def test_fuseplan_passes_searches_measures_and_writes_the_best_graph(cli, tmp_pa
 
 
 @pytest.mark.slow
+def test_the_graph_written_is_the_best_measured_unless_no_faster_than_the_baseline_end_to_end():
+    def graph(name, latency):
+        return Graph(name, [(name,)], 0.1, Path(name), latency_seconds=latency, max_error=0.0)
+
+    baseline, selected, drawn = graph("ort/all", 2.0), graph("selected", 3.0), graph("random", 1.0)
+    applied = Applied({g.hash: g for g in (baseline, selected, drawn)},
+                      {("ort/all",): "ort/all", ("selected",): "selected", ("random",): "random"}, {}, 0.0)
+    search = PassSearch("m", Pruning("signature", {}, 0.0), "latency", 1, 0, [("selected",)], [("random",)], applied, 0.0)
+    assert search.best is selected and search.measured_best is drawn  # the random pipeline's graph is fastest
+    assert search.written is drawn  # not yet timed end to end: the best measured
+    beyond = LatencyVerdict(Timing(2.0, 1.9, 2.1), Timing(1.0, 0.9, 1.1), 1, 30, "disabled")
+    within = LatencyVerdict(Timing(2.0, 1.5, 2.5), Timing(1.9, 1.4, 2.4), 1, 30, "disabled")
+    search.timings = {"random": beyond}
+    assert search.written is drawn and search.to_json()["measured_best_against_baseline"]["faster"] is True
+    search.timings = {"random": within}
+    assert search.written is baseline  # no gain beyond the spread: ort/all, the baseline a user has
+    assert search.to_json()["written"]["pipeline"] == ["ort/all"]
+
+
+@pytest.mark.slow
+def test_fuseplan_passes_writes_the_fastest_graph_it_measured_or_the_baseline(cli, tmp_path):
+    source = tmp_path / "conv_bn.onnx"
+    onnx.save(conv_bn(), source)
+    best = tmp_path / "best.onnx"
+    result = cli("passes", source, "--budget", "4", "--random", "2", "--cache-dir", tmp_path / "cache", "--json",
+                 "-o", best, "--batch", "1")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    fastest = min((g for g in report["graphs"] if g["verified"]), key=lambda g: g["latency_seconds"])
+    baseline, timing = report["comparison"]["baseline"], report["measured_best_against_baseline"]
+    assert report["measured_best"]["hash"] == fastest["hash"]
+    if fastest["hash"] == baseline["hash"]:
+        assert timing is None and report["written"]["hash"] == baseline["hash"]
+    else:
+        assert timing["rounds"] == 30 and timing["optimization"] == "disabled"
+        assert timing["faster"] is (timing["candidate"]["q3_seconds"] < timing["original"]["q1_seconds"])
+        assert report["written"]["hash"] == (fastest if timing["faster"] else baseline)["hash"]
+    assert onnx.load(best).graph.node
+
+
+@pytest.mark.slow
 def test_fuseplan_passes_reuses_its_pruning_and_draws_the_front(cli, tmp_path):
     source = tmp_path / "conv_bn.onnx"
     onnx.save(conv_bn(), source)
@@ -173,7 +216,8 @@ def test_fuseplan_passes_reuses_its_pruning_and_draws_the_front(cli, tmp_path):
     again = cli("passes", source, "--budget", "6", "--cache-dir", tmp_path / "cache", "--json")
     assert json.loads(again.stdout)["pruning"]["cached"]
     shown = cli("passes", source, "--budget", "4", "--random", "0", "--no-cache")
-    assert shown.returncode == 0 and "best by latency" in shown.stdout and "relevant:" in shown.stdout
+    assert shown.returncode == 0 and "best selected by latency" in shown.stdout and "relevant:" in shown.stdout
+    assert "best measured (baseline and random pipelines included):" in shown.stdout
 
 
 def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):

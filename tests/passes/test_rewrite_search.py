@@ -167,7 +167,7 @@ def test_checking_while_expanding_finds_what_checking_first_finds(monkeypatch):
     for overlap in (True, False):
         monkeypatch.setattr(search_module._Search, "overlap_verification", overlap)
         result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=256 * 1024),
-                                     alpha=1.05, budget=6, seed=3)
+                                     alpha=1.05, budget=6, seed=3, verify="each")
         records.append({k: v for k, v in result.record().items() if k not in ("wall_seconds", "greedy")})
         records[-1]["greedy"] = {k: v for k, v in result.greedy.items() if k != "seconds"}
     assert records[0]["verification_failures"] >= 1 and records[0]["expanded"] == 6
@@ -195,6 +195,8 @@ def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypat
     ({"alpha": 0.99}, "alpha must be at least 1"),
     ({"rules": ["no-such-rule"]}, "unknown rule 'no-such-rule'"),
     ({"budget": 0}, "at least one expanded graph"),
+    ({"max_growth": 0.9}, "growth bound must be at least 1"),
+    ({"verify": "sometimes"}, "unknown verification 'sometimes'"),
 ])
 def test_bad_search_settings_are_one_clear_error(kwargs, message):
     with pytest.raises(FuseplanError, match=message):
@@ -257,6 +259,7 @@ def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
 @pytest.mark.parametrize("args, pattern", [
     (["--alpha", "0.5"], "alpha must be at least 1"),
     (["--rules", "merge-parallel-convs,bogus"], "unknown rule 'bogus'; the rules are"),
+    (["--max-growth", "0.5"], "--max-growth must be at least 1"),
 ])
 def test_rewrite_command_refuses_bad_settings_and_writes_nothing(tmp_path, args, pattern):
     out = tmp_path / "out.onnx"
@@ -353,3 +356,141 @@ def test_models_with_external_weights_are_refused_by_both_rewriting_commands(tmp
     assert_one_line_error(fuseplan("rewrite", source, "-o", tmp_path / "out.onnx"), pattern)
     assert_one_line_error(fuseplan("plan", source, "--rewrite", "-o", tmp_path / "plan.json"), pattern)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["parallel.onnx", "parallel.weights"]
+
+
+def _probe() -> onnx.ModelProto:
+    from tests.passes.probe import probe_model
+
+    return prepare_model(probe_model(), "probe17")[0]
+
+
+def test_the_relaxed_search_on_the_probe_stays_within_its_bounds_and_ends_within_its_budget():
+    """The 17-operator probe grew without end when relaxed steps kept splitting convolutions."""
+    probe = _probe()
+    budget = 15
+    result = backtracking_search(probe, make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024), alpha=1.05,
+                                 budget=budget)
+    assert not result.timed_out and not result.interrupted
+    assert result.max_operators == int(1.5 * len(probe.graph.node)) == 25
+    assert result.oversized > 0 and result.undoing > 0  # both bounds were met, and refused what crossed them
+    # the budget counts what an expansion costs: a grown graph spends more of it than the original
+    assert result.expanded < result.budget_spent and budget <= result.budget_spent < budget + 2
+    assert result.generated < budget * 2 * 120  # at most the bound's sites (the original has 59) per expansion
+    assert len(result.model.graph.node) <= result.max_operators
+    assert result.cost <= result.greedy["cost"] <= result.initial_cost
+    replayed = Rewrite(result.steps).transform(probe)
+    assert len(replayed.graph.node) == len(result.model.graph.node)
+
+
+def test_no_relaxed_step_undoes_what_its_inverse_rule_did():
+    """Merging the halves of a split is refused; so is splitting a merged convolution; so is any graph beyond the
+    operator bound, and with a bound of 1 no graph of the relaxed phase grows at all."""
+    probe = _probe()
+    result = backtracking_search(probe, make_objective("macs"), alpha=1.5, budget=15, max_growth=1.0,
+                                 rules=["split-conv-by-channels", "merge-parallel-convs"])
+    assert result.oversized > 0 and result.max_operators == 17
+    assert len(result.model.graph.node) <= 17
+    free = backtracking_search(probe, make_objective("macs"), alpha=1.5, budget=15, max_growth=10.0,
+                               rules=["split-conv-by-channels", "merge-parallel-convs"])
+    assert free.undoing > 0 and free.oversized == 0
+    for steps in (result.steps, free.steps):  # replayed: no step's site was produced by its rule's inverse
+        import onnx_ir as ir
+
+        from fuseplan.passes.rewrite import apply_in_place
+
+        working, inserted = ir.from_proto(probe), []
+        inverse = {"merge-parallel-convs": "split-conv-by-channels", "split-conv-by-channels": "merge-parallel-convs"}
+        for step in steps:
+            live = {id(node) for node in working.graph}
+            producer = {value.name: rule for node, rule in inserted if id(node) in live for value in node.outputs}
+            assert inverse[step["rule"]] not in {producer.get(value) for value in step["site"]}, step
+            inserted += [(node, step["rule"]) for node in apply_in_place(working, step["rule"], step["site"])]
+
+
+def _run_with_terminal_stderr(*args: str) -> tuple[int, str, str]:
+    """Run ``fuseplan args`` with stderr on a pseudo-terminal; the exit status, stdout and what the terminal got."""
+    import os
+    import pty
+    import subprocess
+    import threading
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "fuseplan", *args], stdout=subprocess.PIPE, stderr=terminal,
+                               text=True, env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+    os.close(terminal)
+    received = bytearray()
+
+    def drain() -> None:  # keep reading, so a full terminal buffer never blocks the command
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the command has exited and closed its end
+                return
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    out, _ = process.communicate(timeout=300)
+    reader.join(timeout=60)
+    os.close(controller)
+    return process.returncode, out, received.decode("utf-8", "replace")
+
+
+@pytest.mark.slow
+def test_rewrite_shows_its_progress_on_a_terminal_and_nothing_otherwise(tmp_path):
+    status, out, shown = _run_with_terminal_stderr("rewrite", "squeezenet", "--budget", "3", "-o",
+                                                   str(tmp_path / "a.onnx"))
+    assert status == 0, shown
+    assert "rewrite squeezenet greedy" in shown and "3 expanded, best" in shown  # the phase, expansions, best cost
+    assert "0:00:" in shown  # elapsed time
+    assert "rewritten model written to" in out
+    quiet = fuseplan("rewrite", "squeezenet", "--budget", "3", "-o", tmp_path / "b.onnx")
+    assert quiet.returncode == 0 and quiet.stderr == ""  # not a terminal: no progress
+
+
+def test_site_checks_run_each_signature_once_and_catch_a_wrong_rule(monkeypatch):
+    import onnx_ir as ir
+
+    from fuseplan.passes.rewrite import load_rules
+    from fuseplan.passes.rules import conv as conv_rules
+    from fuseplan.passes.verify import SiteVerifier
+
+    probe = ir.from_proto(_probe())
+    sites = [(name, site) for name, rule in load_rules().items() for site in rule.sites(probe)]
+    checker = SiteVerifier(seed=0)
+    for name, site in sites:
+        verification = checker.check(probe, name, site)
+        assert verification.passed and verification.max_error < 1e-5, (name, site)
+    # the three parallel 1x1 branches are one signature per rule: each checked once
+    assert {name for name, _ in sites} >= {"split-conv-by-channels", "merge-parallel-convs", "fuse-conv-add",
+                                            "enlarge-conv-kernel"}
+    assert checker.runs < len(sites)
+    original = conv_rules._weights
+    monkeypatch.setattr(conv_rules, "_weights", lambda node: None if original(node) is None else original(node) * 1.01)
+    wrong = SiteVerifier(seed=0)
+    failed = [name for name, site in sites if not wrong.check(probe, name, site).passed]
+    assert "merge-parallel-convs" in failed and "split-conv-by-channels" in failed
+
+
+@pytest.mark.slow
+def test_site_verification_finds_what_whole_graph_verification_finds():
+    probe = _probe()
+    found = {mode: backtracking_search(probe, make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024),
+                                       alpha=1.05, budget=10, verify=mode) for mode in ("site", "each")}
+    assert found["site"].steps == found["each"].steps and found["site"].cost == found["each"].cost
+    assert found["site"].expanded == found["each"].expanded and found["site"].generated == found["each"].generated
+    checks = found["site"].site_checks
+    assert checks["signatures_run"] <= checks["lookups"] and found["each"].site_checks is None
+
+
+def test_a_site_verified_best_that_fails_whole_gives_the_original(monkeypatch):
+    from fuseplan.passes.verify import Verification, Verifier
+
+    monkeypatch.setattr(Verifier, "check", lambda self, steps: Verification(float("inf"), self.tolerance))
+    model = prepare_model(_parallel_convs(), "p")[0]
+    result = backtracking_search(model, make_objective("dram", scheme="lbdf", buffer_bytes=6 * 1024),
+                                 rules=["merge-parallel-convs"], alpha=1.0, budget=3, verify="site")
+    assert result.steps == [] and result.cost == result.initial_cost and result.verification_failures >= 1
+    assert result.site_checks["signatures_run"] >= 1

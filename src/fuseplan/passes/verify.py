@@ -36,7 +36,7 @@ from onnx import numpy_helper
 
 from fuseplan.errors import FuseplanError
 from fuseplan.passes.external import save_light_model
-from fuseplan.passes.rewrite import Rewrite, apply_in_place
+from fuseplan.passes.rewrite import Rewrite, apply_in_place, apply_sequence
 
 TOLERANCE = 1e-4
 _NUMPY = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
@@ -68,14 +68,32 @@ def with_random_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
                                 f"(element type {onnx.TensorProto.DataType.Name(tensor.data_type)})")
         shape = tuple(tensor.dims)
         if tensor.name in variances:
-            values = rng.uniform(0.5, 1.5, shape)
+            values = rng.uniform(0.5, 1.5, shape).astype(dtype)
         elif np.issubdtype(dtype, np.integer):
             raise FuseplanError(f"the stripped integer initializer {tensor.name!r} cannot be given random values")
         else:
             fan_in = prod(shape[1:]) if len(shape) > 1 else 1
-            values = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
-        result.graph.initializer[position].CopyFrom(numpy_helper.from_array(values.astype(dtype), tensor.name))
+            values = _scaled_normal(rng, shape, np.sqrt(max(fan_in, 1)), dtype)
+        if values.dtype.byteorder == ">":
+            values = values.byteswap().view(values.dtype.newbyteorder("<"))
+        data = values.tobytes()  # ONNX raw data: little-endian
+        del values
+        tensor.raw_data = data  # in place: no second copy of the model's largest weights
+        del data
     return result
+
+
+_CHUNK = 1 << 22  # values drawn at a time: the float64 draws of VGG-16's largest weight took 1.6 GB at once
+
+
+def _scaled_normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float, dtype: Any) -> np.ndarray:
+    """``rng.standard_normal(shape) / scale`` as ``dtype``, the same values, drawn in chunks."""
+    values = np.empty(shape, dtype=dtype)
+    flat = values.reshape(-1)
+    for start in range(0, flat.size, _CHUNK):
+        stop = min(start + _CHUNK, flat.size)
+        flat[start:stop] = rng.standard_normal(stop - start) / scale
+    return values
 
 
 def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
@@ -141,13 +159,14 @@ class Verifier:
     def __init__(self, model: onnx.ModelProto, seed: int = 0, tolerance: float = TOLERANCE) -> None:
         self.model = with_random_weights(model, seed)
         self.feeds = random_inputs(self.model, seed)
-        self.reference = run(self.model, self.feeds)
         self.tolerance = tolerance
         self._checks = 0
         # The weighted model with its initializers of 64 KiB or more in a file (removed with the verifier).
         self.weights_dir = Path(tempfile.mkdtemp(prefix="fuseplan-verify-"))
         weakref.finalize(self, shutil.rmtree, self.weights_dir, True)
         self.light_model = save_light_model(self.model, self.weights_dir)
+        # run from the file: serialising the weighted model for onnxruntime would hold a third copy of its weights
+        self.reference = run(self.weights_dir / "model.onnx", self.feeds)
 
     def check(self, steps: Sequence[Mapping[str, Any]]) -> Verification:
         import onnx_ir as ir
@@ -175,3 +194,126 @@ class Verifier:
         if not np.isfinite(error):
             error = float("inf")
         return Verification(error, self.tolerance)
+
+
+class SiteVerifier:
+    """Checks a rule at a site by running only the matched nodes and their replacement; verdicts are cached
+    by the site's signature.
+
+    The matched nodes become a model of their own: the values they read from
+    outside are its inputs (initializers stay initializers), the values they
+    compute that are read outside (or are model outputs) its outputs. Stripped
+    weights get seeded random values, the rule is applied to that model, and
+    both are run on the same seeded random inputs; the error is measured as
+    :meth:`Verifier.check` measures it. Two sites with the same signature
+    (:func:`site_signature`: the rule, each matched node's operator and
+    attributes, the shapes and types of what it reads and writes, how the
+    nodes are wired, and the values of small integer initializers such as
+    split sizes) are the same check, so a search checks each once. Float
+    weights are not part of a signature: a rule's arithmetic on them does not
+    depend on their values, and the check draws its own where they are
+    stripped.
+    """
+
+    def __init__(self, seed: int = 0, tolerance: float = TOLERANCE) -> None:
+        self.seed, self.tolerance = seed, tolerance
+        self.verdicts: dict[str, Verification] = {}
+        self.runs = 0  # checks that ran onnxruntime (cache misses)
+
+    def check(self, model: Any, rule: str, site: Sequence[str]) -> Verification:
+        """Check ``rule`` at ``site`` of the onnx-ir ``model`` (left unchanged)."""
+        from fuseplan.passes.rules.base import find_site
+
+        nodes = find_site(model.graph, site)
+        key = site_signature(model, rule, nodes)
+        found = self.verdicts.get(key)
+        if found is None:
+            found = self._run(model, rule, site, nodes)
+            self.verdicts[key] = found
+        return found
+
+    def _run(self, model: Any, rule: str, site: Sequence[str], nodes: Sequence[Any]) -> Verification:
+        self.runs += 1
+        part = with_random_weights(_site_model(model, nodes), self.seed)
+        feeds = random_inputs(part, self.seed)
+        reference = run(part, feeds)
+        replaced = apply_sequence(part, [{"rule": rule, "site": list(site)}], reinfer=False)
+        outputs = run(replaced, feeds)
+        error = 0.0
+        for name, expected in reference.items():
+            got = outputs.get(name)
+            if got is None or got.shape != expected.shape:
+                return Verification(float("inf"), self.tolerance)
+            scale = float(np.max(np.abs(expected))) or 1.0
+            error = max(error, float(np.max(np.abs(got.astype(np.float64) - expected))) / scale)
+        return Verification(error if np.isfinite(error) else float("inf"), self.tolerance)
+
+
+_SMALL_INITIALIZER = 64  # elements: integer initializers up to this size are part of a signature by value
+
+
+def site_signature(model: Any, rule: str, nodes: Sequence[Any]) -> str:
+    """What a check of ``rule`` on ``nodes`` (of the onnx-ir ``model``) depends on, as a digest."""
+    import hashlib
+
+    inside = {id(node): k for k, node in enumerate(nodes)}
+    external: dict[int, int] = {}  # value -> its position among the values read from outside
+    parts: list[Any] = [rule, sorted(model.opset_imports.items())]
+    for node in nodes:
+        reads = []
+        for value in node.inputs:
+            if value is None:
+                reads.append(None)
+                continue
+            producer = value.producer()
+            if producer is not None and id(producer) in inside:
+                reads.append(("node", inside[id(producer)], producer.outputs.index(value)))
+                continue
+            tensor = value.const_value
+            small = None
+            if tensor is not None and value.is_initializer() and tensor.size <= _SMALL_INITIALIZER:
+                try:
+                    data = tensor.numpy()
+                    # integers steer a rule (split sizes, shapes, axes); float values only flow through its arithmetic
+                    small = data.tobytes().hex() if np.issubdtype(data.dtype, np.integer) else None
+                except Exception:  # stripped data: no values to compare
+                    small = None
+            reads.append(("outside", external.setdefault(id(value), len(external)), str(value.type),
+                          None if value.shape is None else str(value.shape), value.is_initializer(), small))
+        writes = [(str(v.type), None if v.shape is None else str(v.shape), v.is_graph_output(),
+                   any(id(use.node) not in inside for use in v.uses())) for v in node.outputs]
+        attributes = sorted((name, repr(attr.value)) for name, attr in node.attributes.items())
+        parts.append((node.domain, node.op_type, attributes, reads, writes))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _site_model(model: Any, nodes: Sequence[Any]) -> onnx.ModelProto:
+    """The ONNX model of ``nodes`` alone (see :class:`SiteVerifier`)."""
+    from onnx_ir import serde
+
+    inside = {id(node) for node in nodes}
+    inputs, initializers, outputs, inner, seen = [], [], [], [], set()
+    for node in nodes:
+        for value in node.inputs:
+            if value is None or id(value) in seen:
+                continue
+            producer = value.producer()
+            if producer is not None and id(producer) in inside:
+                continue
+            seen.add(id(value))
+            if value.is_initializer() and value.const_value is not None:
+                tensor = serde.serialize_tensor(value.const_value)
+                tensor.name = value.name
+                initializers.append(tensor)
+            else:
+                inputs.append(serde.serialize_value(value))
+        for value in node.outputs:
+            if value.is_graph_output() or any(id(use.node) not in inside for use in value.uses()):
+                outputs.append(serde.serialize_value(value))
+            elif value.type is not None:  # rules read the shapes of what they rewire
+                inner.append(serde.serialize_value(value))
+    graph = onnx.helper.make_graph([serde.serialize_node(node) for node in nodes], "site", inputs, outputs,
+                                   initializers, value_info=inner)
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(domain, version) for domain, version
+                                                        in model.opset_imports.items()],
+                                  ir_version=model.ir_version)

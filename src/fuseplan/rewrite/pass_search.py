@@ -12,6 +12,14 @@ other beats on latency, DRAM and optimisation time together.
 Latency is measured with onnxruntime's own graph optimisations switched off,
 so that a graph runs as the pipeline left it: the baseline pipeline is
 onnxruntime's full level (``ort/all``), applied as a pass.
+
+The graph a search gives as its result (:attr:`PassSearch.written`) is the
+best of every verified graph it measured, the baseline's and the random
+pipelines' included. Under the latency objective it is then timed end to
+end against the baseline (:func:`~fuseplan.rewrite.latency.judge_latency`,
+interleaved rounds, the same session options), and so is the best selected
+pipeline's graph: a graph no faster than ``ort/all`` beyond the spread is
+no gain, and the baseline is given instead.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from fuseplan.errors import FuseplanError
 from fuseplan.passes.prepare import _infer_shapes
 from fuseplan.passes.select import ORT_FULL, Pruning, apply_pass, graph_hash, is_terminal
 from fuseplan.passes.verify import TOLERANCE, random_inputs, run
+from fuseplan.rewrite.latency import LatencyVerdict, judge_latency
 
 Pipeline = tuple[str, ...]
 OBJECTIVES = {"latency": "latency_seconds", "dram": "dram_bytes", "opt-time": "optimisation_seconds"}
@@ -474,6 +483,8 @@ class PassSearch:
     random: list[Pipeline]  # the comparison: random orders of the unpruned registry
     applied: Applied
     seconds: float
+    #: the best selected and the fastest measured graph, each timed end to end against the baseline, by graph hash
+    timings: dict[str, LatencyVerdict] = field(default_factory=dict)
 
     @property
     def graphs(self) -> list[Graph]:
@@ -490,7 +501,27 @@ class PassSearch:
 
     @property
     def best(self) -> Graph | None:
+        """The best graph of the selected pipelines."""
         return best_graph(self.graphs_of(self.selected), self.objective)
+
+    @property
+    def measured_best(self) -> Graph | None:
+        """The best verified graph measured, the baseline's and the random pipelines' included."""
+        return best_graph(self.graphs, self.objective)
+
+    @property
+    def written(self) -> Graph | None:
+        """The graph to give as the result: :attr:`measured_best`, unless timed end to end it was no faster
+        than the baseline beyond the spread (then the baseline)."""
+        best = self.measured_best
+        timing = None if best is None else self.timings.get(best.hash)
+        if timing is not None and not timing.faster and self.baseline is not None:
+            return self.baseline
+        return best
+
+    def timing_of(self, graph: Graph | None) -> dict[str, Any] | None:
+        timing = None if graph is None else self.timings.get(graph.hash)
+        return None if timing is None else timing.record()
 
     def comparison(self) -> dict[str, Any]:
         """Baseline, the best architecture-selected pipeline and the best random order, as the reference compares."""
@@ -510,6 +541,10 @@ class PassSearch:
             "pareto_front": [g.hash[:16] for g in pareto_front(self.graphs)],
             "comparison": self.comparison(),
             "best": None if self.best is None else self.best.to_json(),
+            "best_against_baseline": self.timing_of(self.best),
+            "measured_best": None if self.measured_best is None else self.measured_best.to_json(),
+            "measured_best_against_baseline": self.timing_of(self.measured_best),
+            "written": None if self.written is None else self.written.to_json(),
             "seconds": self.seconds,
         }
 
@@ -517,8 +552,12 @@ class PassSearch:
 def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, objective: str = "latency",
                   budget: int = 24, random_count: int = 4, seed: int = 0, threads: int = 1, rounds: int = 7,
                   batch: int = 4, scheme: str = "lbdf", buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1,
-                  directory: Path, on_step: Callable[[str, int, int], None] | None = None) -> PassSearch:
-    """Search pipelines of the passes ``pruning`` found relevant to ``model`` (normalised) and measure their graphs."""
+                  directory: Path, on_step: Callable[[str, int, int], None] | None = None,
+                  timing_rounds: int = 30) -> PassSearch:
+    """Search pipelines of the passes ``pruning`` found relevant to ``model`` (normalised) and measure their graphs.
+
+    Under the latency objective the best selected graph and the fastest graph measured are each timed against
+    the baseline end to end (``timing_rounds`` interleaved rounds; see the module docstring)."""
     if objective not in OBJECTIVES:
         raise FuseplanError(f"unknown objective {objective!r}; the objectives are {', '.join(OBJECTIVES)}")
     if budget < 1:
@@ -551,5 +590,13 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, object
         for graph in graphs:  # a throughput at batch 1 is not the throughput asked for
             if graph.hash not in shown:
                 graph.throughput = None
+    baseline = search.baseline
+    if objective == "latency" and baseline is not None and baseline.verified:
+        feeds = random_inputs(model, seed)
+        for graph in {g.hash: g for g in (search.best, search.measured_best) if g is not None}.values():
+            if graph.hash != baseline.hash:
+                search.timings[graph.hash] = judge_latency(str(baseline.path), str(graph.path), threads=threads,
+                                                           rounds=timing_rounds, seed=seed, optimization="disabled",
+                                                           feeds=feeds)
     search.seconds = time.perf_counter() - start
     return search

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ContextManager
 
 import onnx
 
 from fuseplan.graph.onnx_import import prepare_model
 from fuseplan.passes import Pass, Rewrite, default_passes
 from fuseplan.passes.verify import Verifier, random_inputs
+from fuseplan.rewrite.latency import LatencyVerdict, judge_latency
 from fuseplan.rewrite.objectives import make_objective, measure_latency, model_macs, total_dram
-from fuseplan.rewrite.search import RewriteResult, backtracking_search
+from fuseplan.rewrite.search import MAX_GROWTH, RewriteResult, backtracking_search, unsearched
 
 
 @dataclass
@@ -24,12 +26,29 @@ class Rewritten:
     before: dict[str, float]
     after: dict[str, float]
     objective: dict[str, Any]
+    #: the rewritten graph timed end to end against the original (the latency objective, when it changed anything)
+    timing: LatencyVerdict | None = None
+
+    @property
+    def keeps_original(self) -> bool:
+        """Whether the original model, unchanged, is the result: timed end to end, the graph found was not
+        faster beyond the spread."""
+        return self.timing is not None and not self.timing.faster
 
     def to_json(self) -> dict[str, Any]:
         return {"objective": self.objective, "steps": self.result.steps, "before": self.before, "after": self.after,
                 "verification": {"max_error": self.result.max_error, "verified": self.result.verified,
                                  "failures": self.result.verification_failures},
+                "end_to_end": None if self.timing is None else self.timing.record(),
+                "written": "original" if self.keeps_original else "rewritten",
                 "search": self.result.record()}
+
+    def summary(self) -> dict[str, Any]:
+        """How the search ended, for a plan made of the rewritten graph (plan.json's ``rewrite``)."""
+        result = self.result
+        return {"objective": self.objective.get("name"), "steps": len(result.steps), "expanded": result.expanded,
+                "interrupted": result.interrupted, "interrupted_in": result.interrupted_in,
+                "timed_out": result.cut_by_time, "before": self.before, "after": self.after}
 
 
 def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram", scheme: str = "lbdf",
@@ -37,17 +56,51 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   budget: int = 300, rules: Sequence[str] | None = None, seed: int = 0,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   on_expand: Callable[[int, float], None] | None = None, time_limit: float | None = None,
+                  stoppable: Callable[[], ContextManager[Any]] = nullcontext, max_growth: float = MAX_GROWTH,
+                  timing_rounds: int = 30, timing_threads: int = 1,
+                  on_progress: Callable[[dict[str, Any]], None] | None = None, verify: str = "site",
                   **objective_options: Any) -> Rewritten:
     """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
 
     ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified
     graph found by then (:func:`backtracking_search`'s ``time_limit`` and ``greedy_time_limit``).
+
+    ``stoppable`` is entered around the preparation and the search only: the part a ``KeyboardInterrupt``
+    may stop (the command line's signal guard). A search stopped that way returns the best verified graph
+    found so far; stopped before the search began, the prepared original, with no step. What follows
+    (measuring, which the result needs) runs outside it.
+
+    Under the latency objective, whose search adds up per-operator times,
+    the graph found is timed end to end against the original
+    (:func:`~fuseplan.rewrite.latency.judge_latency`: ``timing_rounds``
+    interleaved rounds, ``timing_threads`` threads, onnxruntime's own
+    optimisations on); unless it is faster beyond the spread,
+    :attr:`Rewritten.keeps_original` says to keep the original.
+
+    ``on_progress(state)`` follows the search (:func:`backtracking_search`)
+    and then gets ``{"phase": "measuring"}`` and, when the graph found is
+    timed end to end, ``{"phase": "timing"}``.
     """
-    prepared, _ = prepare_model(model, name, input_shapes)
-    chosen = make_objective(objective, scheme=scheme, buffer_bytes=buffer_bytes,
-                            bytes_per_element=bytes_per_element, seed=seed, **objective_options)
-    result = backtracking_search(prepared, chosen, rules=rules, alpha=alpha, budget=budget, seed=seed,
-                                 on_expand=on_expand, time_limit=time_limit, greedy_time_limit=time_limit)
+    prepared = chosen = result = None
+    with stoppable():
+        try:
+            prepared, _ = prepare_model(model, name, input_shapes)
+            chosen = make_objective(objective, scheme=scheme, buffer_bytes=buffer_bytes,
+                                    bytes_per_element=bytes_per_element, seed=seed, **objective_options)
+            result = backtracking_search(prepared, chosen, rules=rules, alpha=alpha, budget=budget, seed=seed,
+                                         on_expand=on_expand, time_limit=time_limit, greedy_time_limit=time_limit,
+                                         max_growth=max_growth, on_progress=on_progress, verify=verify)
+        except KeyboardInterrupt:
+            pass  # stopped before the search began (the search itself returns what it has)
+    if result is None:
+        if prepared is None:
+            prepared, _ = prepare_model(model, name, input_shapes)
+        if chosen is None:
+            chosen = make_objective(objective, scheme=scheme, buffer_bytes=buffer_bytes,
+                                    bytes_per_element=bytes_per_element, seed=seed, **objective_options)
+        result = unsearched(prepared, chosen)
+    report = on_progress or (lambda state: None)
+    report({"phase": "measuring"})
     if hasattr(chosen, "save"):
         chosen.save()
     verifier = Verifier(prepared, seed=seed)
@@ -58,6 +111,12 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
         return {"dram_bytes": total_dram(rewritten, scheme, buffer_bytes, bytes_per_element),
                 "macs": model_macs(rewritten), "latency_seconds": measure_latency(weighted, feeds)}
 
+    before, after = measure([], prepared), measure(result.steps, result.model)
+    timing = None
+    if objective == "latency" and result.steps:
+        report({"phase": "timing"})
+        timing = judge_latency(verifier.model, Rewrite(result.steps).transform(verifier.model), threads=timing_threads,
+                               rounds=timing_rounds, seed=seed, feeds=feeds)
     pipeline = [*default_passes(input_shapes), Rewrite(result.steps)]
-    return Rewritten(result=result, pipeline=pipeline, before=measure([], prepared),
-                     after=measure(result.steps, result.model), objective=chosen.describe())
+    return Rewritten(result=result, pipeline=pipeline, before=before, after=after, objective=chosen.describe(),
+                     timing=timing)

@@ -49,8 +49,15 @@ import onnx
 
 from fuseplan.errors import FuseplanError
 from fuseplan.passes.rewrite import apply_in_place, load_rules
-from fuseplan.passes.verify import Verifier
+from fuseplan.passes.verify import SiteVerifier, Verifier
 from fuseplan.rewrite.objectives import Objective
+
+
+#: the relaxed phase's bound on a graph's operators, as a multiple of the original's
+MAX_GROWTH = 1.5
+
+#: how a graph is verified: whole, each one the search uses, or its last substitution alone (once per signature)
+VERIFY_MODES = ("each", "site")
 
 
 @dataclass
@@ -71,8 +78,14 @@ class RewriteResult:
     max_error: float
     wall_seconds: float
     interrupted: bool = False
+    interrupted_in: str | None = None  # "set-up", "greedy" or "relaxed": the phase a signal stopped
     timed_out: bool = False
     greedy: dict[str, Any] = field(default_factory=dict)
+    oversized: int = 0  # relaxed candidates refused for having more operators than the bound
+    undoing: int = 0  # relaxed sites refused because the rule would undo what its inverse produced
+    budget_spent: float = 0.0  # expansions, a relaxed one counted as its sites over the original's
+    max_operators: int = 0  # the relaxed phase's bound on a graph's operators
+    site_checks: dict[str, int] | None = None  # verify="site": distinct site signatures run, and lookups
 
     @property
     def cut_by_time(self) -> bool:
@@ -82,16 +95,21 @@ class RewriteResult:
     def record(self) -> dict[str, Any]:
         return {"steps": self.steps, "initial_cost": self.initial_cost, "cost": self.cost,
                 "expanded": self.expanded, "generated": self.generated, "duplicates": self.duplicates,
-                "refused": self.refused, "unpriced": self.unpriced, "verified": self.verified,
+                "refused": self.refused, "unpriced": self.unpriced, "oversized": self.oversized,
+                "undoing": self.undoing, "budget_spent": round(self.budget_spent, 3),
+                "max_operators": self.max_operators, "site_checks": self.site_checks, "verified": self.verified,
                 "verification_failures": self.verification_failures, "max_error": self.max_error,
                 "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted,
-                "timed_out": self.timed_out, "greedy": self.greedy}
+                "interrupted_in": self.interrupted_in, "timed_out": self.timed_out, "greedy": self.greedy}
 
 
 def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: Sequence[str] | None = None,
                         alpha: float = 1.05, budget: int = 300, seed: int = 0, time_limit: float | None = None,
                         on_expand: Callable[[int, float], None] | None = None,
-                        greedy: RewriteResult | None = None, greedy_time_limit: float | None = None) -> RewriteResult:
+                        greedy: RewriteResult | None = None, greedy_time_limit: float | None = None,
+                        max_growth: float = MAX_GROWTH,
+                        on_progress: Callable[[dict[str, Any]], None] | None = None,
+                        verify: str = "site") -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
     With ``alpha > 1`` the search first runs the greedy search (``alpha =
@@ -109,6 +127,29 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     instead of running it again (its time counts towards the time limit
     and the wall time); the result is the one the search would find alone.
 
+    The relaxed phase is bounded (the greedy phase needs no bound: every
+    graph it keeps is cheaper than the last): it refuses a candidate with
+    more than ``max_growth`` times the original's operators and a rule
+    applied to a node its inverse rule produced (splitting a convolution a
+    merge produced, merging the halves of a split), and an expansion spends
+    its graph's sites over the original's sites of the budget (at least 1),
+    so a graph that has grown cannot price more candidates than the budget
+    allows. Without these bounds relaxed steps kept splitting convolutions
+    and graphs grew without end.
+
+    ``verify="each"`` checks every graph the search expands or returns
+    whole with onnxruntime (:class:`~fuseplan.passes.verify.Verifier`).
+    ``verify="site"`` checks a graph's last substitution alone instead: the
+    matched nodes and their replacement, once per site signature
+    (:class:`~fuseplan.passes.verify.SiteVerifier`; its earlier ones were
+    checked when its parent was), and checks the graph returned whole; if
+    that fails, the original is returned (and the failure counted).
+
+    ``on_expand(expanded, bound)`` and ``on_progress(state)`` are called
+    after every expansion; ``state`` holds the ``phase`` (greedy or
+    relaxed), ``expanded``, ``budget_spent``, ``best`` (the best verified
+    graph's cost) and ``bound`` (the cheapest graph kept).
+
     ``greedy_time_limit`` (seconds, none by default) does cut the greedy
     phase: a relaxed search is then never worse than the greedy phase it
     ran or was given, but may be worse than another greedy search cut at
@@ -119,16 +160,26 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
         raise FuseplanError("the budget must be at least one expanded graph")
+    if verify not in VERIFY_MODES:
+        raise FuseplanError(f"unknown verification {verify!r}; choose one of {', '.join(VERIFY_MODES)}")
+    if not 1 <= max_growth < float("inf"):
+        raise FuseplanError(f"the growth bound must be at least 1 (got {max_growth}); 1 keeps the operator count")
     registry = load_rules()
     names = list(registry) if rules is None else list(rules)
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise FuseplanError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(registry)}")
     start = time.perf_counter()
-    search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand)
+    try:
+        search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)
+        search.on_progress = on_progress
+        search.site_verifier = SiteVerifier(seed) if verify == "site" else None
+    except KeyboardInterrupt:  # stopped while the original was being checked and priced: keep it
+        return unsearched(model, objective, start, greedy)
     if not search.initial < float("inf"):
         raise FuseplanError(f"the {objective.name} objective cannot price the original model")
     earlier = 0.0  # seconds of a reused greedy phase
+    record: dict[str, Any] = {}  # the greedy phase's, completed whenever it ends (even by a signal)
     switch_interval = sys.getswitchinterval()
     if search.overlap_verification:
         # The verification thread lets go of the interpreter lock around every call into onnxruntime and
@@ -139,29 +190,48 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         if greedy is None:
             search.explore([(search.initial, [])], 1.0, budget,
                            deadline=None if greedy_time_limit is None else start + greedy_time_limit)
-            record = {"cost": search.best_cost, "steps": len(search.best_steps),
-                      "expanded": search.counters["expanded"], "seconds": round(time.perf_counter() - start, 3),
-                      "timed_out": search.timed_out}
+            record.update(search.greedy_record(start))
         else:
-            record = search.adopt(greedy)
+            record.update(search.adopt(greedy))
             earlier = greedy.wall_seconds
         if alpha > 1:
+            search.phase = "relaxed"
             search.rng = random.Random(f"{seed}:relaxed")  # the same draws whether the greedy phase ran here or not
             search.timed_out = False  # from here on: whether the relaxed phase was cut
             entries = [(search.initial, [])]
-            if search.best_steps:
-                entries.append((search.best_cost, search.best_steps))
-            search.explore(entries, alpha, budget - search.counters["expanded"],
+            if search.best.steps:
+                entries.append((search.best.cost, search.best.steps))
+            search.explore(entries, alpha, budget - search.budget_spent,
                            deadline=None if time_limit is None else start + time_limit - earlier)
+        search.check_whole()
     except KeyboardInterrupt:
         search.interrupted = True
+        if not record:  # stopped in the greedy phase
+            record.update(search.greedy_record(start), interrupted=True)
+        search.check_whole()  # a second signal is only recorded (the command line's guard)
     finally:
         search.verifications.shutdown(wait=True, cancel_futures=True)
         sys.setswitchinterval(switch_interval)
-    return RewriteResult(model=search.best_model, steps=search.best_steps, initial_cost=search.initial,
-                         cost=search.best_cost, max_error=search.best_error,
-                         wall_seconds=earlier + time.perf_counter() - start, interrupted=search.interrupted,
-                         timed_out=search.timed_out, greedy=record, **search.counters)
+    best = search.best
+    return RewriteResult(model=best.model, steps=best.steps, initial_cost=search.initial, cost=best.cost,
+                         max_error=best.error, wall_seconds=earlier + time.perf_counter() - start,
+                         interrupted=search.interrupted, interrupted_in=search.phase if search.interrupted else None,
+                         timed_out=search.timed_out, greedy=record, budget_spent=search.budget_spent,
+                         max_operators=search.max_operators, site_checks=search.site_checks(),
+                         **search.counters)
+
+
+def unsearched(model: onnx.ModelProto, objective: Objective, start: float | None = None,
+               greedy: RewriteResult | None = None) -> RewriteResult:
+    """The result of a search a signal stopped before it began: the original ``model``, priced."""
+    start = time.perf_counter() if start is None else start
+    cost = objective(model)
+    counters = dict.fromkeys(_COUNTERS, 0)
+    return RewriteResult(model=model, steps=[], initial_cost=cost, cost=cost, max_error=0.0,
+                         wall_seconds=(greedy.wall_seconds if greedy else 0.0) + time.perf_counter() - start,
+                         interrupted=True, interrupted_in="set-up",
+                         greedy={"cost": cost, "steps": 0, "expanded": 0, "seconds": 0.0, "timed_out": False,
+                                 "interrupted": True}, **counters)
 
 
 _SWITCH_INTERVAL = 0.0005  # seconds between the interpreter's thread switches while verification runs beside
@@ -171,6 +241,21 @@ def _to_ir(model: onnx.ModelProto) -> Any:
     import onnx_ir as ir
 
     return ir.from_proto(model)
+
+
+_COUNTERS = ("expanded", "generated", "duplicates", "refused", "unpriced", "oversized", "undoing", "verified",
+             "verification_failures")
+
+
+@dataclass(frozen=True)
+class _Best:
+    """The best verified graph so far; replaced whole, so a signal never leaves it half updated."""
+
+    cost: float
+    steps: list[dict[str, Any]]
+    model: onnx.ModelProto
+    error: float
+    whole: bool = True  # verified as a whole graph (False: only its last substitution alone, verify="site")
 
 
 def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
@@ -183,20 +268,27 @@ class _Search:
     #: check a popped graph on a second thread while it is expanded (False: check it first, then expand it)
     overlap_verification = True
 
-    def __init__(self, model, objective, rules, seed, on_expand) -> None:
+    def __init__(self, model, objective, rules, seed, on_expand, max_growth: float = MAX_GROWTH) -> None:
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
 
         self.objective, self.rules, self.on_expand = objective, rules, on_expand
+        self.on_progress: Callable[[dict[str, Any]], None] | None = None
+        self.site_verifier: SiteVerifier | None = None
+        self.site_lookups = 0
         self.verifier = Verifier(model, seed=seed)
         self.original = _to_ir(model)
+        self.max_operators = int(max_growth * len(self.original.graph))
+        self.original_sites = max(1, sum(len(rule.sites(self.original)) for _, rule in rules))
+        self.budget_spent = 0.0
         self.rng = random.Random(seed)
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
         self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
-        self.best_cost, self.best_steps, self.best_model, self.best_error = self.initial, [], model, 0.0
+        self.original_model = model
+        self.best = _Best(self.initial, [], model, 0.0)
         self.bound = self.initial  # the cheapest graph kept, verified or not
-        self.counters = dict(expanded=0, generated=0, duplicates=0, refused=0, unpriced=0, verified=0,
-                             verification_failures=0)
+        self.counters = dict.fromkeys(_COUNTERS, 0)
         self.interrupted = self.timed_out = False
+        self.phase = "greedy"  # then "relaxed"
         self.pushed = 0
         self.verifications = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fuseplan-verify")
 
@@ -205,18 +297,54 @@ class _Search:
         if greedy.interrupted or not greedy.greedy or greedy.initial_cost != self.initial:
             raise FuseplanError("the greedy result to start from is not a finished greedy search of this model "
                                 "and objective")
-        self.best_cost, self.best_steps, self.best_model, self.best_error = (
-            greedy.cost, list(greedy.steps), greedy.model, greedy.max_error)
+        self.best = _Best(greedy.cost, list(greedy.steps), greedy.model, greedy.max_error)
         self.bound = greedy.cost
         for name in self.counters:
             self.counters[name] = getattr(greedy, name)
+        self.budget_spent = greedy.budget_spent
         return {**greedy.greedy, "reused": True}
 
-    def rebuild(self, steps: list[dict[str, Any]]) -> Any:
-        """The onnx-ir graph ``steps`` make of the original (a new one)."""
+    def site_checks(self) -> dict[str, int] | None:
+        if self.site_verifier is None:
+            return None
+        return {"signatures_run": self.site_verifier.runs, "lookups": self.site_lookups}
+
+    def check_whole(self) -> None:
+        """With site verification, check the best graph whole; the original if it fails."""
+        if self.site_verifier is None or not self.best.steps or self.best.whole:
+            return
+        verification = self.verifier.check(self.best.steps)
+        self.counters["verified"] += 1
+        if verification.passed:
+            self.best = _Best(self.best.cost, self.best.steps, self.best.model, verification.max_error)
+        else:
+            self.counters["verification_failures"] += 1
+            self.best = _Best(self.initial, [], self.original_model, 0.0)
+
+    def greedy_record(self, start: float) -> dict[str, Any]:
+        """What the greedy phase found, for the result's ``greedy``."""
+        return {"cost": self.best.cost, "steps": len(self.best.steps), "expanded": self.counters["expanded"],
+                "seconds": round(time.perf_counter() - start, 3), "timed_out": self.timed_out}
+
+    def rebuild(self, steps: list[dict[str, Any]], producers: dict[str, str] | None = None,
+                before_last: Callable[[Any, dict[str, Any]], bool] | None = None) -> Any:
+        """The onnx-ir graph ``steps`` make of the original (a new one).
+
+        ``producers``, if given, is filled with the outputs of the nodes the steps inserted that are still in
+        the graph, each mapped to the rule that inserted its node. ``before_last(graph, step)`` is called
+        before the last step is applied; if it returns false, the result is ``None``."""
         working = self.original.clone()
-        for step in steps:
-            apply_in_place(working, step["rule"], step["site"])
+        inserted = []
+        for position, step in enumerate(steps):
+            if before_last is not None and position == len(steps) - 1 and not before_last(working, step):
+                return None
+            added = apply_in_place(working, step["rule"], step["site"])
+            if producers is not None:
+                inserted.extend((node, step["rule"]) for node in added)
+        if producers is not None:
+            live = {id(node) for node in working.graph}
+            producers.update((value.name, rule) for node, rule in inserted if id(node) in live
+                             for value in node.outputs)
         return working
 
     def price(self, model: onnx.ModelProto, digest: str) -> float:
@@ -236,7 +364,7 @@ class _Search:
         return False
 
     def explore(self, entries: list[tuple[float, list[dict[str, Any]]]], alpha: float,
-                budget: int, deadline: float | None) -> None:
+                budget: float, deadline: float | None) -> None:
         """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best.
 
         A graph is verified when it is popped to be expanded (while it is
@@ -246,6 +374,10 @@ class _Search:
         verified graph. ``bound`` is the cheapest graph kept so far, verified
         or not: with no failures the search keeps exactly the graphs it
         would keep if it verified each on the spot.
+
+        With ``alpha > 1`` the phase is bounded (see :func:`backtracking_search`):
+        operators at most ``max_operators``, no rule on what its inverse
+        produced, and an expansion spends its sites over the original's.
         """
         from fuseplan.passes.ir_hashing import HashState, model_digest  # onnx-ir: the rewrite extra
         from fuseplan.rewrite.trial import Trials
@@ -261,10 +393,25 @@ class _Search:
             tried.add(_step_key(steps))
             queue.append((cost, self.rng.random(), self._tick(), steps, digest, True))
         heapq.heapify(queue)
-        expanded = 0
-        while queue and expanded < budget and not self.out_of_time(deadline):
+        bounded = alpha > 1
+        spent = 0.0
+        while queue and spent < budget and not self.out_of_time(deadline):
             cost, _, _, steps, digest, verified = heapq.heappop(queue)
-            working = self.rebuild(steps)
+            producers: dict[str, str] = {}
+            if not verified and self.site_verifier is not None:  # check the last substitution alone
+                checked = []
+
+                def check_last(graph: Any, step: dict[str, Any]) -> bool:
+                    self.site_lookups += 1
+                    checked.append(self.site_verifier.check(graph, step["rule"], step["site"]))
+                    return checked[0].passed
+
+                working = self.rebuild(steps, producers if bounded else None, check_last)
+                if not self.judge(cost, steps, working, checked[0], whole=False):
+                    continue
+                verified = True
+            else:
+                working = self.rebuild(steps, producers if bounded else None)
             if not verified and not self.overlap_verification:
                 if not self.verify(cost, steps, working):
                     continue
@@ -277,16 +424,22 @@ class _Search:
             added_seen: list[str] = []
             added_tried: list[frozenset] = []
             pushes = []
-            expanded += 1
+            sites = [(name, rule, site) for name, rule in self.rules for site in rule.sites(working)]
+            charge = max(1.0, len(sites) / self.original_sites) if bounded else 1.0
+            spent += charge
+            self.budget_spent += charge
             counters["expanded"] += 1
             hashed = HashState.of(working.graph)
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
             expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
-            for name, site in [(name, site) for name, rule in self.rules for site in rule.sites(working)]:
+            for name, rule, site in sites:
                 if self.out_of_time(deadline):
                     break
+                if bounded and rule.inverse_of and any(producers.get(value) in rule.inverse_of for value in site):
+                    counters["undoing"] += 1
+                    continue
                 candidate_steps = [*steps, {"rule": name, "site": list(site)}]
                 key = _step_key(candidate_steps)
                 if key in tried:  # the same substitutions in another order: almost always the same graph
@@ -303,6 +456,9 @@ class _Search:
                         counters["refused"] += 1
                         continue
                     counters["generated"] += 1
+                    if bounded and len(working.graph) > self.max_operators:
+                        counters["oversized"] += 1
+                        continue
                     digest = model_digest(working, hashed.digest_after(undo.touched, undo.neighbourhood, added))
                     if digest in seen:
                         counters["duplicates"] += 1
@@ -323,7 +479,7 @@ class _Search:
                 verification = pending.result()
                 if not verification.passed:
                     self._rewind(before)  # as if the graph had never been expanded
-                    expanded -= 1
+                    spent -= charge
                     seen.difference_update(added_seen)
                     tried.difference_update(added_tried)
                 self.judge(cost, steps, working, verification)
@@ -333,6 +489,9 @@ class _Search:
                 heapq.heappush(queue, entry)
             if self.on_expand is not None:
                 self.on_expand(counters["expanded"], self.bound)
+            if self.on_progress is not None:
+                self.on_progress({"phase": self.phase, "expanded": counters["expanded"],
+                                  "budget_spent": self.budget_spent, "best": self.best.cost, "bound": self.bound})
         self.settle(queue)
 
     def verify(self, cost: float, steps: list[dict[str, Any]], graph: Any = None) -> bool:
@@ -341,7 +500,8 @@ class _Search:
         ``graph`` is the onnx-ir graph of ``steps`` if already rebuilt."""
         return self.judge(cost, steps, graph, self.verifier.check(steps))
 
-    def judge(self, cost: float, steps: list[dict[str, Any]], graph: Any, verification: Any) -> bool:
+    def judge(self, cost: float, steps: list[dict[str, Any]], graph: Any, verification: Any,
+              whole: bool = True) -> bool:
         """Count the check of ``steps`` and make their graph the best if it passed and is cheaper; whether it
         passed."""
         import onnx_ir as ir
@@ -350,28 +510,27 @@ class _Search:
         if not verification.passed:
             self.counters["verification_failures"] += 1
             return False
-        if cost < self.best_cost:
-            self.best_cost, self.best_steps, self.best_model, self.best_error = (
-                cost, steps, ir.to_proto(graph if graph is not None else self.rebuild(steps)),
-                verification.max_error)
+        if cost < self.best.cost:
+            self.best = _Best(cost, steps, ir.to_proto(graph if graph is not None else self.rebuild(steps)),
+                              verification.max_error, whole)
         return True
 
     def _mark(self) -> tuple:
         """What expanding a graph changes besides the seen sets and the queue (see :meth:`_rewind`)."""
-        return dict(self.counters), self.bound, self.rng.getstate(), self.pushed, self.timed_out
+        return dict(self.counters), self.bound, self.rng.getstate(), self.pushed, self.timed_out, self.budget_spent
 
     def _rewind(self, mark: tuple) -> None:
-        counters, self.bound, state, self.pushed, self.timed_out = mark
+        counters, self.bound, state, self.pushed, self.timed_out, self.budget_spent = mark
         self.counters.update(counters)
         self.rng.setstate(state)
 
     def settle(self, queue: list) -> None:
         """Verify the queued graphs cheaper than the best verified one, cheapest first, until one passes."""
-        while queue and queue[0][0] < self.best_cost:
+        while queue and queue[0][0] < self.best.cost:
             cost, _, _, steps, _, verified = heapq.heappop(queue)
             if verified or self.verify(cost, steps):
                 break
-        self.bound = self.best_cost
+        self.bound = self.best.cost
 
     def _tick(self) -> int:
         self.pushed += 1

@@ -54,6 +54,9 @@ class Rule:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: rules that this one undoes (with the help of others at most): a bounded search does not apply it to a node
+    #: one of them produced, so it cannot go back and forth between the two forever
+    inverse_of: ClassVar[tuple[str, ...]] = ()
 
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         raise NotImplementedError

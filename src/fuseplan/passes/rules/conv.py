@@ -145,6 +145,7 @@ class MergeParallelConvs(Rule):
 
     name = "merge-parallel-convs"
     description = "Conv(x), Conv(x) -> Conv(x) + Split"
+    inverse_of = ("split-conv-by-channels",)  # merging the halves of a split gives the convolution back
 
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         order = positions(graph, None)
@@ -299,6 +300,7 @@ class SplitConvByChannels(Rule):
 
     name = "split-conv-by-channels"
     description = "Conv -> Conv, Conv + Concat (output channels halved)"
+    inverse_of = ("merge-parallel-convs",)  # splitting a merged convolution gives the pair back
 
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         return ((node,) for node in graph if node.op_type == "Conv")
