@@ -153,3 +153,20 @@ def test_unfuseable_operators_handed_to_a_cost_model_stand_for_its_own(zoo_graph
         given.known_unfuseable(())
     with pytest.raises(ValueError):
         found.known_unfuseable(found.unfuseable)
+
+
+def test_bert_encoder_totals_agree_between_schemes_at_256kb():
+    # LBDF holds its element-wise operators' 1x128x1024 tensors whole, so they do not fit alone and run in the
+    # mapper's chunks; BRR prices the same operators by the same mapper. Totals: the interval DP's plan of the
+    # fuseable operators plus every operator run alone.
+    from fuseplan.graph import load_graph
+    from fuseplan.search import candidate_orders, interval_dp
+
+    graph = load_graph("bert_encoder")
+    totals = {}
+    for scheme in sorted(SCHEMES):
+        problem = FusionProblem(make_cost_model(scheme, graph, 256 * KB))
+        fused = min(interval_dp(problem, order)[1] for order in candidate_orders(problem).values())
+        totals[scheme] = fused + problem.cost.unfuseable_dram()
+    assert max(totals.values()) <= 1.5 * min(totals.values())
+    assert max(totals.values()) < 12 * 2**20  # was 268 MB under LBDF when its lone operators were whole
