@@ -858,7 +858,7 @@ def simulate(
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
-        raise FuseplanError("simulate compares with onnxruntime: pip install -e '.[rewrite]' in the fuseplan "
+        raise FuseplanError("simulate compares with onnxruntime: pip install -e '.[simulate]' in the fuseplan "
                             "checkout") from None
     from fuseplan.graph.onnx_import import load_prepared
 
