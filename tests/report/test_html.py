@@ -81,6 +81,20 @@ def test_every_node_and_group_drawn_with_its_group(planned):
         assert f"<li>{name} (" in page
 
 
+def test_each_group_carries_its_schedule(planned):
+    from fuseplan.report.html import schedule_lines
+
+    plan_path, report_path = planned
+    document = json.loads(plan_path.read_text())
+    page = report_path.read_text()
+    data = json.loads(page.split('id="plan-data">', 1)[1].split("</script>", 1)[0])
+    for group in document["groups"]:
+        lines = data["groups"][str(group["id"])][2]
+        assert lines == schedule_lines(group["schedule"]) and lines[0].startswith(f"schedule: {group['schedule']['kind']}")
+        names = {t[0] for t in group["schedule"]["tensors"]}
+        assert any(line.split(":")[0] in names for line in lines[1:])
+
+
 def test_totals_equal_the_plan_file(planned):
     plan_path, report_path = planned
     document = json.loads(plan_path.read_text())
@@ -192,6 +206,7 @@ def test_loads_in_a_browser_without_console_errors(planned, tmp_path):
     details = dom.split('id="details"', 1)[1].split("</div>\n", 1)[0]
     assert name in details and graph.nodes[graph.node_index(name)].op_type in details
     assert f"group {document['groups'][1]['id']}:" in details
+    assert f"schedule: {document['groups'][1]['schedule']['kind']}" in details  # the schedule its price comes from
     assert re.search(r'<tr data-group="1" class="selected"', dom)
 
 

@@ -224,7 +224,8 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
                         if graph.nodes[v].outputs else "none",
                         "group": group_of[v]}
                for v in range(len(graph.nodes))}
-    data = json.dumps({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"]]
+    data = json.dumps({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
+                                                                   schedule_lines(g.get("schedule"))]
                                                     for g in document["groups"]}})
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = f"{graph.name}: fusion plan ({document['scheme'].upper()}, {format_bytes(buffer_bytes)} buffer)"
@@ -237,6 +238,31 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
         totals=totals_html, rows="".join(rows), excluded_rows=excluded_rows or "<li>none</li>",
         svg=svg, data=data, version=document["version"],
     )
+
+
+SCHEDULE_LINES = 24  # a group's schedule in the details panel: its kind and loops, then its tensors and weights
+
+
+def schedule_lines(schedule: dict[str, Any] | None) -> list[str]:
+    """A group's schedule (plan.json's form, :meth:`fuseplan.schedule.Schedule.to_json`) as short lines of text."""
+    if not schedule:
+        return []
+    params = ", ".join(f"{k} {v}" for k, v in schedule.get("params", {}).items())
+    lines = [f"schedule: {schedule['kind']}" + (f" ({params})" if params else "")]
+    if schedule.get("loops"):
+        lines.append("loops: " + " x ".join(f"{count} {name}" for name, count in schedule["loops"]))
+    for name, holding, rows, elements, reads, writes in schedule.get("tensors", []):
+        moved = ", ".join(part for part in (f"reads {reads}" if reads else "", f"writes {writes}" if writes else "")
+                          if part)
+        lines.append(f"{name}: {holding}" + (f" {rows} rows" if holding in ("rows", "tile") else "")
+                     + f", {elements} on chip" + (f", {moved}" if moved else ""))
+    for name, elements, reads in schedule.get("weights", []):
+        lines.append(f"weights of {name}: {elements} on chip, {reads} read")
+    if schedule.get("scratch"):
+        lines.append(f"scratch: {schedule['scratch']} on chip")
+    if len(lines) > SCHEDULE_LINES:
+        lines[SCHEDULE_LINES - 1:] = [f"... {len(lines) - SCHEDULE_LINES + 1} more lines in plan.json"]
+    return lines
 
 
 _SVG_STYLE = """
@@ -324,6 +350,7 @@ svg.focus .node {{ opacity: 0.25; }}
 svg.focus .node.on {{ opacity: 1; }}
 svg.focus .node.on rect {{ stroke: #000; stroke-width: 2.5; }}
 #details {{ background: #f8f8f8; border: 1px solid #ddd; padding: 6px 10px; min-height: 4em; margin-bottom: 12px; }}
+#details .schedule {{ font: 11px monospace; margin-top: 6px; white-space: pre-wrap; overflow-wrap: anywhere; }}
 </style>
 </head>
 <body>
@@ -372,7 +399,15 @@ plan format version {version}</div>
     }} else {{
       var cost = data.groups[String(node.group)];
       text(details, "div", "group " + node.group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B");
+      schedule(node.group);
     }}
+  }}
+  function schedule(group) {{
+    var lines = (data.groups[String(group)] || [0, 0, []])[2];
+    if (!lines.length) {{ return; }}
+    var list = text(details, "div", "");
+    list.className = "schedule";
+    lines.forEach(function (line) {{ text(list, "div", line); }});
   }}
   function select(group) {{
     var on = svg.classList.contains("focus") && svg.dataset.group === String(group);
@@ -390,7 +425,13 @@ plan format version {version}</div>
     element.addEventListener("click", function () {{ show(element.dataset.node); select(element.dataset.group); }});
   }});
   document.querySelectorAll("#groups tbody tr").forEach(function (row) {{
-    row.addEventListener("click", function () {{ select(row.dataset.group); }});
+    row.addEventListener("click", function () {{
+      select(row.dataset.group);
+      details.textContent = "";
+      var cost = data.groups[row.dataset.group];
+      text(details, "strong", "group " + row.dataset.group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B");
+      schedule(row.dataset.group);
+    }});
   }});
   document.body.dataset.ready = "yes";
 }})();
