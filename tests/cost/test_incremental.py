@@ -109,3 +109,23 @@ def test_a_grown_streaming_state_keeps_the_rows_footprint_finds(name):
             assert state.rows() == rows
             assert list(state.rows()) == list(rows)  # the same order, which BRR's float sums rely on
             assert state.streamed() == streamed
+
+
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+@pytest.mark.parametrize("name", ["squeezenet", "resnet18", "mobilenet_v2", "efficientnet_b0"])
+def test_every_price_is_its_schedule(zoo_graphs, name, scheme):
+    """F_beta and F_D are what the schedule a scheme chooses holds and moves (fuseplan.schedule)."""
+    graph = zoo_graphs[name]
+    rng = random.Random(5)
+    for kb, width in ((32, 1), (64, 2), (256, 1), (1024, 1)):
+        cost = make_cost_model(scheme, graph, kb * 1024, width)
+        for _ in range(60):
+            members = {rng.randrange(len(graph.nodes))}
+            for _ in range(rng.randrange(10)):
+                around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
+                if around:
+                    members.add(rng.choice(around))
+            group = frozenset(members)
+            schedule = cost.schedule(group)
+            assert (width * schedule.on_chip, width * schedule.dram) == tuple(cost.evaluate(group)), sorted(group)
+            assert sorted(schedule.operators) == sorted(group)

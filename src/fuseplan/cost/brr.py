@@ -262,10 +262,10 @@ class BRRCostModel(CostModel):
 
         ``row-tiles``: the group streams rows as in LBDF, in ``tiles`` tiles of ``rows_per_tile`` rows of
         its tallest streamed tensor; each tensor holds its one-row-tile rows (a channel block of them where
-        the alternation holds it a block at a time) and ``scratch`` counts the rows a taller tile adds. One
-        tile holds every weight (read once); more tiles stream the weights through one buffer of the
-        largest weight block (``params["weight_block"]``, counted on the operator it belongs to), read
-        once per tile. ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
+        the alternation holds it a block at a time) and ``scratch`` counts the rows a taller tile adds.
+        Where every weight fits beside the features they stay (``params["weights"]`` ``resident``, read
+        once, one tile); otherwise they stream through one buffer of the largest weight block
+        (``params["weight_block"]``, counted on the operator it belongs to), read once per tile. ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
         """
         group = frozenset(group)
         chosen = max(self._schedules(group), key=lambda item: item[1] == self.evaluate(group))[0]
@@ -298,7 +298,7 @@ class BRRCostModel(CostModel):
         block = max(self._weight_block[v] for v in group)
         tiles, per_tile = _row_tiles(b, beta, fp.weights, features, block, line, fp.reference_rows)
         members = sorted(group)
-        if tiles == 1 and per_tile == fp.reference_rows:
+        if per_tile == 0:
             weights = tuple(WeightUse(v, graph.nodes[v].weight_numel, graph.nodes[v].weight_numel)
                             for v in members if graph.nodes[v].weight_numel)
             scratch = 0
@@ -309,7 +309,8 @@ class BRRCostModel(CostModel):
             scratch = ceil(line * (per_tile - 1))
         return Schedule("row-tiles", tuple(members), tuple(uses), weights, loops=(("row tiles", tiles),),
                         params={"entry": "none" if entry is None else "full" if entry else "partial",
-                                "tiles": tiles, "rows_per_tile": per_tile, "weight_block": block},
+                                "tiles": tiles, "rows_per_tile": per_tile or fp.reference_rows,
+                                "weights": "resident" if per_tile == 0 else "streamed", "weight_block": block},
                         scratch=scratch)
 
     def schedules(self, group: Group) -> dict[str, GroupCost]:
@@ -360,7 +361,7 @@ class BRRCostModel(CostModel):
             features = fp.features - saved
             line = (fp.line * reference - saved_per_row) / reference
             tiles, rows = _row_tiles(b, beta, weights, features, block, line, reference)
-            if tiles == 1 and rows == reference:  # every weight stays: read once
+            if rows == 0:  # every weight stays: read once
                 buffer = b * (weights + features)
             else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
                 buffer = b * (features + block + ceil(line * (rows - 1)))
@@ -580,12 +581,12 @@ class BRRState(StreamingState):
 
 def _row_tiles(b: int, beta: int, weights: int, features: int, block: int, line: float,
                reference: int) -> tuple[int, int]:
-    """``(tiles, rows per tile)`` of a row-tile schedule: one tile when every weight fits beside the features
-    (weights then stay, read once), else tiles of as many rows of the reference tensor as fit beside one
-    block of weights, ``ceil(line * (rows - 1))`` elements more than one-row tiles, the weights read once
-    per tile (one row per tile where even that does not fit)."""
+    """``(tiles, rows per tile)`` of a row-tile schedule: ``(1, 0)`` when every weight fits beside the
+    features (they then stay, read once: no tiles to speak of), else tiles of as many rows of the reference
+    tensor as fit beside one block of weights, ``ceil(line * (rows - 1))`` elements more than one-row
+    tiles, the weights streamed and read once per tile (one row per tile where even that does not fit)."""
     if b * (weights + features) < beta:
-        return 1, reference
+        return 1, 0
     held = features + block
     if b * held < beta and line > 0:
         rows = min(int((beta - 1 - b * held) // (b * line)) + 1, reference)
