@@ -120,12 +120,7 @@ def test_every_price_is_its_schedule(zoo_graphs, name, scheme):
     for kb, width in ((32, 1), (64, 2), (256, 1), (1024, 1)):
         cost = make_cost_model(scheme, graph, kb * 1024, width)
         for _ in range(60):
-            members = {rng.randrange(len(graph.nodes))}
-            for _ in range(rng.randrange(10)):
-                around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
-                if around:
-                    members.add(rng.choice(around))
-            group = frozenset(members)
+            group = frozenset(grow_group(graph, rng, rng.randint(1, 10)))
             schedule = cost.schedule(group)
             assert (width * schedule.on_chip, width * schedule.dram) == tuple(cost.evaluate(group)), sorted(group)
             assert sorted(schedule.operators) == sorted(group)

@@ -13,6 +13,7 @@ from fuseplan.schedule import ROWS, Schedule
 from fuseplan.search import make_search, minimize
 from fuseplan.simulate.run import TOLERANCE, simulate, simulate_alone
 from fuseplan.split import make_splitter
+from tests.cost.test_properties import grow_group
 from tests.simulate.conftest import prepared
 
 GOOGLENET = "tests/data/googlenet_opset13.onnx"
@@ -23,13 +24,7 @@ def _random_groups(graph, cost, count: int, seed: int) -> list[frozenset[int]]:
     rng = random.Random(seed)
     found: list[frozenset[int]] = []
     for _ in range(count * 50):
-        members = {rng.randrange(len(graph.nodes))}
-        for _ in range(rng.randrange(12)):
-            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
-            if not around:
-                break
-            members.add(rng.choice(around))
-        group = frozenset(members)
+        group = frozenset(grow_group(graph, rng, rng.randint(1, 12)))
         if graph.is_convex(group) and cost.fits(group) and group not in found:
             found.append(group)
             if len(found) == count:
