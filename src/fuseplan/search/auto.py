@@ -54,7 +54,7 @@ class Auto(SearchAlgorithm):
         best = self._ctx.best_cost if self._ctx is not None else None
         optimal = self.outcome.optimal or (best is not None and best.objective <= bound)
         objective = self._ctx.problem.objective.name if self._ctx is not None else "dram"
-        return {"optimal": optimal, **bound_record(bound, objective),
+        return {"optimal": optimal, **bound_record(bound, objective, self.outcome.bound_source),
                 "exact": {"method": self.outcome.method, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:

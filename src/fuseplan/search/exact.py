@@ -54,6 +54,7 @@ from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
 from fuseplan.search.interval_dp import candidate_orders
+from fuseplan.search.relaxation import Relaxation, linear_relaxation
 
 #: Limits that keep ``exact`` (and ``auto``) from running for minutes; all are deterministic.
 MAX_SETS = 400_000  # connected convex sets the enumeration may visit
@@ -71,6 +72,7 @@ class ExactOutcome:
     optimal: bool  # plan is proven optimal
     method: str
     stats: dict[str, Any] = field(default_factory=dict)
+    bound_source: str = ""  # which proof gave lower_bound: "optimum", "linear relaxation", "cut bound", ...
 
 
 def _predecessor_masks(problem: FusionProblem) -> list[int]:
@@ -108,15 +110,20 @@ def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
     return charge
 
 
-def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES) -> ExactOutcome:
-    """A* over downsets (see the module docstring); stops after ``max_states`` settled states."""
+def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES,
+                   charges: list[int] | None = None) -> ExactOutcome:
+    """A* over downsets (see the module docstring); stops after ``max_states`` settled states.
+
+    ``charges`` replaces the per-operator heuristic: any charges whose sum over every candidate is at most
+    its price keep the search exact (those of :mod:`fuseplan.search.relaxation` are tighter).
+    """
     start_time = time.perf_counter()
     graph = problem.graph
     n = len(graph)
     full = (1 << n) - 1
     pred = _predecessor_masks(problem)
     outside = _outside_predecessors(candidates, pred)
-    charge = _charges(problem, candidates)
+    charge = _charges(problem, candidates) if charges is None else charges
     excluded_mask = 0
     for v in problem.excluded:
         excluded_mask |= 1 << v
@@ -333,15 +340,19 @@ def cut_lower_bound(problem: FusionProblem) -> int:
 
 
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
-                solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
+                solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None,
+                relax: bool = True) -> ExactOutcome:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
 
-    When the candidates are too many to enumerate within ``max_sets``, the
-    smallest ones of each seed and the groups of the interval plans of the
-    interval DP's orders still give valid plans: the same formulations then
-    find the best plan built from them (usually no worse than the interval
-    DP's), which is not proven optimal, and the proven bound is
-    :func:`cut_lower_bound`.
+    When the candidates are complete and ``relax`` is set, the linear
+    relaxation (:mod:`fuseplan.search.relaxation`) gives a first proven bound
+    and its charges guide the downset search. When the candidates are too
+    many to enumerate within ``max_sets``, the smallest ones of each seed and
+    the groups of the interval plans of the interval DP's orders still give
+    valid plans: the same formulations then find the best plan built from
+    them (usually no worse than the interval DP's), which is not proven
+    optimal, and the proven bound is :func:`cut_lower_bound`. The outcome's
+    ``bound_source`` says which bound was the best.
     """
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
@@ -350,41 +361,73 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
     objective = problem.objective
+    relaxation: Relaxation | None = None
     if not objective.follows_dram:  # price candidates by the objective; CP-SAT needs integer prices, so no fall-back
         candidates = replace(candidates, dram=tuple(objective.value(bits(mask), dram)
                                                     for mask, dram in zip(candidates.masks, candidates.dram)))
         solver_time = 0
         stats["objective"] = objective.name
-    outcome = downset_search(problem, candidates, max_states)
+    elif relax and candidates.complete:  # over candidates cut short the relaxation proves nothing
+        relaxation = linear_relaxation(problem, candidates, _positions(candidates, hint))
+        if relaxation is not None:
+            stats["relaxation"] = {"bound_bytes": relaxation.bound, "converged": relaxation.converged,
+                                   **relaxation.stats}
+    # Proven bounds in the formulations' unit (DRAM bytes, or the objective's unit), with their sources.
+    bounds: list[tuple[float, str]] = []
+    if relaxation is not None:
+        bounds.append((relaxation.bound, "linear relaxation"))
+    outcome = downset_search(problem, candidates, max_states,
+                             relaxation.charges if relaxation is not None else None)
+    bounds.append((outcome.lower_bound, "downset search"))
     if outcome.plan is None and solver_time > 0:
         fallback = partition_search(problem, candidates, solver_time, seed, hint)
+        bounds.append((fallback.lower_bound, "set partitioning"))
         fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
         fallback.stats = {"downset": outcome.stats, **fallback.stats}
         outcome = fallback
-    dram_bound = problem.cost.dram_lower_bound()
+    dram_bounds = [(problem.cost.dram_lower_bound(), "all fused")]
     if not candidates.complete:  # optimal among the kept candidates only
         outcome.optimal = False
-        dram_bound = max(dram_bound, cut_lower_bound(problem))
-        outcome.lower_bound = 0
+        dram_bounds.append((cut_lower_bound(problem), "cut bound"))
+        bounds = []
         outcome.method = f"restricted {outcome.method}"
+    dram_bound, dram_source = max(dram_bounds, key=lambda pair: pair[0])
+    search_bound, search_source = max(bounds, key=lambda pair: pair[0], default=(0, ""))
     if objective.follows_dram:  # the formulations ran on DRAM: carry the bound over to the objective
-        outcome.lower_bound = objective.bound_from_dram(max(int(outcome.lower_bound), dram_bound))
+        outcome.lower_bound = objective.bound_from_dram(max(int(search_bound), dram_bound))
+        outcome.bound_source = search_source if search_bound >= dram_bound else dram_source
     else:
-        outcome.lower_bound = max(outcome.lower_bound, objective.bound_from_dram(dram_bound))
+        converted = objective.bound_from_dram(dram_bound)
+        outcome.lower_bound = max(search_bound, converted)
+        outcome.bound_source = search_source if search_bound >= converted else dram_source
     if outcome.plan is not None:  # the plan's own sum, free of the order the search added it in
         outcome.dram = problem.evaluate(outcome.plan).objective
         if outcome.optimal:
             outcome.lower_bound = outcome.dram
-    outcome.stats = {**stats, **outcome.stats}
+            outcome.bound_source = "optimum"
+    outcome.stats = {**stats, **outcome.stats, "bound_source": outcome.bound_source,
+                     "seconds_total": round(time.perf_counter() - start_time, 3)}
     return outcome
 
 
-def bound_record(bound: float, objective: str) -> dict[str, Any]:
+def _positions(candidates: Candidates, plan: Plan | None) -> list[int]:
+    """Positions among ``candidates`` of the groups of ``plan`` that are candidates."""
+    if plan is None:
+        return []
+    index = {mask: c for c, mask in enumerate(candidates.masks)}
+    found = (index.get(sum(1 << v for v in group)) for group in plan.groups)
+    return [c for c in found if c is not None]
+
+
+def bound_record(bound: float, objective: str, source: str = "") -> dict[str, Any]:
     """The proven lower bound as the ``search`` record of plan.json keeps it: ``lower_bound_bytes`` for DRAM,
-    else ``lower_bound`` in the objective's unit (``search.objective`` names it)."""
-    if objective == "dram":
-        return {"lower_bound_bytes": int(bound)}
-    return {"objective": objective, "lower_bound": bound}
+    else ``lower_bound`` in the objective's unit (``search.objective`` names it), and ``lower_bound_source``,
+    the proof it comes from, when known."""
+    record: dict[str, Any] = ({"lower_bound_bytes": int(bound)} if objective == "dram"
+                              else {"objective": objective, "lower_bound": bound})
+    if source:
+        record["lower_bound_source"] = source
+    return record
 
 
 class Exact(SearchAlgorithm):
@@ -404,7 +447,8 @@ class Exact(SearchAlgorithm):
     def details(self) -> dict[str, Any]:
         if self.outcome is None:
             return {}
-        return {"optimal": self.outcome.optimal, **bound_record(self.outcome.lower_bound, self._objective),
+        return {"optimal": self.outcome.optimal,
+                **bound_record(self.outcome.lower_bound, self._objective, self.outcome.bound_source),
                 "exact": {"method": self.outcome.method, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:
