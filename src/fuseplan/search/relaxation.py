@@ -41,8 +41,11 @@ import numpy as np
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.candidates import Candidates, bits
 
-#: Column-generation rounds at most; each adds the most negative candidates, a few hundred at most.
+#: Column-generation rounds at most.
 MAX_ROUNDS = 300
+#: Candidates added per round, per operator: the most negative ones. More per round means fewer (costly)
+#: master solves; on GoogLeNet (LBDF, 256KB) 1 per operator took 36 rounds, 3 took 16.
+COLUMNS_PER_ROW = 3
 
 
 @dataclass
@@ -63,19 +66,28 @@ class Relaxation:
 
 
 class _Incidence:
-    """The candidates as flat arrays: members (as row numbers) and where each candidate's start."""
+    """The candidates as flat arrays: their members (as row numbers, candidate after candidate), where each
+    candidate's members start, and how many there are."""
 
     def __init__(self, problem: FusionProblem, candidates: Candidates) -> None:
         self.operators = sorted(problem.fuseable)
-        row = {v: i for i, v in enumerate(self.operators)}
-        members: list[int] = []
-        starts: list[int] = []
-        for mask in candidates.masks:
-            starts.append(len(members))
-            members.extend(row[v] for v in bits(mask))
-        self.members = np.asarray(members, dtype=np.int64)
-        self.starts = np.asarray(starts, dtype=np.int64)
-        self.sizes = np.diff(np.append(self.starts, len(members)))
+        row_of = np.full(len(problem.graph), -1, dtype=np.int64)
+        row_of[self.operators] = np.arange(len(self.operators))
+        width = (len(problem.graph) + 7) // 8
+        masks = candidates.masks
+        members: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
+        step = max(1, 2**24 // (8 * width))  # candidates unpacked at a time: about 16 MB of bits
+        for first in range(0, len(masks), step):
+            chunk = masks[first:first + step]
+            packed = np.frombuffer(b"".join(m.to_bytes(width, "little") for m in chunk), dtype=np.uint8)
+            unpacked = np.unpackbits(packed.reshape(len(chunk), width), axis=1, bitorder="little")
+            columns, labels = np.nonzero(unpacked)  # by candidate, then by label
+            members.append(row_of[labels])
+            sizes.append(np.bincount(columns, minlength=len(chunk)))
+        self.members = np.concatenate(members)
+        self.sizes = np.concatenate(sizes).astype(np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
         self.price = np.asarray(candidates.dram, dtype=np.int64)
 
     def reduced(self, pi: np.ndarray) -> np.ndarray:
@@ -123,7 +135,7 @@ def linear_relaxation(problem: FusionProblem, candidates: Candidates, start: Ite
     for column in [*singles.values(), *start]:  # every operator fits alone, so the master is always feasible
         if column not in in_master:
             add(column)
-    per_round = max(50, n_rows)
+    per_round = max(50, COLUMNS_PER_ROW * n_rows)
     pi = np.zeros(n_rows)
     lp_value = float("nan")
     converged = False
