@@ -53,6 +53,7 @@ from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
+from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.interval_dp import candidate_orders
 from fuseplan.search.relaxation import Relaxation, linear_relaxation
 
@@ -111,11 +112,13 @@ def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
 
 
 def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES,
-                   charges: list[int] | None = None) -> ExactOutcome:
+                   charges: list[int] | None = None, fixed: int = 0) -> ExactOutcome:
     """A* over downsets (see the module docstring); stops after ``max_states`` settled states.
 
     ``charges`` replaces the per-operator heuristic: any charges whose sum over every candidate is at most
-    its price keep the search exact (those of :mod:`fuseplan.search.relaxation` are tighter).
+    its price keep the search exact (those of :mod:`fuseplan.search.relaxation` are tighter). ``fixed``
+    (a bitmask) names fuseable operators to treat like unfuseable ones, each a group of its own at no
+    cost: the search then plans the other operators only (see :mod:`fuseplan.search.decompose`).
     """
     start_time = time.perf_counter()
     graph = problem.graph
@@ -124,13 +127,15 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
     pred = _predecessor_masks(problem)
     outside = _outside_predecessors(candidates, pred)
     charge = _charges(problem, candidates) if charges is None else charges
-    excluded_mask = 0
+    if fixed:  # fixed operators cost nothing here
+        charge = [0 if fixed >> v & 1 else c for v, c in enumerate(charge)]
+    excluded_mask = fixed
     for v in problem.excluded:
         excluded_mask |= 1 << v
     successors = graph.successors
     masks, drams, by_min = candidates.masks, candidates.dram, candidates.by_min
     for v in problem.fuseable:
-        if not by_min.get(v):  # cannot happen: a fuseable operator fits alone
+        if not by_min.get(v) and not fixed >> v & 1:  # cannot happen: a fuseable operator fits alone
             return ExactOutcome(None, None, 0, False, "downset", {"states": 0})
 
     def advance(state: int, ready: int, added: int) -> tuple[int, int]:
@@ -194,6 +199,46 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
                     nh = h - sum(charge[v] for v in bits(mask))
                     heapq.heappush(open_heap, (ng + nh, ng, nxt))
     return ExactOutcome(None, None, 0, False, "downset", {"states": len(settled)})
+
+
+@dataclass
+class PartsOutcome:
+    """What solving the parts apart established."""
+
+    plan: Plan | None  # the parts' plans together, when all parts were solved and the whole is acyclic
+    lower_bound: int  # the sum of the parts' optima or bounds: no valid plan moves less
+    stats: dict[str, Any]
+
+
+def solve_parts(problem: FusionProblem, candidates: Candidates, parts: list[int], max_states: int,
+                charges: list[int] | None = None) -> PartsOutcome:
+    """Solve every part apart (:mod:`fuseplan.search.decompose`); ``max_states`` is shared out over the
+    parts by size."""
+    started = time.perf_counter()
+    fuseable_mask = 0
+    for v in problem.fuseable:
+        fuseable_mask |= 1 << v
+    groups: list[list[int]] = []
+    bound = 0
+    solved = 0
+    states = 0
+    total = len(problem.fuseable)
+    for part in parts:
+        share = max(1, max_states * part.bit_count() // total)
+        outcome = downset_search(problem, restrict(candidates, part), share, charges, fixed=fuseable_mask & ~part)
+        states += outcome.stats.get("states", 0)
+        bound += int(outcome.lower_bound)
+        if outcome.plan is not None:
+            solved += 1
+            groups.extend(sorted(g) for g in outcome.plan.groups)
+    plan = None
+    if solved == len(parts):
+        whole = Plan.from_groups(groups)
+        if not problem.check(whole):
+            plan = whole
+    return PartsOutcome(plan, bound, {"parts": len(parts), "parts_solved": solved, "states": states,
+                                      "acyclic": plan is not None if solved == len(parts) else None,
+                                      "seconds": round(time.perf_counter() - started, 3)})
 
 
 def _find_cycle(problem: FusionProblem, plan: Plan) -> list[int]:
@@ -376,9 +421,20 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     bounds: list[tuple[float, str]] = []
     if relaxation is not None:
         bounds.append((relaxation.bound, "linear relaxation"))
-    outcome = downset_search(problem, candidates, max_states,
-                             relaxation.charges if relaxation is not None else None)
-    bounds.append((outcome.lower_bound, "downset search"))
+    charges = relaxation.charges if relaxation is not None else None
+    outcome = None
+    if candidates.complete and objective.follows_dram:
+        parts = independent_parts(problem, candidates)
+        if len(parts) > 1:
+            by_parts = solve_parts(problem, candidates, parts, max_states, charges)
+            stats["decomposition"] = by_parts.stats
+            bounds.append((by_parts.lower_bound, "parts"))
+            if by_parts.plan is not None:
+                outcome = ExactOutcome(by_parts.plan, by_parts.lower_bound, by_parts.lower_bound, True,
+                                       "downset by parts", {"states": by_parts.stats["states"]})
+    if outcome is None:
+        outcome = downset_search(problem, candidates, max_states, charges)
+        bounds.append((outcome.lower_bound, "downset search"))
     if outcome.plan is None and solver_time > 0:
         fallback = partition_search(problem, candidates, solver_time, seed, hint)
         bounds.append((fallback.lower_bound, "set partitioning"))
