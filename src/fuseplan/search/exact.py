@@ -165,6 +165,7 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
     parent: dict[int, tuple[int, int]] = {}
     open_heap = [(sum(charge), 0, origin)]
     settled: set[int] = set()
+    dropped: dict[int, Any] = {}  # per candidate: its members' charges (what a step over it takes off h)
     while open_heap:
         f, g, state = heapq.heappop(open_heap)
         if state in settled or g > best_g[state]:
@@ -196,7 +197,10 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
                     best_g[nxt] = ng
                     ready_of[nxt] = nxt_ready
                     parent[nxt] = (state, c)
-                    nh = h - sum(charge[v] for v in bits(mask))
+                    drop = dropped.get(c)
+                    if drop is None:
+                        drop = dropped[c] = sum(charge[v] for v in bits(mask))
+                    nh = h - drop
                     heapq.heappush(open_heap, (ng + nh, ng, nxt))
     return ExactOutcome(None, None, 0, False, "downset", {"states": len(settled)})
 
