@@ -241,6 +241,7 @@ def plan(
     from fuseplan.plan.objectives import make_objective
     from fuseplan.graph import read_model
     from fuseplan.search import make_search, minimize, reference_record
+    from fuseplan.search.exact import status_line
     from fuseplan.split import make_splitter
 
     accelerator = _hardware(hardware, buffer, bytes_per_element)
@@ -270,16 +271,17 @@ def plan(
     algorithm = make_search(search.value)
     progress = Progress(
         TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+        TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"), TimeElapsedColumn(),
         console=stderr, transient=True, disable=as_json or not stderr.is_terminal,
     )
     with progress:
-        task = progress.add_task("search", total=budget, best="-")
+        task = progress.add_task("search", total=budget, best="-", proof="")
         with _searching():
             result = minimize(
                 problem, algorithm, repair, budget=budget, seed=seed,
                 on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
                 on_propose=lambda n: progress.update(task, completed=n),
+                on_status=lambda *status: progress.update(task, proof=status_line(*status, objective.value)),
             )
     reference = reference_record(problem, result)
     document = plan_document(problem, result.plan, result.search_record(), reference,

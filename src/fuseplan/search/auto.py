@@ -60,7 +60,8 @@ class Auto(SearchAlgorithm):
     def run(self, ctx: SearchContext) -> None:
         self._ctx = ctx
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
-                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
+                                   on_status=ctx.status)
         if self.outcome.optimal:
             assert self.outcome.plan is not None
             ctx.propose(self.outcome.plan)
@@ -73,4 +74,10 @@ class Auto(SearchAlgorithm):
             seeds.append(plan)
         except IntervalDPTooLarge as exc:
             self._dp_skipped = str(exc)
-        LocalSearch(self.population, initial=seeds).run(ctx)
+        ctx.status("local search from the solver's and the interval DP's plans", self.outcome.dram,
+                   self.outcome.lower_bound)
+        try:
+            LocalSearch(self.population, initial=seeds).run(ctx)
+        finally:  # the budget ends local search by raising
+            ctx.status("local search done", ctx.best_cost.objective if ctx.best_cost is not None else None,
+                       self.outcome.lower_bound)

@@ -63,7 +63,8 @@ class SearchContext:
 
     def __init__(self, problem: FusionProblem, splitter: Splitter, budget: int, rng: random.Random,
                  on_improve: Callable[[int, int, PlanCost], None] | None = None,
-                 on_propose: Callable[[int], None] | None = None) -> None:
+                 on_propose: Callable[[int], None] | None = None,
+                 on_status: Callable[[str, float | None, float | None], None] | None = None) -> None:
         self.problem = problem
         self.splitter = splitter
         self.budget = budget
@@ -74,6 +75,7 @@ class SearchContext:
         self.history: list[tuple[int, float]] = []
         self._on_improve = on_improve
         self._on_propose = on_propose
+        self._on_status = on_status
 
     @property
     def remaining(self) -> int:
@@ -90,6 +92,12 @@ class SearchContext:
         if self._on_propose is not None:
             self._on_propose(self.evaluated)
         return repaired, cost
+
+    def status(self, stage: str, incumbent: float | None, bound: float | None) -> None:
+        """Tell the caller where a proving search stands: the stage just done, the best objective known
+        so far and the best proven lower bound (``None`` where there is none yet)."""
+        if self._on_status is not None:
+            self._on_status(stage, incumbent, bound)
 
     def consider(self, plan: Plan, cost: PlanCost) -> None:
         """Keep ``plan`` if it is the best valid plan so far (ties keep the earlier one)."""
@@ -123,10 +131,13 @@ class SearchAlgorithm(ABC):
 
 def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Splitter, *, budget: int = 5000,
              seed: int = 0, on_improve: Callable[[int, int, PlanCost], None] | None = None,
-             on_propose: Callable[[int], None] | None = None) -> SearchResult:
+             on_propose: Callable[[int], None] | None = None,
+             on_status: Callable[[str, float | None, float | None], None] | None = None) -> SearchResult:
     """Run ``algorithm`` on ``problem`` and return the best valid plan.
 
     Same problem, algorithm, splitter, budget and seed give the same plan.
+    ``on_status`` hears from the proving searches (``exact``, ``auto``) after
+    each stage: its name, the best objective so far and the proven bound.
     A ``KeyboardInterrupt`` stops the search and still returns the best valid
     plan found so far (``interrupted=True``). A problem without a fuseable
     operator (none fits the buffer alone) is a :class:`FuseplanError`.
@@ -139,7 +150,8 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
             f"(all {len(problem.excluded)} are unfuseable), so there is nothing to fuse; use a larger buffer")
     rng = random.Random(seed)
     splitter.setup(problem, random.Random(rng.getrandbits(64)))
-    ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose)
+    ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose,
+                        on_status)
     interrupted = False
     start = time.perf_counter()
     try:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +57,7 @@ from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.interval_dp import candidate_orders
 from fuseplan.search.relaxation import Relaxation, linear_relaxation
+from fuseplan.units import format_bytes
 
 #: Limits that keep ``exact`` (and ``auto``) from running for minutes; all are deterministic.
 MAX_SETS = 400_000  # connected convex sets the enumeration may visit
@@ -390,7 +392,8 @@ def cut_lower_bound(problem: FusionProblem) -> int:
 
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
                 solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None,
-                relax: bool = True) -> ExactOutcome:
+                relax: bool = True,
+                on_status: Callable[[str, float | None, float | None], None] | None = None) -> ExactOutcome:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
 
     When the candidates are complete and ``relax`` is set, the linear
@@ -401,8 +404,13 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     valid plans: the same formulations then find the best plan built from
     them (usually no worse than the interval DP's), which is not proven
     optimal, and the proven bound is :func:`cut_lower_bound`. The outcome's
-    ``bound_source`` says which bound was the best.
+    ``bound_source`` says which bound was the best. ``on_status`` hears after
+    each stage (see :meth:`SearchContext.status`).
     """
+    def report(stage: str, incumbent: float | None, bound: float | None) -> None:
+        if on_status is not None:
+            on_status(stage, incumbent, bound)
+
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
                                       orders=list(candidate_orders(problem).values()))
@@ -410,6 +418,8 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
     objective = problem.objective
+    report(f"{len(candidates)} candidates" + ("" if candidates.complete else " (cut short)"), None,
+           objective.bound_from_dram(problem.cost.dram_lower_bound()))
     relaxation: Relaxation | None = None
     if not objective.follows_dram:  # price candidates by the objective; CP-SAT needs integer prices, so no fall-back
         candidates = replace(candidates, dram=tuple(objective.value(bits(mask), dram)
@@ -421,6 +431,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         if relaxation is not None:
             stats["relaxation"] = {"bound_bytes": relaxation.bound, "converged": relaxation.converged,
                                    **relaxation.stats}
+            report("linear relaxation", None, relaxation.bound)
     # Proven bounds in the formulations' unit (DRAM bytes, or the objective's unit), with their sources.
     bounds: list[tuple[float, str]] = []
     if relaxation is not None:
@@ -436,12 +447,16 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
             if by_parts.plan is not None:
                 outcome = ExactOutcome(by_parts.plan, by_parts.lower_bound, by_parts.lower_bound, True,
                                        "downset by parts", {"states": by_parts.stats["states"]})
+            report(f"{len(parts)} parts", by_parts.lower_bound if by_parts.plan is not None else None,
+                   by_parts.lower_bound)
     if outcome is None:
         outcome = downset_search(problem, candidates, max_states, charges)
         bounds.append((outcome.lower_bound, "downset search"))
+        report("downset search", outcome.dram, outcome.lower_bound if candidates.complete else None)
     if outcome.plan is None and solver_time > 0:
         fallback = partition_search(problem, candidates, solver_time, seed, hint)
         bounds.append((fallback.lower_bound, "set partitioning"))
+        report("set partitioning", fallback.dram, fallback.lower_bound if candidates.complete else None)
         fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
         fallback.stats = {"downset": outcome.stats, **fallback.stats}
         outcome = fallback
@@ -490,6 +505,21 @@ def bound_record(bound: float, objective: str, source: str = "") -> dict[str, An
     return record
 
 
+def status_line(stage: str, incumbent: float | None, bound: float | None, objective: str = "dram") -> str:
+    """One line for a terminal: the stage, the best plan so far, the proven bound and the gap between."""
+    def show(value: float) -> str:
+        return format_bytes(int(value)) if objective == "dram" else f"{value:.6g}"
+
+    parts = [stage]
+    if incumbent is not None:
+        parts.append(f"best {show(incumbent)}")
+    if bound is not None:
+        parts.append(f"bound {show(bound)}")
+    if incumbent is not None and bound is not None and bound > 0:
+        parts.append(f"gap {max(0.0, incumbent / bound - 1):.2%}")
+    return ", ".join(parts)
+
+
 class Exact(SearchAlgorithm):
     """Optimal over general plans, with a proof; reports the proven bound and gap when a limit stops it."""
 
@@ -514,6 +544,7 @@ class Exact(SearchAlgorithm):
     def run(self, ctx: SearchContext) -> None:
         self._objective = ctx.problem.objective.name
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
-                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
+                                   on_status=ctx.status)
         if self.outcome.plan is not None:
             ctx.propose(self.outcome.plan)
