@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fuseplan.cost import make_cost_model
 from fuseplan.plan import FusionProblem
-from fuseplan.search import Auto, make_search, minimize
+from fuseplan.search import Auto, IntervalDP, make_search, minimize
 from fuseplan.search.exact import status_line
 from fuseplan.split import make_splitter
 from tests.dags import branchy_network
@@ -39,3 +39,21 @@ def test_status_line():
         "downset search, best 2.00 MB, bound 2.00 MB, gap 0.00%"
     assert status_line("120 candidates", None, 1000.0, "latency") == "120 candidates, bound 1000"
     assert status_line("local search", 110.0, 100.0, "energy") == "local search, best 110, bound 100, gap 10.00%"
+
+
+def test_a_time_limit_stops_exact_and_auto_with_a_valid_plan_and_a_proven_bound(zoo_graphs):
+    from fuseplan.search.exact import solve_exact
+
+    problem = FusionProblem(make_cost_model("brr", zoo_graphs["squeezenet"], 256 * KB))
+    optimum = solve_exact(problem).dram
+    for name in ("exact", "auto"):
+        problem = FusionProblem(make_cost_model("brr", zoo_graphs["squeezenet"], 256 * KB))
+        result = minimize(problem, make_search(name), make_splitter("random"), budget=100, seed=0,
+                          time_limit=1e-9)  # past before the search starts
+        assert result.details["time_limit_reached"] and result.details["time_limit"] == 1e-9
+        assert problem.check(result.plan) == [] and result.cost.dram >= optimum
+        assert result.details["lower_bound_bytes"] <= optimum
+        assert not result.details["exact"]["candidates_complete"]  # every seed stopped at its own operator
+    assert result.cost.dram <= IntervalDP().solve(problem)[1]  # auto still owes the interval DP's plan
+    unlimited = minimize(problem, make_search("auto"), make_splitter("random"), budget=100, seed=0, time_limit=600)
+    assert unlimited.details["optimal"] and not unlimited.details["time_limit_reached"]

@@ -12,6 +12,7 @@ solver ticks), so the same seed gives the same plan.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fuseplan.search.base import SearchAlgorithm, SearchContext
@@ -61,19 +62,27 @@ class Auto(SearchAlgorithm):
         self._ctx = ctx
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
                                    solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
-                                   on_status=ctx.status)
-        if self.outcome.optimal:
+                                   on_status=ctx.status, deadline=ctx.deadline)
+        out_of_time = ctx.deadline is not None and time.perf_counter() > ctx.deadline
+        ctx.timed_out = out_of_time
+        if self.outcome.optimal or out_of_time and self.outcome.plan is not None:
             assert self.outcome.plan is not None
+            ctx.deadline = None  # out of time or not, the plan the solver found is the answer
             ctx.propose(self.outcome.plan)
             return
         seeds = []
         if self.outcome.plan is not None:
             seeds.append(self.outcome.plan)
-        try:
+        try:  # out of time too: its work limit keeps it to seconds, and a plan is owed
             plan, _, _, _ = self._dp.solve(ctx.problem)
             seeds.append(plan)
         except IntervalDPTooLarge as exc:
             self._dp_skipped = str(exc)
+        if out_of_time:  # the seeds are the answer; no time for local search
+            ctx.deadline = None
+            for plan in seeds:
+                ctx.propose(plan)
+            return
         ctx.status("local search from the solver's and the interval DP's plans", self.outcome.dram,
                    self.outcome.lower_bound)
         try:

@@ -64,8 +64,11 @@ class SearchContext:
     def __init__(self, problem: FusionProblem, splitter: Splitter, budget: int, rng: random.Random,
                  on_improve: Callable[[int, int, PlanCost], None] | None = None,
                  on_propose: Callable[[int], None] | None = None,
-                 on_status: Callable[[str, float | None, float | None], None] | None = None) -> None:
+                 on_status: Callable[[str, float | None, float | None], None] | None = None,
+                 deadline: float | None = None) -> None:
         self.problem = problem
+        self.deadline = deadline  # time.perf_counter() past which the search stops (None: no time limit)
+        self.timed_out = False
         self.splitter = splitter
         self.budget = budget
         self.rng = rng
@@ -84,6 +87,9 @@ class SearchContext:
     def propose(self, plan: Plan) -> tuple[Plan, PlanCost]:
         """Repair ``plan``, price it and count it; raises :class:`BudgetExhausted` when spent."""
         if self.evaluated >= self.budget:
+            raise BudgetExhausted
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.timed_out = True
             raise BudgetExhausted
         repaired = self.splitter.repair(plan)
         cost = self.problem.evaluate(repaired)
@@ -132,12 +138,17 @@ class SearchAlgorithm(ABC):
 def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Splitter, *, budget: int = 5000,
              seed: int = 0, on_improve: Callable[[int, int, PlanCost], None] | None = None,
              on_propose: Callable[[int], None] | None = None,
-             on_status: Callable[[str, float | None, float | None], None] | None = None) -> SearchResult:
+             on_status: Callable[[str, float | None, float | None], None] | None = None,
+             time_limit: float | None = None) -> SearchResult:
     """Run ``algorithm`` on ``problem`` and return the best valid plan.
 
     Same problem, algorithm, splitter, budget and seed give the same plan.
     ``on_status`` hears from the proving searches (``exact``, ``auto``) after
     each stage: its name, the best objective so far and the proven bound.
+    ``time_limit`` (seconds) stops proposing plans once it has passed, and
+    stops ``exact`` and ``auto`` inside their enumeration, downset search and
+    CP-SAT too, with the best plan and bound found by then; a time-limited
+    result depends on the machine's speed, a budget's does not.
     A ``KeyboardInterrupt`` stops the search and still returns the best valid
     plan found so far (``interrupted=True``). A problem without a fuseable
     operator (none fits the buffer alone) is a :class:`FuseplanError`.
@@ -149,9 +160,10 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
             f"{problem.graph.name}: no operator fits the {format_bytes(problem.buffer_bytes)} buffer even alone "
             f"(all {len(problem.excluded)} are unfuseable), so there is nothing to fuse; use a larger buffer")
     rng = random.Random(seed)
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     splitter.setup(problem, random.Random(rng.getrandbits(64)))
     ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose,
-                        on_status)
+                        on_status, deadline)
     interrupted = False
     start = time.perf_counter()
     try:
@@ -177,6 +189,7 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         wall_seconds=wall,
         interrupted=interrupted,
         history=ctx.history,
-        details={**algorithm.details(), **splitter.stats_dict()},
+        details={**algorithm.details(), **splitter.stats_dict(),
+                 **({} if time_limit is None else {"time_limit": time_limit, "time_limit_reached": ctx.timed_out})},
         reference=algorithm.reference(),
     )

@@ -36,6 +36,7 @@ incrementally.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,13 +106,15 @@ class _Growth:
 
 
 def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
-                         orders: Sequence[Sequence[int]] = ()) -> Candidates:
+                         orders: Sequence[Sequence[int]] = (), deadline: float | None = None) -> Candidates:
     """All connected convex fuseable groups that fit the buffer (see the module docstring).
 
     At most about ``max_sets`` sets (fitting or not) are visited; if that cuts
     any seed short, the result has ``complete=False``, and the groups of the
     interval plans of ``orders`` are added (:func:`run_components`), so that
     plans built from the candidates are never worse than the interval DP's.
+    Past ``deadline`` (a ``time.perf_counter()`` time) every seed stops
+    growing, as if the limit had been reached.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -208,6 +211,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
             buffer, dram = price(frozenset(item[1]))
             if buffer < beta:
                 found.append((item[0], dram))
+            if deadline is not None and not visits & 1023 and time.perf_counter() > deadline:
+                allowance = 0  # out of time: stop growing, as at the limit
             if visits + len(queue) >= allowance:
                 if item[4]:  # a frontier left: kept to grow if the seed resumes
                     growth.waiting.append(item)
@@ -222,15 +227,19 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     growths: dict[int, _Growth] = {}
     visited = 0
     cut_seeds: list[int] = []
+    def out_of_time() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
     for position, m in enumerate(seeds):
-        allowance = max(1.0, (position + 1) * limit / len(seeds) - visited)
+        # out of time, a seed still gives its own operator alone: every plan needs those
+        allowance = 1.0 if out_of_time() else max(1.0, (position + 1) * limit / len(seeds) - visited)
         growths[m], visits, cut = grow(m, allowance)
         visited += visits
         if cut:
             cut_seeds.append(m)
     # Later passes: seeds cut short resume where they stopped with what is left, shared out the same way,
     # as long as a pass completes some seed (what a completed seed leaves over goes to the others).
-    while cut_seeds and limit - visited > len(cut_seeds):
+    while cut_seeds and limit - visited > len(cut_seeds) and not out_of_time():
         spare = limit - visited
         used = 0
         still_cut = []

@@ -114,13 +114,14 @@ def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
 
 
 def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES,
-                   charges: list[int] | None = None, fixed: int = 0) -> ExactOutcome:
+                   charges: list[int] | None = None, fixed: int = 0, deadline: float | None = None) -> ExactOutcome:
     """A* over downsets (see the module docstring); stops after ``max_states`` settled states.
 
     ``charges`` replaces the per-operator heuristic: any charges whose sum over every candidate is at most
     its price keep the search exact (those of :mod:`fuseplan.search.relaxation` are tighter). ``fixed``
     (a bitmask) names fuseable operators to treat like unfuseable ones, each a group of its own at no
-    cost: the search then plans the other operators only (see :mod:`fuseplan.search.decompose`).
+    cost: the search then plans the other operators only (see :mod:`fuseplan.search.decompose`). Past
+    ``deadline`` (a ``time.perf_counter()`` time) it stops as at the state limit.
     """
     start_time = time.perf_counter()
     graph = problem.graph
@@ -181,10 +182,11 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
             return ExactOutcome(plan, g, g, True, "downset",
                                 {"states": len(settled), "seconds": round(time.perf_counter() - start_time, 3)})
         settled.add(state)
-        if len(settled) > max_states:
+        timed_out = deadline is not None and not len(settled) & 63 and time.perf_counter() > deadline
+        if len(settled) > max_states or timed_out:
             bound = min(f, min((entry[0] for entry in open_heap), default=f))
             return ExactOutcome(None, None, bound, False, "downset",
-                                {"states": len(settled), "stopped": "state limit",
+                                {"states": len(settled), "stopped": "time limit" if timed_out else "state limit",
                                  "seconds": round(time.perf_counter() - start_time, 3)})
         h = f - g
         ready = ready_of[state]
@@ -217,7 +219,7 @@ class PartsOutcome:
 
 
 def solve_parts(problem: FusionProblem, candidates: Candidates, parts: list[int], max_states: int,
-                charges: list[int] | None = None) -> PartsOutcome:
+                charges: list[int] | None = None, deadline: float | None = None) -> PartsOutcome:
     """Solve every part apart (:mod:`fuseplan.search.decompose`); ``max_states`` is shared out over the
     parts by size."""
     started = time.perf_counter()
@@ -231,7 +233,8 @@ def solve_parts(problem: FusionProblem, candidates: Candidates, parts: list[int]
     total = len(problem.fuseable)
     for part in parts:
         share = max(1, max_states * part.bit_count() // total)
-        outcome = downset_search(problem, restrict(candidates, part), share, charges, fixed=fuseable_mask & ~part)
+        outcome = downset_search(problem, restrict(candidates, part), share, charges, fixed=fuseable_mask & ~part,
+                                 deadline=deadline)
         states += outcome.stats.get("states", 0)
         bound += int(outcome.lower_bound)
         if outcome.plan is not None:
@@ -283,8 +286,9 @@ def _find_cycle(problem: FusionProblem, plan: Plan) -> list[int]:
 
 
 def partition_search(problem: FusionProblem, candidates: Candidates, time_limit: float = SOLVER_TIME,
-                     seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
-    """CP-SAT set partitioning with lazy cycle cuts (see the module docstring)."""
+                     seed: int = 0, hint: Plan | None = None, deadline: float | None = None) -> ExactOutcome:
+    """CP-SAT set partitioning with lazy cycle cuts (see the module docstring); ``deadline`` (a
+    ``time.perf_counter()`` time) adds a wall-clock limit to the deterministic one."""
     try:
         from ortools.sat.python import cp_model
     except ImportError:  # pragma: no cover - depends on the environment
@@ -315,6 +319,8 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
     while True:
         rounds += 1
         solver.parameters.max_deterministic_time = max(remaining, 0.01)
+        if deadline is not None:
+            solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
         status = solver.Solve(model)
         remaining -= solver.deterministic_time
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
@@ -338,7 +344,7 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
         model.ClearHints()
         for c in range(len(members)):
             model.AddHint(x[c], solver.Value(x[c]) == 1)
-        if remaining <= 0:
+        if remaining <= 0 or deadline is not None and time.perf_counter() > deadline:
             break
     return ExactOutcome(None, None, bound, False, "partition",
                         {"rounds": rounds, "cuts": cuts, "candidates": len(members), "stopped": "time limit",
@@ -393,7 +399,8 @@ def cut_lower_bound(problem: FusionProblem) -> int:
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
                 solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None,
                 relax: bool = True,
-                on_status: Callable[[str, float | None, float | None], None] | None = None) -> ExactOutcome:
+                on_status: Callable[[str, float | None, float | None], None] | None = None,
+                deadline: float | None = None) -> ExactOutcome:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
 
     When the candidates are complete and ``relax`` is set, the linear
@@ -405,7 +412,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     them (usually no worse than the interval DP's), which is not proven
     optimal, and the proven bound is :func:`cut_lower_bound`. The outcome's
     ``bound_source`` says which bound was the best. ``on_status`` hears after
-    each stage (see :meth:`SearchContext.status`).
+    each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
+    ``time.perf_counter()`` time) the enumeration and the searches stop as at
+    their limits, and the outcome is what they had by then.
     """
     def report(stage: str, incumbent: float | None, bound: float | None) -> None:
         if on_status is not None:
@@ -413,7 +422,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
 
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
-                                      orders=list(candidate_orders(problem).values()))
+                                      orders=list(candidate_orders(problem).values()), deadline=deadline)
     stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
@@ -441,7 +450,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     if candidates.complete and objective.follows_dram:
         parts = independent_parts(problem, candidates)
         if len(parts) > 1:
-            by_parts = solve_parts(problem, candidates, parts, max_states, charges)
+            by_parts = solve_parts(problem, candidates, parts, max_states, charges, deadline)
             stats["decomposition"] = by_parts.stats
             bounds.append((by_parts.lower_bound, "parts"))
             if by_parts.plan is not None:
@@ -450,11 +459,11 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
             report(f"{len(parts)} parts", by_parts.lower_bound if by_parts.plan is not None else None,
                    by_parts.lower_bound)
     if outcome is None:
-        outcome = downset_search(problem, candidates, max_states, charges)
+        outcome = downset_search(problem, candidates, max_states, charges, deadline=deadline)
         bounds.append((outcome.lower_bound, "downset search"))
         report("downset search", outcome.dram, outcome.lower_bound if candidates.complete else None)
     if outcome.plan is None and solver_time > 0:
-        fallback = partition_search(problem, candidates, solver_time, seed, hint)
+        fallback = partition_search(problem, candidates, solver_time, seed, hint, deadline)
         bounds.append((fallback.lower_bound, "set partitioning"))
         report("set partitioning", fallback.dram, fallback.lower_bound if candidates.complete else None)
         fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
@@ -545,6 +554,8 @@ class Exact(SearchAlgorithm):
         self._objective = ctx.problem.objective.name
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
                                    solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
-                                   on_status=ctx.status)
+                                   on_status=ctx.status, deadline=ctx.deadline)
+        ctx.timed_out = ctx.deadline is not None and time.perf_counter() > ctx.deadline
         if self.outcome.plan is not None:
+            ctx.deadline = None  # out of time or not, the plan the solver found is the answer
             ctx.propose(self.outcome.plan)
