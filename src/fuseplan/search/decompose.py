@@ -34,6 +34,7 @@ from fuseplan.search.candidates import Candidates, bits
 def independent_parts(problem: FusionProblem, candidates: Candidates) -> list[int]:
     """Bitmasks of the classes of fuseable operators that some candidate joins, by smallest member."""
     parent = {v: v for v in problem.fuseable}
+    members = {v: 1 << v for v in problem.fuseable}  # per class root: the class, as a bitmask
 
     def root(v: int) -> int:
         while parent[v] != v:
@@ -42,16 +43,16 @@ def independent_parts(problem: FusionProblem, candidates: Candidates) -> list[in
         return v
 
     for mask in candidates.masks:
-        members = bits(mask)
-        first = root(members[0])
-        for v in members[1:]:
+        first = root((mask & -mask).bit_length() - 1)
+        outside = mask & ~members[first]
+        if not outside:
+            continue  # most candidates lie in a class already joined: one test, no walk over members
+        for v in bits(outside):
             other = root(v)
             if other != first:
                 parent[other] = first
-    parts: dict[int, int] = {}
-    for v in sorted(problem.fuseable):
-        parts[root(v)] = parts.get(root(v), 0) | (1 << v)
-    return sorted(parts.values(), key=lambda mask: mask & -mask)
+                members[first] |= members.pop(other)
+    return sorted(members.values(), key=lambda mask: mask & -mask)
 
 
 def restrict(candidates: Candidates, part: int) -> Candidates:
