@@ -44,10 +44,10 @@ def test_status_line():
 def test_a_time_limit_stops_exact_and_auto_with_a_valid_plan_and_a_proven_bound(zoo_graphs):
     from fuseplan.search.exact import solve_exact
 
-    problem = FusionProblem(make_cost_model("brr", zoo_graphs["squeezenet"], 256 * KB))
+    problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 256 * KB))
     optimum = solve_exact(problem).dram
     for name in ("exact", "auto"):
-        problem = FusionProblem(make_cost_model("brr", zoo_graphs["squeezenet"], 256 * KB))
+        problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 256 * KB))
         result = minimize(problem, make_search(name), make_splitter("random"), budget=100, seed=0,
                           time_limit=1e-9)  # past before the search starts
         assert result.details["time_limit_reached"] and result.details["time_limit"] == 1e-9
