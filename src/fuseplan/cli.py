@@ -244,6 +244,10 @@ def plan(
     rewrite_time_limit: Annotated[Optional[float], typer.Option(
         help="Stop the rewrite search after this many seconds and plan the best verified graph found by then "
              "(default: none).", show_default=False)] = None,
+    time_limit: Annotated[Optional[float], typer.Option(
+        "--time-limit", help="Stop the search after this many seconds with the best plan found by then and, for "
+                             "exact and auto, its proven gap (default: none; a time-limited result depends on the "
+                             "machine's speed, a budget's does not).", show_default=False)] = None,
 ) -> None:
     """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups all fit the buffer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -253,6 +257,7 @@ def plan(
     from fuseplan.plan.objectives import make_objective
     from fuseplan.graph import read_model
     from fuseplan.search import make_search, minimize, reference_record
+    from fuseplan.search.exact import status_line
     from fuseplan.split import make_splitter
 
     accelerator = _hardware(hardware, buffer, bytes_per_element)
@@ -265,6 +270,7 @@ def plan(
     if not rewrite_alpha >= 1:
         raise FuseplanError(f"--rewrite-alpha must be at least 1 (got {rewrite_alpha}); 1 is the greedy search")
     _check_time_limit("--rewrite-time-limit", rewrite_time_limit)
+    _check_time_limit("--time-limit", time_limit)
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
         rewritten = _rewrite_search(_read_rewritable(source), model_path(model)[1], "dram", scheme.value,
@@ -282,16 +288,18 @@ def plan(
     algorithm = make_search(search.value)
     progress = Progress(
         TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+        TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"), TimeElapsedColumn(),
         console=stderr, transient=True, disable=as_json or not stderr.is_terminal,
     )
     with progress:
-        task = progress.add_task("search", total=budget, best="-")
+        task = progress.add_task("search", total=budget, best="-", proof="")
         with _searching():
             result = minimize(
                 problem, algorithm, repair, budget=budget, seed=seed,
                 on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
                 on_propose=lambda n: progress.update(task, completed=n),
+                on_status=lambda *status: progress.update(task, proof=status_line(*status, objective.value)),
+                time_limit=time_limit,
             )
     reference = reference_record(problem, result)
     document = plan_document(problem, result.plan, result.search_record(), reference,

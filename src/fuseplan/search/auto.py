@@ -12,6 +12,7 @@ solver ticks), so the same seed gives the same plan.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fuseplan.search.base import SearchAlgorithm, SearchContext
@@ -54,23 +55,38 @@ class Auto(SearchAlgorithm):
         best = self._ctx.best_cost if self._ctx is not None else None
         optimal = self.outcome.optimal or (best is not None and best.objective <= bound)
         objective = self._ctx.problem.objective.name if self._ctx is not None else "dram"
-        return {"optimal": optimal, **bound_record(bound, objective),
+        return {"optimal": optimal, **bound_record(bound, objective, self.outcome.bound_source),
                 "exact": {"method": self.outcome.method, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:
         self._ctx = ctx
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
-                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
-        if self.outcome.optimal:
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
+                                   on_status=ctx.status, deadline=ctx.deadline)
+        out_of_time = ctx.deadline is not None and time.perf_counter() > ctx.deadline
+        ctx.timed_out = out_of_time
+        if self.outcome.optimal or out_of_time and self.outcome.plan is not None:
             assert self.outcome.plan is not None
+            ctx.deadline = None  # out of time or not, the plan the solver found is the answer
             ctx.propose(self.outcome.plan)
             return
         seeds = []
         if self.outcome.plan is not None:
             seeds.append(self.outcome.plan)
-        try:
+        try:  # out of time too: its work limit keeps it to seconds, and a plan is owed
             plan, _, _, _ = self._dp.solve(ctx.problem)
             seeds.append(plan)
         except IntervalDPTooLarge as exc:
             self._dp_skipped = str(exc)
-        LocalSearch(self.population, initial=seeds).run(ctx)
+        if out_of_time:  # the seeds are the answer; no time for local search
+            ctx.deadline = None
+            for plan in seeds:
+                ctx.propose(plan)
+            return
+        ctx.status("local search from the solver's and the interval DP's plans", self.outcome.dram,
+                   self.outcome.lower_bound)
+        try:
+            LocalSearch(self.population, initial=seeds).run(ctx)
+        finally:  # the budget ends local search by raising
+            ctx.status("local search done", ctx.best_cost.objective if ctx.best_cost is not None else None,
+                       self.outcome.lower_bound)

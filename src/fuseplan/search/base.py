@@ -63,8 +63,12 @@ class SearchContext:
 
     def __init__(self, problem: FusionProblem, splitter: Splitter, budget: int, rng: random.Random,
                  on_improve: Callable[[int, int, PlanCost], None] | None = None,
-                 on_propose: Callable[[int], None] | None = None) -> None:
+                 on_propose: Callable[[int], None] | None = None,
+                 on_status: Callable[[str, float | None, float | None], None] | None = None,
+                 deadline: float | None = None) -> None:
         self.problem = problem
+        self.deadline = deadline  # time.perf_counter() past which the search stops (None: no time limit)
+        self.timed_out = False
         self.splitter = splitter
         self.budget = budget
         self.rng = rng
@@ -74,6 +78,7 @@ class SearchContext:
         self.history: list[tuple[int, float]] = []
         self._on_improve = on_improve
         self._on_propose = on_propose
+        self._on_status = on_status
 
     @property
     def remaining(self) -> int:
@@ -83,6 +88,9 @@ class SearchContext:
         """Repair ``plan``, price it and count it; raises :class:`BudgetExhausted` when spent."""
         if self.evaluated >= self.budget:
             raise BudgetExhausted
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.timed_out = True
+            raise BudgetExhausted
         repaired = self.splitter.repair(plan)
         cost = self.problem.evaluate(repaired)
         self.evaluated += 1
@@ -90,6 +98,12 @@ class SearchContext:
         if self._on_propose is not None:
             self._on_propose(self.evaluated)
         return repaired, cost
+
+    def status(self, stage: str, incumbent: float | None, bound: float | None) -> None:
+        """Tell the caller where a proving search stands: the stage just done, the best objective known
+        so far and the best proven lower bound (``None`` where there is none yet)."""
+        if self._on_status is not None:
+            self._on_status(stage, incumbent, bound)
 
     def consider(self, plan: Plan, cost: PlanCost) -> None:
         """Keep ``plan`` if it is the best valid plan so far (ties keep the earlier one)."""
@@ -123,10 +137,18 @@ class SearchAlgorithm(ABC):
 
 def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Splitter, *, budget: int = 5000,
              seed: int = 0, on_improve: Callable[[int, int, PlanCost], None] | None = None,
-             on_propose: Callable[[int], None] | None = None) -> SearchResult:
+             on_propose: Callable[[int], None] | None = None,
+             on_status: Callable[[str, float | None, float | None], None] | None = None,
+             time_limit: float | None = None) -> SearchResult:
     """Run ``algorithm`` on ``problem`` and return the best valid plan.
 
     Same problem, algorithm, splitter, budget and seed give the same plan.
+    ``on_status`` hears from the proving searches (``exact``, ``auto``) after
+    each stage: its name, the best objective so far and the proven bound.
+    ``time_limit`` (seconds) stops proposing plans once it has passed, and
+    stops ``exact`` and ``auto`` inside their enumeration, downset search and
+    CP-SAT too, with the best plan and bound found by then; a time-limited
+    result depends on the machine's speed, a budget's does not.
     A ``KeyboardInterrupt`` stops the search and still returns the best valid
     plan found so far (``interrupted=True``). A problem without a fuseable
     operator (none fits the buffer alone) is a :class:`FuseplanError`.
@@ -138,8 +160,10 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
             f"{problem.graph.name}: no operator fits the {format_bytes(problem.buffer_bytes)} buffer even alone "
             f"(all {len(problem.excluded)} are unfuseable), so there is nothing to fuse; use a larger buffer")
     rng = random.Random(seed)
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     splitter.setup(problem, random.Random(rng.getrandbits(64)))
-    ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose)
+    ctx = SearchContext(problem, splitter, budget, random.Random(rng.getrandbits(64)), on_improve, on_propose,
+                        on_status, deadline)
     interrupted = False
     start = time.perf_counter()
     try:
@@ -165,6 +189,7 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         wall_seconds=wall,
         interrupted=interrupted,
         history=ctx.history,
-        details={**algorithm.details(), **splitter.stats_dict()},
+        details={**algorithm.details(), **splitter.stats_dict(),
+                 **({} if time_limit is None else {"time_limit": time_limit, "time_limit_reached": ctx.timed_out})},
         reference=algorithm.reference(),
     )

@@ -26,8 +26,9 @@ differ, and only one can be ``m``.
 that does not fit is still grown; only :meth:`CostModel.buffer_floor`, which
 never decreases as a set grows, prunes. Sets are visited smallest first
 from each seed; a limit on sets visited is shared out evenly over the seeds,
-and a seed that needs less leaves the rest to the seeds after it. A seed cut
-short by the limit makes the enumeration incomplete: the candidates still
+and a seed that needs less leaves the rest to the seeds after it; seeds cut
+short resume where they stopped with what is left, pass after pass while a
+pass completes one of them. A seed still cut short by the limit makes the enumeration incomplete: the candidates still
 build valid plans, but the optimum over them proves nothing. Sets are bitmasks (Python ints over
 operator labels); convexity is ``descendants & ancestors ⊆ set``, kept
 incrementally.
@@ -35,6 +36,7 @@ incrementally.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,14 +94,27 @@ class Candidates:
         return len(self.masks)
 
 
+@dataclass
+class _Growth:
+    """Where the enumeration from one seed stands: sets to visit, sets visited but not yet grown (when a
+    limit cut it short), sets reached, and the fitting sets with their DRAM."""
+
+    queue: deque
+    waiting: list
+    seen: set[int]
+    found: list[tuple[int, int]]
+
+
 def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
-                         orders: Sequence[Sequence[int]] = ()) -> Candidates:
+                         orders: Sequence[Sequence[int]] = (), deadline: float | None = None) -> Candidates:
     """All connected convex fuseable groups that fit the buffer (see the module docstring).
 
     At most about ``max_sets`` sets (fitting or not) are visited; if that cuts
     any seed short, the result has ``complete=False``, and the groups of the
     interval plans of ``orders`` are added (:func:`run_components`), so that
     plans built from the candidates are never worse than the interval DP's.
+    Past ``deadline`` (a ``time.perf_counter()`` time) every seed stops
+    growing, as if the limit had been reached.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -147,24 +162,22 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         return extra
     price = cost.price  # uncached: most visited sets are never priced again
 
-    def grow(m: int, allowance: float) -> tuple[list[tuple[int, int]], int, bool]:
-        """Fitting sets with smallest member ``m``, smallest first: ``(sets and DRAM, visited, cut short)``."""
+    def grow(m: int, allowance: float, growth: _Growth | None = None) -> tuple[_Growth, int, bool]:
+        """Fitting sets with smallest member ``m``, smallest first, visiting about ``allowance`` more sets:
+        ``(the growth so far, sets visited by this call, cut short)``. A growth cut short resumes where it
+        stopped when handed back."""
         above = fuseable_mask & ~((1 << (m + 1)) - 1)
-        start = 1 << m
-        seen = {start}
-        queue = deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m], extra_rows(m, 0))])
-        found: list[tuple[int, int]] = []
+        if growth is None:
+            start = 1 << m
+            growth = _Growth(deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m],
+                                     extra_rows(m, 0))]), [], {start}, [])
+        queue, seen, found = growth.queue, growth.seen, growth.found
+        waiting, growth.waiting = growth.waiting, []  # priced by an earlier call, not yet grown
         visits = 0
         cut = False
-        while queue:
-            mask, members, d, a, frontier, own, rows = queue.popleft()
-            visits += 1
-            buffer, dram = price(frozenset(members))
-            if buffer < beta:
-                found.append((mask, dram))
-            if visits + len(queue) >= allowance:
-                cut = cut or bool(frontier)
-                continue
+
+        def expand(item: tuple) -> None:
+            mask, members, d, a, frontier, own, rows = item
             rest = frontier
             while rest:
                 low = rest & -rest
@@ -185,34 +198,63 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                         continue
                 queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
                               grown_own, grown_rows))
-        return found, visits, cut
 
-    # First pass: an even share per seed, unused allowance carried forward. Second pass: seeds cut
-    # short start again with what the first pass left over, shared out the same way.
+        for item in waiting:
+            if visits + len(queue) >= allowance:
+                growth.waiting.append(item)
+                cut = True
+            else:
+                expand(item)
+        while queue:
+            item = queue.popleft()
+            visits += 1
+            buffer, dram = price(frozenset(item[1]))
+            if buffer < beta:
+                found.append((item[0], dram))
+            if deadline is not None and not visits & 1023 and time.perf_counter() > deadline:
+                allowance = 0  # out of time: stop growing, as at the limit
+            if visits + len(queue) >= allowance:
+                if item[4]:  # a frontier left: kept to grow if the seed resumes
+                    growth.waiting.append(item)
+                    cut = True
+                continue
+            expand(item)
+        return growth, visits, cut
+
+    # First pass: an even share per seed, unused allowance carried forward.
     seeds = sorted(problem.fuseable)
     limit = float("inf") if max_sets is None else float(max_sets)
-    per_seed: dict[int, list[tuple[int, int]]] = {}
+    growths: dict[int, _Growth] = {}
     visited = 0
     cut_seeds: list[int] = []
+    def out_of_time() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
     for position, m in enumerate(seeds):
-        allowance = max(1.0, (position + 1) * limit / len(seeds) - visited)
-        per_seed[m], visits, cut = grow(m, allowance)
+        # out of time, a seed still gives its own operator alone: every plan needs those
+        allowance = 1.0 if out_of_time() else max(1.0, (position + 1) * limit / len(seeds) - visited)
+        growths[m], visits, cut = grow(m, allowance)
         visited += visits
         if cut:
             cut_seeds.append(m)
-    spare = limit - visited
-    complete = not cut_seeds
-    if cut_seeds and spare > len(cut_seeds):
-        complete = True
+    # Later passes: seeds cut short resume where they stopped with what is left, shared out the same way,
+    # as long as a pass completes some seed (what a completed seed leaves over goes to the others).
+    while cut_seeds and limit - visited > len(cut_seeds) and not out_of_time():
+        spare = limit - visited
         used = 0
+        still_cut = []
         for position, m in enumerate(cut_seeds):
             allowance = max(1.0, (position + 1) * spare / len(cut_seeds) - used)
-            found, visits, cut = grow(m, allowance)
+            _, visits, cut = grow(m, allowance, growths[m])
             used += visits
-            if len(found) > len(per_seed[m]):
-                per_seed[m] = found
-            complete = complete and not cut
+            if cut:
+                still_cut.append(m)
         visited += used
+        if len(still_cut) == len(cut_seeds):
+            break
+        cut_seeds = still_cut
+    per_seed = {m: growth.found for m, growth in growths.items()}
+    complete = not cut_seeds
 
     if not complete:
         known = {mask for found in per_seed.values() for mask, _ in found}

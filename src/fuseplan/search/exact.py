@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,7 +54,10 @@ from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
+from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.interval_dp import candidate_orders
+from fuseplan.search.relaxation import Relaxation, linear_relaxation
+from fuseplan.units import format_bytes
 
 #: Limits that keep ``exact`` (and ``auto``) from running for minutes; all are deterministic.
 MAX_SETS = 400_000  # connected convex sets the enumeration may visit
@@ -71,6 +75,7 @@ class ExactOutcome:
     optimal: bool  # plan is proven optimal
     method: str
     stats: dict[str, Any] = field(default_factory=dict)
+    bound_source: str = ""  # which proof gave lower_bound: "optimum", "linear relaxation", "cut bound", ...
 
 
 def _predecessor_masks(problem: FusionProblem) -> list[int]:
@@ -108,22 +113,32 @@ def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
     return charge
 
 
-def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES) -> ExactOutcome:
-    """A* over downsets (see the module docstring); stops after ``max_states`` settled states."""
+def downset_search(problem: FusionProblem, candidates: Candidates, max_states: int = MAX_STATES,
+                   charges: list[int] | None = None, fixed: int = 0, deadline: float | None = None) -> ExactOutcome:
+    """A* over downsets (see the module docstring); stops after ``max_states`` settled states.
+
+    ``charges`` replaces the per-operator heuristic: any charges whose sum over every candidate is at most
+    its price keep the search exact (those of :mod:`fuseplan.search.relaxation` are tighter). ``fixed``
+    (a bitmask) names fuseable operators to treat like unfuseable ones, each a group of its own at no
+    cost: the search then plans the other operators only (see :mod:`fuseplan.search.decompose`). Past
+    ``deadline`` (a ``time.perf_counter()`` time) it stops as at the state limit.
+    """
     start_time = time.perf_counter()
     graph = problem.graph
     n = len(graph)
     full = (1 << n) - 1
     pred = _predecessor_masks(problem)
     outside = _outside_predecessors(candidates, pred)
-    charge = _charges(problem, candidates)
-    excluded_mask = 0
+    charge = _charges(problem, candidates) if charges is None else charges
+    if fixed:  # fixed operators cost nothing here
+        charge = [0 if fixed >> v & 1 else c for v, c in enumerate(charge)]
+    excluded_mask = fixed
     for v in problem.excluded:
         excluded_mask |= 1 << v
     successors = graph.successors
     masks, drams, by_min = candidates.masks, candidates.dram, candidates.by_min
     for v in problem.fuseable:
-        if not by_min.get(v):  # cannot happen: a fuseable operator fits alone
+        if not by_min.get(v) and not fixed >> v & 1:  # cannot happen: a fuseable operator fits alone
             return ExactOutcome(None, None, 0, False, "downset", {"states": 0})
 
     def advance(state: int, ready: int, added: int) -> tuple[int, int]:
@@ -153,6 +168,7 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
     parent: dict[int, tuple[int, int]] = {}
     open_heap = [(sum(charge), 0, origin)]
     settled: set[int] = set()
+    dropped: dict[int, Any] = {}  # per candidate: its members' charges (what a step over it takes off h)
     while open_heap:
         f, g, state = heapq.heappop(open_heap)
         if state in settled or g > best_g[state]:
@@ -166,10 +182,11 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
             return ExactOutcome(plan, g, g, True, "downset",
                                 {"states": len(settled), "seconds": round(time.perf_counter() - start_time, 3)})
         settled.add(state)
-        if len(settled) > max_states:
+        timed_out = deadline is not None and not len(settled) & 63 and time.perf_counter() > deadline
+        if len(settled) > max_states or timed_out:
             bound = min(f, min((entry[0] for entry in open_heap), default=f))
             return ExactOutcome(None, None, bound, False, "downset",
-                                {"states": len(settled), "stopped": "state limit",
+                                {"states": len(settled), "stopped": "time limit" if timed_out else "state limit",
                                  "seconds": round(time.perf_counter() - start_time, 3)})
         h = f - g
         ready = ready_of[state]
@@ -184,9 +201,53 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
                     best_g[nxt] = ng
                     ready_of[nxt] = nxt_ready
                     parent[nxt] = (state, c)
-                    nh = h - sum(charge[v] for v in bits(mask))
+                    drop = dropped.get(c)
+                    if drop is None:
+                        drop = dropped[c] = sum(charge[v] for v in bits(mask))
+                    nh = h - drop
                     heapq.heappush(open_heap, (ng + nh, ng, nxt))
     return ExactOutcome(None, None, 0, False, "downset", {"states": len(settled)})
+
+
+@dataclass
+class PartsOutcome:
+    """What solving the parts apart established."""
+
+    plan: Plan | None  # the parts' plans together, when all parts were solved and the whole is acyclic
+    lower_bound: int  # the sum of the parts' optima or bounds: no valid plan moves less
+    stats: dict[str, Any]
+
+
+def solve_parts(problem: FusionProblem, candidates: Candidates, parts: list[int], max_states: int,
+                charges: list[int] | None = None, deadline: float | None = None) -> PartsOutcome:
+    """Solve every part apart (:mod:`fuseplan.search.decompose`); ``max_states`` is shared out over the
+    parts by size."""
+    started = time.perf_counter()
+    fuseable_mask = 0
+    for v in problem.fuseable:
+        fuseable_mask |= 1 << v
+    groups: list[list[int]] = []
+    bound = 0
+    solved = 0
+    states = 0
+    total = len(problem.fuseable)
+    for part in parts:
+        share = max(1, max_states * part.bit_count() // total)
+        outcome = downset_search(problem, restrict(candidates, part), share, charges, fixed=fuseable_mask & ~part,
+                                 deadline=deadline)
+        states += outcome.stats.get("states", 0)
+        bound += int(outcome.lower_bound)
+        if outcome.plan is not None:
+            solved += 1
+            groups.extend(sorted(g) for g in outcome.plan.groups)
+    plan = None
+    if solved == len(parts):
+        whole = Plan.from_groups(groups)
+        if not problem.check(whole):
+            plan = whole
+    return PartsOutcome(plan, bound, {"parts": len(parts), "parts_solved": solved, "states": states,
+                                      "acyclic": plan is not None if solved == len(parts) else None,
+                                      "seconds": round(time.perf_counter() - started, 3)})
 
 
 def _find_cycle(problem: FusionProblem, plan: Plan) -> list[int]:
@@ -225,8 +286,9 @@ def _find_cycle(problem: FusionProblem, plan: Plan) -> list[int]:
 
 
 def partition_search(problem: FusionProblem, candidates: Candidates, time_limit: float = SOLVER_TIME,
-                     seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
-    """CP-SAT set partitioning with lazy cycle cuts (see the module docstring)."""
+                     seed: int = 0, hint: Plan | None = None, deadline: float | None = None) -> ExactOutcome:
+    """CP-SAT set partitioning with lazy cycle cuts (see the module docstring); ``deadline`` (a
+    ``time.perf_counter()`` time) adds a wall-clock limit to the deterministic one."""
     try:
         from ortools.sat.python import cp_model
     except ImportError:  # pragma: no cover - depends on the environment
@@ -257,6 +319,8 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
     while True:
         rounds += 1
         solver.parameters.max_deterministic_time = max(remaining, 0.01)
+        if deadline is not None:
+            solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
         status = solver.Solve(model)
         remaining -= solver.deterministic_time
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
@@ -280,7 +344,7 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
         model.ClearHints()
         for c in range(len(members)):
             model.AddHint(x[c], solver.Value(x[c]) == 1)
-        if remaining <= 0:
+        if remaining <= 0 or deadline is not None and time.perf_counter() > deadline:
             break
     return ExactOutcome(None, None, bound, False, "partition",
                         {"rounds": rounds, "cuts": cuts, "candidates": len(members), "stopped": "time limit",
@@ -333,58 +397,136 @@ def cut_lower_bound(problem: FusionProblem) -> int:
 
 
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
-                solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None) -> ExactOutcome:
+                solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None,
+                relax: bool = True,
+                on_status: Callable[[str, float | None, float | None], None] | None = None,
+                deadline: float | None = None) -> ExactOutcome:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
 
-    When the candidates are too many to enumerate within ``max_sets``, the
-    smallest ones of each seed and the groups of the interval plans of the
-    interval DP's orders still give valid plans: the same formulations then
-    find the best plan built from them (usually no worse than the interval
-    DP's), which is not proven optimal, and the proven bound is
-    :func:`cut_lower_bound`.
+    When the candidates are complete and ``relax`` is set, the linear
+    relaxation (:mod:`fuseplan.search.relaxation`) gives a first proven bound
+    and its charges guide the downset search. When the candidates are too
+    many to enumerate within ``max_sets``, the smallest ones of each seed and
+    the groups of the interval plans of the interval DP's orders still give
+    valid plans: the same formulations then find the best plan built from
+    them (usually no worse than the interval DP's), which is not proven
+    optimal, and the proven bound is :func:`cut_lower_bound`. The outcome's
+    ``bound_source`` says which bound was the best. ``on_status`` hears after
+    each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
+    ``time.perf_counter()`` time) the enumeration and the searches stop as at
+    their limits, and the outcome is what they had by then.
     """
+    def report(stage: str, incumbent: float | None, bound: float | None) -> None:
+        if on_status is not None:
+            on_status(stage, incumbent, bound)
+
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
-                                      orders=list(candidate_orders(problem).values()))
+                                      orders=list(candidate_orders(problem).values()), deadline=deadline)
     stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
     objective = problem.objective
+    report(f"{len(candidates)} candidates" + ("" if candidates.complete else " (cut short)"), None,
+           objective.bound_from_dram(problem.cost.dram_lower_bound()))
+    relaxation: Relaxation | None = None
     if not objective.follows_dram:  # price candidates by the objective; CP-SAT needs integer prices, so no fall-back
         candidates = replace(candidates, dram=tuple(objective.value(bits(mask), dram)
                                                     for mask, dram in zip(candidates.masks, candidates.dram)))
         solver_time = 0
         stats["objective"] = objective.name
-    outcome = downset_search(problem, candidates, max_states)
+    elif relax and candidates.complete:  # over candidates cut short the relaxation proves nothing
+        relaxation = linear_relaxation(problem, candidates, _positions(candidates, hint))
+        if relaxation is not None:
+            stats["relaxation"] = {"bound_bytes": relaxation.bound, "converged": relaxation.converged,
+                                   **relaxation.stats}
+            report("linear relaxation", None, relaxation.bound)
+    # Proven bounds in the formulations' unit (DRAM bytes, or the objective's unit), with their sources.
+    bounds: list[tuple[float, str]] = []
+    if relaxation is not None:
+        bounds.append((relaxation.bound, "linear relaxation"))
+    charges = relaxation.charges if relaxation is not None else None
+    outcome = None
+    if candidates.complete and objective.follows_dram:
+        parts = independent_parts(problem, candidates)
+        if len(parts) > 1:
+            by_parts = solve_parts(problem, candidates, parts, max_states, charges, deadline)
+            stats["decomposition"] = by_parts.stats
+            bounds.append((by_parts.lower_bound, "parts"))
+            if by_parts.plan is not None:
+                outcome = ExactOutcome(by_parts.plan, by_parts.lower_bound, by_parts.lower_bound, True,
+                                       "downset by parts", {"states": by_parts.stats["states"]})
+            report(f"{len(parts)} parts", by_parts.lower_bound if by_parts.plan is not None else None,
+                   by_parts.lower_bound)
+    if outcome is None:
+        outcome = downset_search(problem, candidates, max_states, charges, deadline=deadline)
+        bounds.append((outcome.lower_bound, "downset search"))
+        report("downset search", outcome.dram, outcome.lower_bound if candidates.complete else None)
     if outcome.plan is None and solver_time > 0:
-        fallback = partition_search(problem, candidates, solver_time, seed, hint)
+        fallback = partition_search(problem, candidates, solver_time, seed, hint, deadline)
+        bounds.append((fallback.lower_bound, "set partitioning"))
+        report("set partitioning", fallback.dram, fallback.lower_bound if candidates.complete else None)
         fallback.lower_bound = max(fallback.lower_bound, outcome.lower_bound)
         fallback.stats = {"downset": outcome.stats, **fallback.stats}
         outcome = fallback
-    dram_bound = problem.cost.dram_lower_bound()
+    dram_bounds = [(problem.cost.dram_lower_bound(), "all fused")]
     if not candidates.complete:  # optimal among the kept candidates only
         outcome.optimal = False
-        dram_bound = max(dram_bound, cut_lower_bound(problem))
-        outcome.lower_bound = 0
+        dram_bounds.append((cut_lower_bound(problem), "cut bound"))
+        bounds = []
         outcome.method = f"restricted {outcome.method}"
+    dram_bound, dram_source = max(dram_bounds, key=lambda pair: pair[0])
+    search_bound, search_source = max(bounds, key=lambda pair: pair[0], default=(0, ""))
     if objective.follows_dram:  # the formulations ran on DRAM: carry the bound over to the objective
-        outcome.lower_bound = objective.bound_from_dram(max(int(outcome.lower_bound), dram_bound))
+        outcome.lower_bound = objective.bound_from_dram(max(int(search_bound), dram_bound))
+        outcome.bound_source = search_source if search_bound >= dram_bound else dram_source
     else:
-        outcome.lower_bound = max(outcome.lower_bound, objective.bound_from_dram(dram_bound))
+        converted = objective.bound_from_dram(dram_bound)
+        outcome.lower_bound = max(search_bound, converted)
+        outcome.bound_source = search_source if search_bound >= converted else dram_source
     if outcome.plan is not None:  # the plan's own sum, free of the order the search added it in
         outcome.dram = problem.evaluate(outcome.plan).objective
         if outcome.optimal:
             outcome.lower_bound = outcome.dram
-    outcome.stats = {**stats, **outcome.stats}
+            outcome.bound_source = "optimum"
+    outcome.stats = {**stats, **outcome.stats, "bound_source": outcome.bound_source,
+                     "seconds_total": round(time.perf_counter() - start_time, 3)}
     return outcome
 
 
-def bound_record(bound: float, objective: str) -> dict[str, Any]:
+def _positions(candidates: Candidates, plan: Plan | None) -> list[int]:
+    """Positions among ``candidates`` of the groups of ``plan`` that are candidates."""
+    if plan is None:
+        return []
+    index = {mask: c for c, mask in enumerate(candidates.masks)}
+    found = (index.get(sum(1 << v for v in group)) for group in plan.groups)
+    return [c for c in found if c is not None]
+
+
+def bound_record(bound: float, objective: str, source: str = "") -> dict[str, Any]:
     """The proven lower bound as the ``search`` record of plan.json keeps it: ``lower_bound_bytes`` for DRAM,
-    else ``lower_bound`` in the objective's unit (``search.objective`` names it)."""
-    if objective == "dram":
-        return {"lower_bound_bytes": int(bound)}
-    return {"objective": objective, "lower_bound": bound}
+    else ``lower_bound`` in the objective's unit (``search.objective`` names it), and ``lower_bound_source``,
+    the proof it comes from, when known."""
+    record: dict[str, Any] = ({"lower_bound_bytes": int(bound)} if objective == "dram"
+                              else {"objective": objective, "lower_bound": bound})
+    if source:
+        record["lower_bound_source"] = source
+    return record
+
+
+def status_line(stage: str, incumbent: float | None, bound: float | None, objective: str = "dram") -> str:
+    """One line for a terminal: the stage, the best plan so far, the proven bound and the gap between."""
+    def show(value: float) -> str:
+        return format_bytes(int(value)) if objective == "dram" else f"{value:.6g}"
+
+    parts = [stage]
+    if incumbent is not None:
+        parts.append(f"best {show(incumbent)}")
+    if bound is not None:
+        parts.append(f"bound {show(bound)}")
+    if incumbent is not None and bound is not None and bound > 0:
+        parts.append(f"gap {max(0.0, incumbent / bound - 1):.2%}")
+    return ", ".join(parts)
 
 
 class Exact(SearchAlgorithm):
@@ -404,12 +546,16 @@ class Exact(SearchAlgorithm):
     def details(self) -> dict[str, Any]:
         if self.outcome is None:
             return {}
-        return {"optimal": self.outcome.optimal, **bound_record(self.outcome.lower_bound, self._objective),
+        return {"optimal": self.outcome.optimal,
+                **bound_record(self.outcome.lower_bound, self._objective, self.outcome.bound_source),
                 "exact": {"method": self.outcome.method, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:
         self._objective = ctx.problem.objective.name
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
-                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31))
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
+                                   on_status=ctx.status, deadline=ctx.deadline)
+        ctx.timed_out = ctx.deadline is not None and time.perf_counter() > ctx.deadline
         if self.outcome.plan is not None:
+            ctx.deadline = None  # out of time or not, the plan the solver found is the answer
             ctx.propose(self.outcome.plan)

@@ -1,0 +1,96 @@
+"""Markdown tables for docs/search.md from benchmarks/results/proofs.json (written by bench_proofs.py).
+
+    python benchmarks/summarize_proofs.py [--input benchmarks/results/proofs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MB = 1024 * 1024
+
+
+def cell(row: dict | None) -> str:
+    """``CPU s / wall s`` when proven optimal, else the proven gap and where the bound comes from."""
+    if row is None:
+        return ""
+    times = f"{row['cpu_seconds']:.1f} / {row['seconds']:.1f} s"
+    if row["optimal"]:
+        return times
+    return f"gap {100 * row['gap']:.1f}% ({row['bound_source']}); {times}"
+
+
+def zoo_tables(rows: list[dict]) -> str:
+    buffers = sorted({r["buffer_kb"] for r in rows})
+    out = []
+    for scheme in ("lbdf", "brr"):
+        mine = [r for r in rows if r["scheme"] == scheme]
+        if not mine:
+            continue
+        out.append(f"**{scheme.upper()}**: `auto`'s CPU / wall seconds where it proves its plan optimal, else "
+                   "its proven gap and the bound's source\n")
+        out.append("| model | " + " | ".join(f"{kb}KB" for kb in buffers) + " |")
+        out.append("|---|" + "---:|" * len(buffers))
+        for model in sorted({r["model"] for r in mine}):
+            cells = [cell(next((r for r in mine if r["model"] == model and r["buffer_kb"] == kb), None))
+                     for kb in buffers]
+            out.append(f"| {model} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def facts(rows: list[dict]) -> str:
+    proven = [r for r in rows if r["optimal"]]
+    worse = [r for r in rows if r.get("worse_than_earlier")]
+    better = [r for r in rows if r.get("earlier_optimum_bytes") and r["dram_bytes"] < r["earlier_optimum_bytes"]]
+    slow_wall = [r for r in proven if r["seconds"] > 10]
+    slow_cpu = [r for r in proven if r["cpu_seconds"] > 10]
+    loads = [r["load_average_at_start"] for r in rows]
+
+    def name(r: dict) -> str:
+        return f"{r['model']} {r['scheme'].upper()} {r['buffer_kb']}KB"
+
+    slowest = max(proven, key=lambda r: r["cpu_seconds"])
+    lines = [
+        f"- set-ups: {len(rows)}; proven optimal: {len(proven)}; not proven: "
+        + (", ".join(f"{name(r)} (gap {100 * r['gap']:.1f}%, {r['bound_source']})"
+                     for r in rows if not r["optimal"]) or "none") + ".",
+        f"- plans worse than the optimum recorded in exact.json: {len(worse)}; better: {len(better)}.",
+        f"- proven set-ups over 10 s: {len(slow_wall)} by the wall clock, {len(slow_cpu)} by CPU time; slowest "
+        f"by CPU time {slowest['cpu_seconds']:.1f} s ({slowest['seconds']:.1f} s wall, {name(slowest)}).",
+        f"- load average at the start of each run: {min(loads):.1f} to {max(loads):.1f} (2 cores).",
+        f"- at most {max((r['states'] or 0) for r in proven)} downset states; at most "
+        f"{max((r['candidates'] or 0) for r in proven)} candidates where proven; split into parts in "
+        f"{sum(1 for r in proven if r.get('parts', 1) > 1)} set-ups.",
+    ]
+    return "\n".join(lines)
+
+
+def generated_table(rows: list[dict]) -> str:
+    out = ["| operators | scheme | CPU s | wall s | DRAM (MB) | proven bound (MB) | gap | bound source |",
+           "|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (r["operators"], r["scheme"])):
+        out.append(f"| {r['operators']} | {r['scheme'].upper()} | {r['cpu_seconds']:.1f} | {r['seconds']:.1f} | "
+                   f"{r['dram_bytes'] / MB:.2f} | {r['lower_bound_bytes'] / MB:.2f} | {100 * r['gap']:.1f}% | "
+                   f"{r['bound_source']} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--input", type=Path, default=RESULTS / "proofs.json")
+    args = parser.parse_args()
+    document = json.loads(args.input.read_text())
+    if document.get("zoo"):
+        print(zoo_tables(document["zoo"]))
+        print(facts(document["zoo"]))
+    if document.get("generated"):
+        print()
+        print(generated_table(document["generated"]))
+
+
+if __name__ == "__main__":
+    main()
