@@ -247,18 +247,21 @@ def test_zigzag_summary_counts_each_side():
     def row(name, theirs, lbdf, brr, lbdf_unfuseable=False):
         priced = {"lbdf": {"alone_dram_bytes": lbdf, "unfuseable": lbdf_unfuseable},
                   "brr": {"alone_dram_bytes": brr, "unfuseable": False}}
-        return {"layer": name, "compulsory_bytes": 100, "zigzag": {"status": "mapped", "dram_bytes": theirs},
+        return {"layer": name, "compulsory_bytes": 100, "bias_bytes": 2,
+                "zigzag": {"status": "mapped", "dram_bytes": theirs},
                 "zigzag_over_compulsory": theirs / 100, **priced,
                 "lbdf_over_zigzag": lbdf / theirs, "brr_over_zigzag": brr / theirs}
 
     rows = [row("a", 200, 100, 100), row("b", 100, 300, 100, lbdf_unfuseable=True), row("c", 100, 100, 50),
+            row("e", 98, 100, 100),  # ZigZag lower by the bias alone
             {"layer": "d", "compulsory_bytes": 100, "zigzag": {"status": "timed out after 1 s"}}]
     summary = zigzag.summarize(rows)
-    assert summary["mapped_by_zigzag"] == 3 and summary["not_mapped"] == {"d": "timed out after 1 s"}
-    assert summary["zigzag_dram_bytes"] == 400
-    assert (summary["brr"]["fuseplan_lower"], summary["brr"]["equal"], summary["brr"]["zigzag_lower"]) == (2, 1, 0)
-    assert summary["lbdf"]["zigzag_lower"] == 1 and summary["lbdf"]["unfuseable_and_zigzag_lower"] == 1
-    assert summary["brr"]["over_zigzag_total"] == 0.625  # 250 / 400
+    assert summary["mapped_by_zigzag"] == 4 and summary["not_mapped"] == {"d": "timed out after 1 s"}
+    assert summary["zigzag_dram_bytes"] == 498
+    brr, lbdf = summary["brr"], summary["lbdf"]
+    assert (brr["fuseplan_lower"], brr["equal"], brr["zigzag_lower"], brr["zigzag_lower_beyond_bias"]) == (2, 1, 1, 0)
+    assert (lbdf["zigzag_lower"], lbdf["zigzag_lower_beyond_bias"], lbdf["unfuseable_and_zigzag_lower"]) == (2, 1, 1)
+    assert brr["over_zigzag_total"] == round(350 / 498, 4)
 
 
 def test_stream_workload_is_the_zoo_resnet18():
