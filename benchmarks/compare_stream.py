@@ -28,7 +28,8 @@ as Stream's layer dictionary (convolutions, pooling, additions and the
 classifier as a 1x1 convolution; ReLUs and the flatten carry no traffic
 there and are left out). Stream cuts each layer into computation nodes
 (CNs): one CN per layer is its layer-by-layer schedule; ``OY`` hint loops of
-``n`` give CNs of ``n`` output rows, its layer-fused schedule. Its DRAM
+``all`` give one CN per output row, its layer-fused schedule (a number ``n``
+splits each layer's rows into ``n`` CNs instead). Its DRAM
 traffic is what moves between the off-chip core and the others (counted at
 Stream's transfer function: inputs and weights fetched, tensors evicted,
 final outputs written), plus the DRAM accesses ZigZag counts inside a CN
@@ -65,10 +66,11 @@ MODEL = "resnet18"
 BUFFERS_KB = (256, 1024)
 ARRAY = 16
 BYTES_PER_ELEMENT = 1
-# Computation nodes: "layer" is one per layer; a number is that many output rows per CN.
-SCHEDULES = ("layer", "1", "4")
+# Computation nodes: "layer" is one per layer (layer by layer); "all" one per output row (layer-fused); a
+# number n splits each layer's output rows into n computation nodes.
+SCHEDULES = ("layer", "all")
 LPF = 6
-SCHEDULE_SECONDS = 1800
+SCHEDULE_SECONDS = 2400
 PASS_THROUGH = {"Relu", "Flatten"}  # no traffic of their own in Stream's workload; consumers read their input
 
 # Runs inside Stream's environment: argv[1] is JSON with the workload, the buffer, the CN size and the LOMA
@@ -134,7 +136,7 @@ answers = MainStage(
     accelerator="cmp_hw", workload_path="cmp_workload", mapping_path="cmp_mapping", loma_lpf_limit=spec["lpf"],
     nb_ga_individuals=4, nb_ga_generations=1, node_hw_performances_path=str(folder / "performances.pickle"),
     plot_hof=False, plot_file_name=False, plot_full_schedule=False, plot_data_transfer=False,
-    cn_define_mode=1, hint_loops=[] if rows == "layer" else [("OY", int(rows))],
+    cn_define_mode=1, hint_loops=[] if rows == "layer" else [("OY", rows if rows == "all" else int(rows))],
     scheduler_candidate_selection="memory", operands_to_prefetch=[]).run()
 seconds = time.perf_counter() - start
 scme = answers[0][0]
@@ -153,9 +155,9 @@ for unique, performances in inter.node_hw_performances.items():
             accesses = cme.memory_word_access[layer_operand][-1]
             words = accesses.rd_out_to_low + accesses.wr_in_by_low + accesses.rd_out_to_high + accesses.wr_in_by_high
             inside += copies * words * bits
-print(json.dumps({"seconds": seconds, "transfer_read_bytes": moved["read"] / 8,
-                  "transfer_write_bytes": moved["write"] / 8, "inside_cn_bytes": inside / 8,
-                  "computation_nodes": inter.workload.number_of_nodes(), "latency_cycles": scme.latency}))
+print(json.dumps({"seconds": seconds, "transfer_read_bytes": float(moved["read"]) / 8,
+                  "transfer_write_bytes": float(moved["write"]) / 8, "inside_cn_bytes": float(inside) / 8,
+                  "computation_nodes": int(inter.workload.number_of_nodes()), "latency_cycles": float(scme.latency)}))
 """
 
 
@@ -305,16 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-python", help="Python of Stream's environment (default $STREAM_PYTHON)")
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), help="buffer sizes in KB")
     parser.add_argument("--schedules", nargs="+", default=list(SCHEDULES),
-                        help="computation nodes: 'layer' (one per layer) or a number of output rows per node")
+                        help="computation nodes: 'layer' (one per layer), 'all' (one per output row) or a number n "
+                             "(each layer's rows split into n nodes)")
     parser.add_argument("--lpf", type=int, default=LPF, help="LOMA's loop-prime-factor limit inside Stream")
     parser.add_argument("--schedule-seconds", type=float, default=SCHEDULE_SECONDS,
                         help="time limit of one Stream schedule")
     parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    bad = [s for s in args.schedules if s != "layer" and not (s.isdigit() and int(s) > 0)]
+    bad = [s for s in args.schedules if s not in ("layer", "all") and not (s.isdigit() and int(s) > 0)]
     if bad or min(args.buffers) < 1 or args.lpf < 1 or not args.schedule_seconds > 0:
-        print(f"error: schedules are 'layer' or a positive number of rows (got {' '.join(bad) or 'those'}); "
+        print(f"error: schedules are 'layer', 'all' or a positive number (got {' '.join(bad) or 'those'}); "
               "--buffers, --lpf and --schedule-seconds must be positive", file=sys.stderr)
         return 2
     try:

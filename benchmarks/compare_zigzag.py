@@ -210,6 +210,7 @@ def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, se
         else:
             answer = {"status": "mapped"} | parse_answer(done.stdout)
     answer["wall_seconds"] = round(time.perf_counter() - start, 2)
+    answer["load_average"] = round(os.getloadavg()[0], 2)  # the wall time on a shared machine depends on it
     if cached and answer["status"] == "mapped":  # a time-out may succeed with more time: never kept
         cached.parent.mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(answer))
@@ -286,7 +287,8 @@ def compare_model(name: str, buffers_kb: list[int], python: Path | None, args: a
             dram = theirs.get("dram_bytes")
             loops = dict(zip(layer["loop_dims"], layer["loop_sizes"]))
             weights = math.prod(loops[d] for d in ("K", "G", "C", "FX", "FY"))
-            row = {"layer": node.name, "loops": loops, "compulsory_bytes": compulsory,
+            row = {"layer": node.name, "loops": loops, "stride": int(node.attributes.get("strides", (1, 1))[0]),
+                   "compulsory_bytes": compulsory,
                    "bias_bytes": BYTES_PER_ELEMENT * (node.weight_numel - weights), "zigzag": theirs,
                    "lbdf": prices["lbdf"][node.index], "brr": prices["brr"][node.index],
                    "zigzag_over_compulsory": ratio(dram, compulsory)}
@@ -325,6 +327,25 @@ def print_summary(payload: dict) -> None:
               f"| {brr['fuseplan_lower']} / {brr['equal']} / {brr['zigzag_lower']} ({brr['zigzag_lower_beyond_bias']}) |")
 
 
+def print_layers(payload: dict, tolerance: float = 0.01) -> None:
+    """Per layer, where either scheme's lone price and ZigZag's differ by more than ``tolerance``."""
+    print("| model | buffer | layer (loops K, G, C, OY x OX, F, stride) | compulsory KB | ZigZag / compulsory "
+          "| LBDF / ZigZag | BRR / ZigZag |")
+    print("|---|---|---|---|---|---|---|")
+    for entry in payload["results"]:
+        for row in entry["layers"]:
+            ratios = [row["lbdf_over_zigzag"], row["brr_over_zigzag"]]
+            if None in ratios or all(abs(x - 1) <= tolerance for x in ratios):
+                continue
+            loops = row["loops"]
+            shape = (f"{loops['K']}, {loops['G']}, {loops['C']}, {loops['OY']}x{loops['OX']}, "
+                     f"{loops['FY']}x{loops['FX']}, {row['stride']}")
+            marks = "".join(f" ({scheme} unfuseable)" for scheme in ("lbdf", "brr") if row[scheme]["unfuseable"])
+            print(f"| {entry['model']} | {entry['buffer_kb']}KB | `{row['layer']}` ({shape}){marks} "
+                  f"| {row['compulsory_bytes'] / 1024:.0f} | {row['zigzag_over_compulsory']:.2f} "
+                  f"| {row['lbdf_over_zigzag']:.2f} | {row['brr_over_zigzag']:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zigzag-python", help="Python of ZigZag's environment (default $ZIGZAG_PYTHON)")
@@ -338,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.summary:
-        print_summary(json.loads(args.summary.read_text()))
+        payload = json.loads(args.summary.read_text())
+        print_summary(payload)
+        print()
+        print_layers(payload)
         return 0
     if args.cached_only and not args.reuse:
         print("error: --cached-only needs --reuse DIR", file=sys.stderr)
