@@ -68,7 +68,7 @@ ARRAY = 16
 BYTES_PER_ELEMENT = 1
 # Computation nodes: "layer" is one per layer (layer by layer); "all" one per output row (layer-fused); a
 # number n splits each layer's output rows into n computation nodes.
-SCHEDULES = ("layer", "all")
+SCHEDULES = ("layer", "all", "7", "2")
 LPF = 6
 SCHEDULE_SECONDS = 2400
 PASS_THROUGH = {"Relu", "Flatten"}  # no traffic of their own in Stream's workload; consumers read their input

@@ -328,22 +328,29 @@ def print_summary(payload: dict) -> None:
 
 
 def print_layers(payload: dict, tolerance: float = 0.01) -> None:
-    """Per layer, where either scheme's lone price and ZigZag's differ by more than ``tolerance``."""
-    print("| model | buffer | layer (loops K, G, C, OY x OX, F, stride) | compulsory KB | ZigZag / compulsory "
+    """Per layer, where either scheme's lone price and ZigZag's differ by more than ``tolerance``; layers of one
+    shape with the same figures share a line."""
+    print("| model | buffer | layers | loops K, G, C, OY x OX, F, stride | compulsory KB | ZigZag / compulsory "
           "| LBDF / ZigZag | BRR / ZigZag |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
+    lines: dict[tuple, list[str]] = {}
     for entry in payload["results"]:
         for row in entry["layers"]:
-            ratios = [row["lbdf_over_zigzag"], row["brr_over_zigzag"]]
+            ratios = (row["lbdf_over_zigzag"], row["brr_over_zigzag"])
             if None in ratios or all(abs(x - 1) <= tolerance for x in ratios):
                 continue
             loops = row["loops"]
             shape = (f"{loops['K']}, {loops['G']}, {loops['C']}, {loops['OY']}x{loops['OX']}, "
-                     f"{loops['FY']}x{loops['FX']}, {row['stride']}")
-            marks = "".join(f" ({scheme} unfuseable)" for scheme in ("lbdf", "brr") if row[scheme]["unfuseable"])
-            print(f"| {entry['model']} | {entry['buffer_kb']}KB | `{row['layer']}` ({shape}){marks} "
-                  f"| {row['compulsory_bytes'] / 1024:.0f} | {row['zigzag_over_compulsory']:.2f} "
-                  f"| {row['lbdf_over_zigzag']:.2f} | {row['brr_over_zigzag']:.2f} |")
+                     f"{loops['FY']}x{loops['FX']}, {row['stride']}"
+                     + "".join(f" ({scheme.upper()} unfuseable)" for scheme in ("lbdf", "brr")
+                               if row[scheme]["unfuseable"]))
+            key = (entry["model"], entry["buffer_kb"], shape, row["compulsory_bytes"], row["zigzag_over_compulsory"],
+                   *ratios)
+            lines.setdefault(key, []).append(row["layer"])
+    for (model, kb, shape, compulsory, over, lbdf, brr), names in lines.items():
+        layers = ", ".join(f"`{name}`" for name in names)
+        print(f"| {model} | {kb}KB | {layers} | {shape} | {compulsory / 1024:.0f} | {over:.2f} | {lbdf:.2f} "
+              f"| {brr:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
