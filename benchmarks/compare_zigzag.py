@@ -287,7 +287,8 @@ def compare_model(name: str, buffers_kb: list[int], python: Path | None, args: a
             dram = theirs.get("dram_bytes")
             loops = dict(zip(layer["loop_dims"], layer["loop_sizes"]))
             weights = math.prod(loops[d] for d in ("K", "G", "C", "FX", "FY"))
-            row = {"layer": node.name, "loops": loops, "stride": int(node.attributes.get("strides", (1, 1))[0]),
+            row = {"layer": node.name, "zigzag_answer": layer_key(layer, buffer_bytes, args.lpf), "loops": loops,
+                   "stride": int(node.attributes.get("strides", (1, 1))[0]),
                    "compulsory_bytes": compulsory,
                    "bias_bytes": BYTES_PER_ELEMENT * (node.weight_numel - weights), "zigzag": theirs,
                    "lbdf": prices["lbdf"][node.index], "brr": prices["brr"][node.index],
@@ -400,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         "zigzag_python": str(python) if python else None, "zigzag_versions": versions,
         "array": f"{ARRAY}x{ARRAY}", "bytes_per_element": BYTES_PER_ELEMENT, "lpf_limit": args.lpf,
         "layer_seconds_limit": args.layer_seconds, "wall_seconds": round(time.perf_counter() - start, 1),
+        # What ZigZag's answers took when they were mapped (answers read back from --reuse took that earlier).
+        "zigzag_mapping_seconds": round(sum({row["zigzag_answer"]: row["zigzag"].get("wall_seconds", 0)
+                                             for entry in entries for row in entry["layers"]}.values()), 1),
         "results": entries,
     }
     write_results(payload, args.output)
