@@ -367,7 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.summary:
-        payload = json.loads(args.summary.read_text())
+        try:
+            payload = json.loads(args.summary.read_text())
+        except (OSError, ValueError) as bad:
+            print(f"error: cannot read {args.summary}: {bad}", file=sys.stderr)
+            return 2
         print_summary(payload)
         print()
         print_layers(payload)
@@ -382,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.cached_only:
             python = installed_python("ZigZag", args.zigzag_python, "ZIGZAG")
+        for name in args.models:
+            load_graph(name)  # an unknown model: one line, before any mapping
         versions = distribution_versions(python, ["zigzag-dse", "six", "numpy", "onnx"]) if python else None
-        load_graph(args.models[0])  # an unknown model: one line, before any mapping
     except PeerMissing as missing:
         print(f"error: {missing}. Install ZigZag as described at the top of {Path(__file__).name}.",
               file=sys.stderr)

@@ -292,3 +292,17 @@ def test_stream_answer_totals_transfers_and_inside_nodes():
     line = json.dumps({"seconds": 1.0, "transfer_read_bytes": 1939787.0, "transfer_write_bytes": 552936.0,
                        "inside_cn_bytes": 14221184.0, "computation_nodes": 31, "latency_cycles": 1})
     assert stream.parse_answer("log\n" + line)["dram_bytes"] == 1939787 + 552936 + 14221184
+
+
+def test_zigzag_bad_input_is_one_error_line(tmp_path, capsys):
+    zigzag = load_script("compare_zigzag")
+    python = tmp_path / "python"
+    python.write_text("")  # never run: the model is checked first
+    assert zigzag.main(["--zigzag-python", str(python), "--models", "resnet18", "no_such_model",
+                        "-o", str(tmp_path / "out.json")]) == 2
+    assert zigzag.main(["--summary", str(tmp_path / "missing.json")]) == 2
+    assert zigzag.main(["--cached-only", "-o", str(tmp_path / "out.json")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+    assert "no_such_model" in lines[0] and "missing.json" in lines[1] and "--reuse" in lines[2]
+    assert not (tmp_path / "out.json").exists()
