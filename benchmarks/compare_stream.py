@@ -61,7 +61,8 @@ from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
-from peers import PeerMissing, distribution_versions, installed_python, machine, provenance, write_results  # beside
+from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
+                   write_results)  # script: benchmarks/peers.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "stream.json"
 MODEL = "resnet18"
@@ -145,10 +146,8 @@ scme = answers[0][0]
 inter = stages["inter"]
 # DRAM inside CNs: where an operand does not fit the core, ZigZag mapped the CN with DRAM above it.
 inside = 0
-cns = 0
 for unique, performances in inter.node_hw_performances.items():
     copies = sum(1 for n in inter.workload.nodes() if n == unique)
-    cns += copies
     for core, cme in performances.items():
         for memory_operand in get_too_large_operands(cme, inter.accelerator, core.id):
             layer_operand = next(k for k, v in cme.layer.memory_operand_links.items() if v == memory_operand)

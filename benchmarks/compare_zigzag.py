@@ -58,7 +58,8 @@ from fuseplan import load_graph
 from fuseplan.cost import make_cost_model
 from fuseplan.graph.ir import CompGraph, OpNode
 
-from peers import PeerMissing, distribution_versions, installed_python, machine, provenance, write_results  # beside
+from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
+                   write_results)  # script: benchmarks/peers.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "zigzag.json"
 MODELS = ("resnet18", "vgg16", "mobilenet_v2")
