@@ -62,7 +62,7 @@ from peers import (PeerMissing, distribution_versions, installed_python, machine
                    write_results)  # script: benchmarks/peers.py
 
 RESULTS = Path(__file__).resolve().parent / "results" / "zigzag.json"
-MODELS = ("resnet18", "vgg16", "mobilenet_v2")
+MODELS = ("resnet18", "vgg16", "mobilenet_v2", "squeezenet")
 BUFFERS_KB = (64, 256, 1024)
 ARRAY = 16  # the MAC array is ARRAY x ARRAY
 BYTES_PER_ELEMENT = 1
