@@ -8,11 +8,13 @@ message) in step with the library.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
+from fuseplan import load_graph
 from fuseplan.cost import LBDFCostModel
 from fuseplan.graph import graph_from_model
 from tests.scripts import BENCHMARKS, load_script
@@ -159,8 +161,152 @@ def test_what_if_variants_never_cost_more_than_brr():
     # conv5 alone at 128KB (3x3, 128 -> 256, 56x56), as the lone-operator mapper runs it: 8 blocks of 7 output
     # rows, each holding the 9 input rows of all 128 channels it reads (sliding: the input read once) and, two
     # output channels and one input channel at a time (the fewest steps at that DRAM that fit), 2 x 7 x 56
-    # partial sums and 2 x 9 weights; the weights are read once per row block. (Cost-model version 3 priced 5 row blocks with 3 passes over the input, 6,963,200
-    # bytes, dropping the rows the row blocks' windows share.)
+    # partial sums and 2 x 9 weights; the weights are read once per row block. (Cost-model version 3 priced 5
+    # row blocks with 3 passes over the input, 6,963,200 bytes, dropping the rows the row blocks' windows share.)
     conv5 = frozenset([names["conv5"]])
     assert optimus.brr(graph, 128 * 1024).evaluate(conv5) == (
         2 * (128 * 9 * 56 + 2 * 7 * 56 + 2 * 9), 2 * (256 * 128 * 9 * 8 + 128 * 56 * 56 + 256 * 56 * 56))
+
+
+# -- ZigZag and Stream (installed from the package index, run from their own environments) -------------------
+@pytest.mark.parametrize("name, flag", [("compare_zigzag", "--zigzag-python"), ("compare_stream", "--stream-python")])
+def test_missing_installed_peer_is_one_error_line(tmp_path, capsys, name, flag):
+    script = load_script(name)
+    assert script.main([flag, str(tmp_path / "no-python"), "-o", str(tmp_path / "out.json")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Install" in lines[0]
+    assert not (tmp_path / "out.json").exists()
+
+
+def _node(graph, name):
+    return next(n for n in graph.nodes if n.name == name)
+
+
+def test_zigzag_layer_has_the_convolution_loops():
+    zigzag = load_script("compare_zigzag")
+    graph = load_graph("resnet18")
+    conv1 = _node(graph, "/conv1/Conv")  # 3 -> 64, 7x7, stride 2, padding 3, 224 -> 112
+    layer = zigzag.conv_layer(graph, conv1)
+    loops = dict(zip(layer["loop_dims"], layer["loop_sizes"]))
+    assert loops == {"B": 1, "K": 64, "G": 1, "OX": 112, "OY": 112, "C": 3, "FX": 7, "FY": 7}
+    assert layer["dimension_relations"] == ["ix=2*ox+1*fx", "iy=2*oy+1*fy"]
+    assert layer["pr_loop_sizes"] == [224, 224] and layer["padding"] == [[3, 3], [3, 3]]
+    assert set(layer["operand_precision"].values()) == {8}
+    # The weights ZigZag moves are the convolution's, less the bias fuseplan also counts.
+    assert loops["K"] * loops["G"] * loops["C"] * loops["FX"] * loops["FY"] == conv1.weight_numel - 64
+    assert zigzag.compulsory_bytes(graph, conv1) == 3 * 224 * 224 + conv1.weight_numel + 64 * 112 * 112
+    assert zigzag.mapping(layer)[0]["spatial_mapping"] == {"D1": ["K, 16"], "D2": ["C, 16"]}
+
+
+def test_zigzag_depthwise_layer_unrolls_groups():
+    zigzag = load_script("compare_zigzag")
+    graph = load_graph("mobilenet_v2")
+    depthwise = next(n for n in graph.nodes if n.op_type == "Conv" and n.attributes.get("group", 1) > 1)
+    layer = zigzag.conv_layer(graph, depthwise)
+    loops = dict(zip(layer["loop_dims"], layer["loop_sizes"]))
+    channels = graph.tensors[depthwise.inputs[0]].shape[1]
+    assert (loops["K"], loops["C"], loops["G"]) == (1, 1, channels)
+    assert zigzag.mapping(layer)[0]["spatial_mapping"] == {"D1": ["G, 16"], "D2": ["OX, 16"]}
+
+
+def test_zigzag_accelerator_prices_only_dram():
+    yaml = pytest.importorskip("yaml")
+    zigzag = load_script("compare_zigzag")
+    spec = zigzag.accelerator(64 * 1024)
+    assert yaml.safe_load(json.dumps(spec)) == spec  # written as JSON, read by ZigZag as YAML
+    sram, dram = spec["memories"]["sram"], spec["memories"]["dram"]
+    assert sram["size"] == 8 * 64 * 1024 and sram["operands"] == ["I1", "I2", "O"]
+    assert (sram["r_cost"], sram["w_cost"], spec["operational_array"]["unit_energy"]) == (0, 0, 0)
+    assert (dram["r_cost"], dram["w_cost"]) == (1, 1)
+    assert {p["bandwidth_max"] for p in dram["ports"]} == {8}  # a word is a byte: energy counts bytes
+    assert spec["operational_array"]["sizes"] == [16, 16]
+
+
+def test_zigzag_answers_are_shared_by_layers_of_one_shape():
+    zigzag = load_script("compare_zigzag")
+    graph = load_graph("resnet18")
+    first, second = (zigzag.conv_layer(graph, _node(graph, f"/layer1/layer1.{i}/conv1/Conv")) for i in (0, 1))
+    assert first["name"] != second["name"]
+    assert zigzag.layer_key(first, 65536, 6) == zigzag.layer_key(second, 65536, 6)
+    assert zigzag.layer_key(first, 65536, 6) != zigzag.layer_key(first, 262144, 6)
+    assert zigzag.layer_key(first, 65536, 6) != zigzag.layer_key(first, 65536, 7)
+
+
+def test_zigzag_answer_parsed_from_the_last_line():
+    zigzag = load_script("compare_zigzag")
+    line = json.dumps({"energy": 839680.0, "latency_cycles": 963199, "seconds": 4.4,
+                       "dram": {"O": {"read_bytes": 0, "write_bytes": 200704},
+                                "W": {"read_bytes": 36864, "write_bytes": 0},
+                                "I": {"read_bytes": 602112, "write_bytes": 0}},
+                       "temporal_mapping": "", "spatial_mapping": ""})
+    answer = zigzag.parse_answer("progress noise\n" + line + "\n")
+    assert answer["dram_bytes"] == 839680 and answer["energy_matches_dram"]
+    answer = zigzag.parse_answer(line.replace("839680.0", "900000.0"))
+    assert not answer["energy_matches_dram"]
+
+
+def test_zigzag_summary_counts_each_side():
+    zigzag = load_script("compare_zigzag")
+
+    def row(name, theirs, lbdf, brr, lbdf_unfuseable=False):
+        priced = {"lbdf": {"alone_dram_bytes": lbdf, "unfuseable": lbdf_unfuseable},
+                  "brr": {"alone_dram_bytes": brr, "unfuseable": False}}
+        return {"layer": name, "compulsory_bytes": 100, "bias_bytes": 2,
+                "zigzag": {"status": "mapped", "dram_bytes": theirs},
+                "zigzag_over_compulsory": theirs / 100, **priced,
+                "lbdf_over_zigzag": lbdf / theirs, "brr_over_zigzag": brr / theirs}
+
+    rows = [row("a", 200, 100, 100), row("b", 100, 300, 100, lbdf_unfuseable=True), row("c", 100, 100, 50),
+            row("e", 98, 100, 100),  # ZigZag lower by the bias alone
+            {"layer": "d", "compulsory_bytes": 100, "zigzag": {"status": "timed out after 1 s"}}]
+    summary = zigzag.summarize(rows)
+    assert summary["mapped_by_zigzag"] == 4 and summary["not_mapped"] == {"d": "timed out after 1 s"}
+    assert summary["zigzag_dram_bytes"] == 498
+    brr, lbdf = summary["brr"], summary["lbdf"]
+    assert (brr["fuseplan_lower"], brr["equal"], brr["zigzag_lower"], brr["zigzag_lower_beyond_bias"]) == (2, 1, 1, 0)
+    assert (lbdf["zigzag_lower"], lbdf["zigzag_lower_beyond_bias"], lbdf["unfuseable_and_zigzag_lower"]) == (2, 1, 1)
+    assert brr["over_zigzag_total"] == round(350 / 498, 4)
+
+
+def test_stream_workload_is_the_zoo_resnet18():
+    stream = load_script("compare_stream")
+    graph = load_graph("resnet18")
+    workload = stream.stream_workload(graph)
+    kinds = [layer["operator_type"] for layer in workload.values()]
+    convs = [n for n in graph.nodes if n.op_type in ("Conv", "Gemm")]
+    assert kinds.count("Conv") == len(convs) == 21  # 20 convolutions and the classifier
+    assert kinds.count("Add") == 8 and kinds.count("MaxPool") == 1 and kinds.count("Pooling") == 1
+    assert len(workload) == sum(n.op_type not in stream.PASS_THROUGH for n in graph.nodes)
+    # Every source is an earlier layer (ReLUs are passed through), and only the first layer reads the input.
+    for index, layer in workload.items():
+        sources = [s for name, ids in layer["operand_source"].items() if name != "W" for s in ids]
+        assert all(s < index for s in sources)
+        assert bool(sources) == (index != 0)
+    for layer, node in zip((l for l in workload.values() if l["operator_type"] == "Conv"), convs):
+        sizes = layer["loop_dim_size"]
+        assert sizes["K"] * sizes["C"] * sizes["FX"] * sizes["FY"] == node.weight_numel - sizes["K"]  # no bias
+        out = graph.tensors[node.outputs[0]].shape
+        assert sizes["K"] == out[1] and sizes["OY"] * sizes["OX"] == (out[2] * out[3] if len(out) == 4 else 1)
+    add = next(layer for layer in workload.values() if layer["operator_type"] == "Add")
+    assert len(add["operand_source"]["X"]) == len(add["operand_source"]["Y"]) == 1
+
+
+def test_stream_answer_totals_transfers_and_inside_nodes():
+    stream = load_script("compare_stream")
+    line = json.dumps({"seconds": 1.0, "transfer_read_bytes": 1939787.0, "transfer_write_bytes": 552936.0,
+                       "inside_cn_bytes": 14221184.0, "computation_nodes": 31, "latency_cycles": 1})
+    assert stream.parse_answer("log\n" + line)["dram_bytes"] == 1939787 + 552936 + 14221184
+
+
+def test_zigzag_bad_input_is_one_error_line(tmp_path, capsys):
+    zigzag = load_script("compare_zigzag")
+    python = tmp_path / "python"
+    python.write_text("")  # never run: the model is checked first
+    assert zigzag.main(["--zigzag-python", str(python), "--models", "resnet18", "no_such_model",
+                        "-o", str(tmp_path / "out.json")]) == 2
+    assert zigzag.main(["--summary", str(tmp_path / "missing.json")]) == 2
+    assert zigzag.main(["--cached-only", "-o", str(tmp_path / "out.json")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+    assert "no_such_model" in lines[0] and "missing.json" in lines[1] and "--reuse" in lines[2]
+    assert not (tmp_path / "out.json").exists()
