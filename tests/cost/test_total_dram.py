@@ -155,10 +155,11 @@ def test_unfuseable_operators_handed_to_a_cost_model_stand_for_its_own(zoo_graph
         found.known_unfuseable(found.unfuseable)
 
 
-def test_bert_encoder_totals_agree_between_schemes_at_256kb():
+def test_bert_encoder_runs_every_operator_at_256kb_for_a_few_megabytes():
     # LBDF holds its element-wise operators' 1x128x1024 tensors whole, so they do not fit alone and run in the
-    # mapper's chunks; BRR prices the same operators by the same mapper. Totals: the interval DP's plan of the
-    # fuseable operators plus every operator run alone.
+    # mapper's chunks (compulsory traffic); its matrix products' weights exceed the buffer and run in the
+    # mapper's blocks. Totals: the interval DP's plan of the fuseable operators plus every operator run alone.
+    # (LBDF priced 268 MB here when its lone operators were held whole.)
     from fuseplan.graph import load_graph
     from fuseplan.search import candidate_orders, interval_dp
 
@@ -168,5 +169,8 @@ def test_bert_encoder_totals_agree_between_schemes_at_256kb():
         problem = FusionProblem(make_cost_model(scheme, graph, 256 * KB))
         fused = min(interval_dp(problem, order)[1] for order in candidate_orders(problem).values())
         totals[scheme] = fused + problem.cost.unfuseable_dram()
-    assert max(totals.values()) <= 1.5 * min(totals.values())
-    assert max(totals.values()) < 12 * 2**20  # was 268 MB under LBDF when its lone operators were whole
+    weights = graph.weight_numel
+    assert weights < totals["lbdf"] < 12 * 2**20
+    # BRR streams weights through fused groups that hold the sequence a block of positions at a time (its
+    # channel blocks on axis 1): far less, but by row-tile schedules the simulator does not run yet
+    assert weights < totals["brr"] < totals["lbdf"]

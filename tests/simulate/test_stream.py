@@ -92,7 +92,7 @@ def test_a_buffer_smaller_than_the_price_overflows_and_says_by_how_much():
     cost = make_cost_model("lbdf", graph, 256 * 1024)
     group = _random_groups(graph, cost, 1, seed=3)[0]
     schedule = cost.schedule(group)
-    outcome = simulate_alone(graph, schedule, values, schedule.on_chip - 100)
+    outcome = simulate_alone(graph, schedule, values, schedule.on_chip // 2)
     assert outcome.finding is not None and "overflows" in outcome.finding and "over)" in outcome.finding
 
 

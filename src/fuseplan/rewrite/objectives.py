@@ -269,14 +269,14 @@ class DramObjective(Objective):
         if reading is None:
             return None
         labels = self.prices.labels(reading.graph)
-        problem = self._problem(reading.graph, labels)
+        problem, marked = self._problem(reading.graph, labels)
         tables: dict[tuple[int, ...], IntervalTables] = {}
         orders = {}
         for name, order in named_orders(problem).items():
             key = tuple(order)
             if key not in tables:
                 tables[key] = interval_tables(problem, order)
-            orders[name] = ([labels[v] for v in order], tables[key])
+            orders[name] = ([marked[v] for v in order], tables[key])
         return _Expansion(orders, memo, reading, dict(zip(reading.node_ids, labels)),
                           {i: v for v, i in enumerate(reading.node_ids)})
 
@@ -298,19 +298,20 @@ class DramObjective(Objective):
         else:
             kept, label = expansion.labels, self.prices.label
             labels = [label(graph, v) if i in relabel else kept[i] for v, i in enumerate(reading.node_ids)]
-        problem = self._problem(graph, labels)
-        alone = self._alone(problem, labels)
+        problem, marked = self._problem(graph, labels)
+        alone = self._alone(problem, marked)
         if not problem.fuseable:
             return float(alone)
         best = INF
         for name, order in candidate_orders(problem).items():
             parent_labels, tables = expansion.orders[name]
-            prefix, suffix = _common_ends([labels[v] for v in order], parent_labels)
+            prefix, suffix = _common_ends([marked[v] for v in order], parent_labels)
             best = min(best, window_dp(problem, order, tables, prefix, suffix))
         return float(int(best) + alone)
 
-    def _problem(self, graph: CompGraph, labels: list[int]) -> FusionProblem:
-        """The fusion problem of ``graph`` with shared group prices, its operators labelled ``labels``.
+    def _problem(self, graph: CompGraph, labels: list[int]) -> tuple[FusionProblem, list[int]]:
+        """The fusion problem of ``graph`` with shared group prices, its operators labelled ``labels``, and
+        the labels its orders and lone prices are keyed by (``labels`` with the riders marked).
 
         Whether an operator fits alone is a price of its own, so it is looked up by label too and handed
         to the cost model as its unfuseable operators."""
@@ -326,11 +327,13 @@ class DramObjective(Objective):
                 excluded.append(v)
         cost.known_unfuseable(excluded)
         # An operator riding on one that does not fit is excluded for its neighbour's sake, not its own: it is
-        # labelled apart, so that no order shares a window's ends with a graph where it was fuseable.
+        # labelled apart in the orders, so that no order shares a window's ends with a graph where it was
+        # fuseable (the labels a graph keeps for its candidates stay its own).
         label_ids = self.prices.label_ids
+        marked = list(labels)
         for rider in cost.riding:
-            labels[rider] = label_ids.setdefault(("rides", labels[rider]), len(label_ids))
-        return FusionProblem(cost)
+            marked[rider] = label_ids.setdefault(("rides", labels[rider]), len(label_ids))
+        return FusionProblem(cost), marked
 
     def _alone(self, problem: FusionProblem, labels: list[int]) -> int:
         """DRAM of the unfuseable operators run alone, each looked up by its label and its riders' (its price's
