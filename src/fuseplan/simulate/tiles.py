@@ -127,7 +127,7 @@ class TileRun:
                         for v in schedule.operators}
         self.units = self._units()
         self.steps = 0
-        self.weight_reads = 0
+        self.peaks: dict[int, int] = {}  # the most elements each tensor held at once
 
     # -- structure ----------------------------------------------------------------------------------------
     def _units(self) -> list[tuple[int, ...]]:
@@ -223,6 +223,18 @@ class TileRun:
             self.block.setdefault(t, next(iter(sizes)))  # in-place tensors between block operators: same blocks
         return order
 
+    def room(self, t: int) -> int:
+        """The elements the schedule gives tensor ``t``: its buffer's rows of its block (or all) channels."""
+        tensor = self.graph.tensors[t]
+        if t in self.in_place:
+            return 0
+        per_channel = tensor.row_numel // self._channels(t)
+        return self.cap[t] * self.block.get(t, self._channels(t)) * per_channel
+
+    def excess(self) -> dict[int, int]:
+        """Per tensor that held more than :meth:`room` at some moment: how much more, at most."""
+        return {t: peak - self.room(t) for t, peak in self.peaks.items() if peak > self.room(t)}
+
     def _height(self, t: int) -> int:
         return self.graph.tensors[t].rows
 
@@ -269,6 +281,8 @@ class TileRun:
         else:
             count = len(self.held[t]) * self._channels(t)
         self.chip.alloc(f"tensor {tensor.name}", count * per_channel)
+        if count * per_channel > self.peaks.get(t, 0):
+            self.peaks[t] = count * per_channel
 
     def _evict(self, t: int) -> None:
         low = self._first_needed(t)
@@ -424,9 +438,11 @@ class TileRun:
                 waiting = next(v for v in self.schedule.operators if not self._done(v))
                 raise Stall(f"operator {graph.nodes[waiting].name} cannot make row {self.emitted[waiting]} "
                             f"(step {self.steps})")
-        for t in self.external:  # every row read once, rows no window reads included
-            if t not in self.block and self.made[t] < self._height(t):
-                self._load(t, self._height(t))
+        for t in self.external:  # every row read once, rows no window reads included (read, then dropped)
+            if self.made[t] < self._height(t) and self.dram[t].ndim >= 4:
+                left = self.dram[t][:, :, self.made[t]:, :]
+                self.traffic.read(f"tensor {graph.tensors[t].name}", left.size)
+                self.made[t] = self._height(t)
         for t in self.held:
             self.held[t].clear()
             self.valid[t].clear()
@@ -586,12 +602,16 @@ class TileRun:
 
     def _switch_block(self, t: int, j: int, needed_after: int, made_before: int, needed_now: int) -> None:
         """Block ``j`` of ``t`` starts: the buffer drops the other blocks. Where the halo is kept, every
-        channel stays of rows from ``needed_after`` on, and of rows ``[needed_now, made_before)``."""
+        channel stays of rows from ``needed_after`` on, and of rows ``[needed_now, made_before)`` the blocks
+        from ``j`` on (their readers in this step have consumed the blocks before ``j``)."""
         valid = self.valid[t]
         for r in list(valid):
-            if self.keep_halo and (r >= needed_after or needed_now <= r < made_before):
+            if self.keep_halo and r >= needed_after:
                 continue
-            valid[r] &= {j}
+            if self.keep_halo and needed_now <= r < made_before:
+                valid[r] = {b for b in valid[r] if b >= j}
+            else:
+                valid[r] &= {j}
             if not valid[r]:
                 del valid[r]
                 del self.held[t][r]
