@@ -528,7 +528,8 @@ class TileRun:
         channels = {self._channels(t) for t in by_block}
         if len(channels) != 1:
             raise Unsupported("a block loop over tensors of different channel counts")
-        blocks = ceil(channels.pop() / self.block[next(iter(by_block))])
+        width = self.block[next(iter(by_block))]
+        blocks = ceil(channels.pop() / width)
         # plan: rows each operator makes this step
         available: dict[int, int] = {}
         loads: dict[int, tuple[int, int]] = {}
@@ -582,7 +583,7 @@ class TileRun:
                 self._loaded_from = first
                 self._load(t, stop, j)
             for v in active:
-                self._block_step(v, roles[v], j, plans[v], sums)
+                self._block_step(v, roles[v], j, slice(j * width, (j + 1) * width), plans[v], sums)
         for t, (_first, stop) in loads.items():
             self.made[t] = max(self.made[t], stop)
         for v in active:
@@ -617,7 +618,9 @@ class TileRun:
                 del self.held[t][r]
         self._account(t)
 
-    def _block_step(self, v: int, role: str, j: int, plan: tuple[int, int], sums: dict[int, np.ndarray]) -> None:
+    def _block_step(self, v: int, role: str, j: int, channels: slice, plan: tuple[int, int],
+                    sums: dict[int, np.ndarray]) -> None:
+        """Operator ``v``'s share of block ``j`` (``channels``) of its rows ``plan``."""
         graph, node = self.graph, self.graph.nodes[v]
         first, stop = plan
         kernel = self.kernels[v]
@@ -629,7 +632,7 @@ class TileRun:
                 held.append(self._rows(t, start, end, j))
             else:
                 rows = self._rows(t, start, end)
-                span = self._span(node.outputs[0], j) if role == SLICE else slice(None)
+                span = channels if role == SLICE else slice(None)
                 held.append(Rows(rows.data[:, span], rows.first, rows.height))
         out = node.outputs[0]
         width = graph.tensors[out].shape[-1]
@@ -639,7 +642,7 @@ class TileRun:
             sums[v] += conv_rows(held[0], weight[:, span], bias if j == 0 else None, kernel.window, 1,
                                  first, stop, width)
             return
-        span = self._span(out, j)
+        span = slice(channels.start, min(channels.stop, self._channels(out)))
         if role == PRODUCE:
             weight, bias = operands.constant(1), operands.constant(2)
             rows = conv_rows(held[0], weight[span], None if bias is None else bias[span], kernel.window, 1,
