@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from math import ceil
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,25 @@ def windowed_readers(graph, schedule) -> int:
     return count
 
 
+def halo_bound(graph, schedule) -> int:
+    """The least a row-stepping schedule holds more than ``schedule``: per block-held tensor read in the group
+    through a window of ``K`` rows at stride ``S``, the ``K - S`` rows the next window shares, of the channels
+    outside the one block held: ``(K - S) * (C - k)`` channel rows (the largest over its readers)."""
+    members = set(schedule.operators)
+    total = 0
+    for use in schedule.tensors:
+        tensor = graph.tensors[use.tensor]
+        if not 0 < use.elements < use.rows * tensor.row_numel:
+            continue
+        channels = tensor.shape[1]
+        per_channel = tensor.row_numel // channels
+        block = round(channels * use.elements / (use.rows * tensor.row_numel))
+        overlap = max((ceil(k - s) for c in tensor.consumers if c in members
+                       for x, k, s, _r in graph.nodes[c].windows if x == use.tensor), default=0)
+        total += max(0, overlap) * (channels - block) * per_channel
+    return total
+
+
 def with_halo(graph, schedule, values) -> dict:
     """The schedule run again keeping the halo, in an unbounded buffer: peak, DRAM and error."""
     dram = {u.tensor: values.tensor(u.tensor) for u in schedule.tensors if u.dram_reads}
@@ -141,6 +161,8 @@ def run_group(graph, cost, group, values, origin: str) -> dict | None:
            "finding": outcome.finding, "skipped": outcome.skipped,
            "block_held_tensors": len(block_held(graph, schedule)),
            "block_held_with_windowed_reader": windowed_readers(graph, schedule)}
+    row["halo_bound"] = halo_bound(graph, schedule)
+    row["fits_with_halo_bound"] = cost.bytes_per_element * (schedule.on_chip + row["halo_bound"]) < cost.buffer_bytes
     checked, agreeing = role_check(graph, cost, group, schedule, values)
     row["dense_roles_checked"], row["dense_roles_agreeing_with_modes"] = checked, agreeing
     if outcome.finding is not None:
@@ -181,6 +203,9 @@ def summary(rows: list[dict]) -> dict:
                                                     for r in rows),
         "findings_without_windowed_block_reader": sum(r["block_held_with_windowed_reader"] == 0 for r in findings),
         "not_run_reasons": dict(Counter(r["skipped"] for r in rows if r["skipped"] is not None)),
+        "findings_fitting_with_halo_bound": sum(r["fits_with_halo_bound"] for r in findings),
+        "halo_bound_elements": {"median": float(np.median([r["halo_bound"] for r in findings])) if findings else None,
+                                "max": max((r["halo_bound"] for r in findings), default=None)},
         "halo_runs": len(halo), "halo_dram_exact": sum(h["dram_exact"] for h in halo),
         "halo_outputs_within_1e-4": sum(h["max_error"] <= 1e-4 for h in halo),
         "halo_still_fits": sum(h["fits"] for h in halo),
