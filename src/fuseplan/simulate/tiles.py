@@ -20,9 +20,14 @@ cost model is consulted):
   input comes a block at a time adds block ``j``'s share into every output
   channel (*full*, its output rows held whole while the sums accumulate);
   an operator without weights, a depthwise convolution, pooling and resizing
-  work on block ``j`` alone. A tensor read from DRAM a block at a time is
-  read block ``j``'s rows when block ``j`` starts. When block ``j`` starts, a
-  block-held buffer keeps only block ``j``: rows of other blocks are gone.
+  work on block ``j`` alone. Operators of a cluster that read what a full
+  convolution accumulates (complete only after the last block) run in a
+  later block loop of the same step. A tensor read from DRAM a block at a
+  time is read block ``j``'s rows when block ``j`` starts. When block ``j``
+  starts, a block-held buffer keeps only block ``j``: rows of other blocks
+  are gone. Which operators run partial or full is thus read from the
+  schedule (which tensors it holds a block at a time), not from the cost
+  model; it is BRR's alternation (tested against ``BRRCostModel.modes``).
 * **Tiles.** With one tile every weight is read once and stays; the group
   then advances in *steps* until every row is made. With more tiles every
   step is a tile: each operator that has rows to make streams all its
@@ -245,9 +250,6 @@ class TileRun:
         shape = self.graph.tensors[t].shape
         return shape[1] if len(shape) > 1 else 1
 
-    def _blocks(self, t: int) -> int:
-        return ceil(self._channels(t) / self.block[t]) if t in self.block else 1
-
     def _span(self, t: int, j: int) -> slice:
         k = self.block.get(t)
         return slice(None) if k is None else slice(j * k, min(self._channels(t), (j + 1) * k))
@@ -341,8 +343,9 @@ class TileRun:
         data = np.concatenate([self.held[t][r][:, span] for r in range(low, high)], axis=ROW_AXIS)
         return Rows(data, low, height)
 
-    def _load(self, t: int, stop: int, block: int | None = None) -> None:
-        """Read rows of external ``t`` from DRAM up to row ``stop`` (one channel block, or all channels)."""
+    def _load(self, t: int, stop: int, block: int | None = None, first: int | None = None) -> None:
+        """Read rows of external ``t`` from DRAM up to row ``stop``: all channels from the rows made on, or
+        channel block ``block`` from row ``first`` on."""
         source = self.dram[t]
         name = f"tensor {self.graph.tensors[t].name}"
         if source.ndim < 4:
@@ -351,7 +354,7 @@ class TileRun:
                 self.traffic.read(name, source.size)
                 self.made[t] = 1
             return
-        first = self.made[t] if block is None else self._loaded_from
+        first = self.made[t] if block is None else first
         span = self._span(t, block) if block is not None else slice(None)
         if stop > first:
             rows = source[:, span, first:stop, :]
@@ -372,12 +375,12 @@ class TileRun:
         self._account(t)
 
     # -- planning a step ----------------------------------------------------------------------------------
-    def _room(self, t: int, planned: dict[int, int]) -> int:
+    def _room(self, t: int) -> int:
         """The highest row ``t`` may be made up to now: its readers' lowest needed row plus its buffer."""
         height = self._height(t)
         if t in self.in_place:
             reader = self.readers[t][0]
-            return min(height, min(self._room(o, planned) for o in self.graph.nodes[reader].outputs))
+            return min(height, min(self._room(o) for o in self.graph.nodes[reader].outputs))
         if not self.readers[t]:
             return height
         return min(height, self._first_needed(t) + self.cap[t])
@@ -387,7 +390,7 @@ class TileRun:
         node = self.graph.nodes[v]
         height = self._height(node.outputs[0])
         stop = self.emitted[v]
-        limit = min(self._room(t, available) for t in node.outputs)
+        limit = min(self._room(t) for t in node.outputs)
         while stop < min(height, limit):
             ready = True
             for t, k, s, reach in node.windows:
@@ -455,7 +458,7 @@ class TileRun:
                 self._load(t, self._external_room(t))
 
     def _run_one(self, v: int) -> None:
-        graph, node = self.graph, self.graph.nodes[v]
+        node = self.graph.nodes[v]
         self._prepare_inputs(v)
         if v in self.taken:
             self._take(v)
@@ -476,18 +479,15 @@ class TileRun:
         self.emitted[v] = stop
         for t in list(node.inputs) + list(node.outputs):
             self._evict(t)
-        del graph
 
     def _take(self, v: int) -> None:
         """A barrier takes every row made of its inputs; after the last, it makes its whole output."""
         node = self.graph.nodes[v]
-        moved = False
         for t in node.inputs:
             while self.taken[v][t] < self.made[t]:
                 r = self.taken[v][t]
                 self.shadow[v][t].append(self._rows(t, r, r + 1).data)
                 self.taken[v][t] = r + 1
-                moved = True
             self._evict(t)
         if all(self.taken[v][t] >= self._height(t) for t in node.inputs) and not self._done(v):
             self._stream_weights(v)
@@ -499,7 +499,6 @@ class TileRun:
                 self.made[t] = self._height(t)
             self.emitted[v] = self._height(node.outputs[0])
             self.shadow[v].clear()
-        del moved
 
     # -- a block cluster ------------------------------------------------------------------------------------
     def _role(self, v: int, by_block: set[int]) -> str:
@@ -580,8 +579,7 @@ class TileRun:
             for t in by_block:
                 self._switch_block(t, j, *keep[t])
             for t, (first, stop) in loads.items():
-                self._loaded_from = first
-                self._load(t, stop, j)
+                self._load(t, stop, j, first)
             for v in active:
                 self._block_step(v, roles[v], j, slice(j * width, (j + 1) * width), plans[v], sums)
         for t, (_first, stop) in loads.items():
