@@ -90,10 +90,11 @@ def windowed_readers(graph, schedule) -> int:
     return count
 
 
-def halo_bound(graph, schedule) -> int:
-    """The least a row-stepping schedule holds more than ``schedule``: per block-held tensor read in the group
-    through a window of ``K`` rows at stride ``S``, the ``K - S`` rows the next window shares, of the channels
-    outside the one block held: ``(K - S) * (C - k)`` channel rows (the largest over its readers)."""
+def halo_estimate(graph, schedule) -> int:
+    """A static estimate of what a row-stepping schedule holds more than ``schedule``: per block-held tensor
+    read in the group through a window of ``K`` rows at stride ``S``, the ``K - S`` rows the next window
+    shares, of the channels outside the one block held: ``(K - S) * (C - k)`` channel rows (the largest over
+    its readers). Lag rows kept for a later reader are not in it."""
     members = set(schedule.operators)
     total = 0
     for use in schedule.tensors:
@@ -152,7 +153,8 @@ def run_group(graph, cost, group, values, origin: str) -> dict | None:
                 "first": graph.nodes[schedule.operators[0]].name, "params": dict(schedule.params),
                 "executor_error": f"{type(exc).__name__}: {exc}", "agrees": False, "finding": None, "skipped": None,
                 "block_held_tensors": len(block_held(graph, schedule)),
-                "block_held_with_windowed_reader": windowed_readers(graph, schedule), "priced_on_chip": schedule.on_chip,
+                "block_held_with_windowed_reader": windowed_readers(graph, schedule),
+                "priced_on_chip": schedule.on_chip,
                 "dense_roles_checked": 0, "dense_roles_agreeing_with_modes": 0}
     row = {"origin": origin, "operators": len(schedule.operators), "first": graph.nodes[schedule.operators[0]].name,
            "members": [graph.nodes[v].name for v in schedule.operators],
@@ -162,8 +164,9 @@ def run_group(graph, cost, group, values, origin: str) -> dict | None:
            "finding": outcome.finding, "skipped": outcome.skipped,
            "block_held_tensors": len(block_held(graph, schedule)),
            "block_held_with_windowed_reader": windowed_readers(graph, schedule)}
-    row["halo_bound"] = halo_bound(graph, schedule)
-    row["fits_with_halo_bound"] = cost.bytes_per_element * (schedule.on_chip + row["halo_bound"]) < cost.buffer_bytes
+    row["halo_estimate"] = halo_estimate(graph, schedule)
+    estimated = cost.bytes_per_element * (schedule.on_chip + row["halo_estimate"])
+    row["fits_with_halo_estimate"] = estimated < cost.buffer_bytes
     checked, agreeing = role_check(graph, cost, group, schedule, values)
     row["dense_roles_checked"], row["dense_roles_agreeing_with_modes"] = checked, agreeing
     if outcome.finding is None and outcome.skipped is None and not outcome.agrees:
@@ -196,12 +199,12 @@ def _kind(row: dict) -> str:
         return "as priced"
     if row["finding"] is None:
         if row["max_error"] <= 1e-4 and row["peak_on_chip"] <= row["priced_on_chip"]:
-            return "correct, other DRAM (pipeline fill)" if row["simulated_dram"] != row["priced_dram"] else "ran, disagrees"
+            if row["simulated_dram"] != row["priced_dram"]:
+                return "correct, other DRAM (pipeline fill)"
         return "ran, disagrees"
-    first = row["finding"].split(" ")[0]
     if "lacks rows" in row["finding"]:
         return "missing rows"
-    return "stall" if "cannot make" in row["finding"] else "overflow" if "overflows" in row["finding"] else first
+    return "stall" if "cannot make" in row["finding"] else "overflow" if "overflows" in row["finding"] else "other"
 
 
 def summary(rows: list[dict]) -> dict:
@@ -215,9 +218,10 @@ def summary(rows: list[dict]) -> dict:
                                                     for r in rows),
         "findings_without_windowed_block_reader": sum(r["block_held_with_windowed_reader"] == 0 for r in findings),
         "not_run_reasons": dict(Counter(r["skipped"] for r in rows if r["skipped"] is not None)),
-        "findings_fitting_with_halo_bound": sum(r["fits_with_halo_bound"] for r in findings),
-        "halo_bound_elements": {"median": float(np.median([r["halo_bound"] for r in findings])) if findings else None,
-                                "max": max((r["halo_bound"] for r in findings), default=None)},
+        "findings_fitting_with_halo_estimate": sum(r["fits_with_halo_estimate"] for r in findings),
+        "halo_estimate_elements": {"median": float(np.median([r["halo_estimate"] for r in findings]))
+                                   if findings else None,
+                                "max": max((r["halo_estimate"] for r in findings), default=None)},
         "halo_runs": len(halo), "halo_dram_exact": sum(h["dram_exact"] for h in halo),
         "halo_outputs_within_1e-4": sum(h["max_error"] <= 1e-4 for h in halo),
         "halo_still_fits": sum(h["fits"] for h in halo),
@@ -247,7 +251,8 @@ def run_setup(name: str, size: int, buffers_kb, random_groups: int, seed: int) -
         rng = random.Random(f"{seed}:{name}:{kb}")
         rows += [r for g in _random_groups(graph, cost, random_groups, rng)
                  if (r := run_group(graph, cost, g, values, "random")) is not None]
-        setup = {"model": graph.name, "buffer_kb": kb, "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
+        setup = {"model": graph.name, "buffer_kb": kb,
+                 "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
                  "plan": summary([r for r in rows if r["origin"] == "plan"]),
                  "random": summary([r for r in rows if r["origin"] == "random"]),
                  "groups": rows, "seconds": round(time.perf_counter() - start, 1)}
