@@ -41,9 +41,11 @@ def _run_with_halo(graph, schedule, values):
     return run, traffic, max(errors)
 
 
-def test_channel_blocks_read_through_one_row_windows_run_as_priced():
+@pytest.mark.parametrize("kb, tiles", [(256, 1), (16, 7)])
+def test_channel_blocks_read_through_one_row_windows_run_as_priced(kb, tiles):
     graph, values = prepared("resnet18")
-    cost, group, schedule = _schedule(graph, DOWNSAMPLE, 256)
+    cost, group, schedule = _schedule(graph, DOWNSAMPLE, kb)
+    assert schedule.params["tiles"] == tiles  # several tiles: the weights stream, read once per tile
     held = _block_held(graph, schedule)
     assert held  # the Add reads the long branch a block at a time, and its output leaves a block at a time
     members = set(schedule.operators)

@@ -548,6 +548,17 @@ class TileRun:
             plans[v] = (self.emitted[v], stop)
             for t in graph.nodes[v].outputs:
                 available[t] = stop
+        # A block-held tensor keeps one block: make (or read) only the rows its readers here take this
+        # step, lest rows made for block j be dropped before they are read.
+        for v in reversed(unit):
+            for t in graph.nodes[v].outputs:
+                if t in self.block:
+                    needed = self._taken_here(t, unit, plans)
+                    if needed is not None and needed < plans[v][1]:
+                        plans[v] = (plans[v][0], max(plans[v][0], needed))
+        for t, (first, stop) in list(loads.items()):
+            needed = self._taken_here(t, unit, plans)
+            loads[t] = (first, max(first, min(stop, needed if needed is not None else first)))
         active = [v for v in unit if plans[v][1] > plans[v][0]]
         if not active and not loads:
             return
@@ -598,6 +609,17 @@ class TileRun:
         for v in unit:
             for t in list(graph.nodes[v].inputs) + list(graph.nodes[v].outputs):
                 self._evict(t)
+
+    def _taken_here(self, t: int, unit: tuple[int, ...], plans: dict[int, tuple[int, int]]) -> int | None:
+        """The row after the last one of ``t`` that the readers in ``unit`` take for their ``plans`` (``None``
+        when none of them makes a row)."""
+        ends = []
+        for c in self.readers[t]:
+            if c in plans and plans[c][1] > plans[c][0]:
+                for x, k, s, reach in self.graph.nodes[c].windows:
+                    if x == t:
+                        ends.append(row_span(k, s, reach, plans[c][1] - 1, plans[c][1], self._height(t))[1])
+        return max(ends) if ends else None
 
     def _switch_block(self, t: int, j: int, needed_after: int, made_before: int, needed_now: int) -> None:
         """Block ``j`` of ``t`` starts: the buffer drops the other blocks. Where the halo is kept, every
