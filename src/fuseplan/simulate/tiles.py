@@ -1,0 +1,720 @@
+"""Run a BRR ``row-tiles`` schedule: row tiles, channel blocks and streamed weights, on real arrays.
+
+The loop nest, read from the schedule and the model alone (nothing of the
+cost model is consulted):
+
+* **Line buffers.** Tensor ``t`` may hold ``cap(t)`` rows:
+  ``rows(t)`` of its :class:`~fuseplan.schedule.model.TensorUse` plus, when
+  the schedule has several tiles, ``ceil((rows_per_tile - 1) * H_t / H_ref)``
+  more if it is streamed (``holding == "rows"``): the rows a taller tile adds,
+  which the schedule counts together in ``scratch``. ``H_ref`` is the tallest
+  streamed tensor. A tensor rewritten in place holds nothing. Buffers persist
+  from one tile to the next, so rows two windows share are kept, not re-made.
+* **Channel blocks.** A tensor whose ``elements`` are fewer than
+  ``rows * row_numel`` is *held a block at a time*: its buffer has room for
+  ``cap(t)`` rows of ``k = C * elements / (rows * row_numel)`` channels. The
+  operators that make or read such tensors (and the in-place operators on
+  them) form a *block cluster*, run inside one loop over the ``ceil(C / k)``
+  channel blocks: a dense convolution whose input comes whole makes output
+  block ``j`` from all input channels (*partial*); a dense convolution whose
+  input comes a block at a time adds block ``j``'s share into every output
+  channel (*full*, its output rows held whole while the sums accumulate);
+  an operator without weights, a depthwise convolution, pooling and resizing
+  work on block ``j`` alone. Operators of a cluster that read what a full
+  convolution accumulates (complete only after the last block) run in a
+  later block loop of the same step. A tensor read from DRAM a block at a
+  time is read block ``j``'s rows when block ``j`` starts. When block ``j``
+  starts, a block-held buffer keeps only block ``j``: rows of other blocks
+  are gone. Which operators run partial or full is thus read from the
+  schedule (which tensors it holds a block at a time), not from the cost
+  model; it is BRR's alternation (tested against ``BRRCostModel.modes``).
+* **Tiles.** With one tile every weight is read once and stays; the group
+  then advances in *steps* until every row is made. With more tiles every
+  step is a tile: each operator that has rows to make streams all its
+  weights through the one weight-block buffer (``params["weight_block"]``
+  elements, read in pieces of that size), once per tile.
+* **A step.** Operators (block clusters as one unit) run in topological
+  order; each makes as many output rows as its inputs' rows allow and its
+  output buffers have room for (rows below the lowest row a reader in the
+  group still needs are freed first). Tensors from DRAM are read up to their
+  buffer's room, every row once (rows no window reads included, at the end);
+  rows read outside the group are written as they are made.
+
+A reader that needs rows of a block the buffer no longer holds raises
+:class:`~fuseplan.simulate.kernels.MissingRows` naming the tensor, the block
+and the elements missing: the schedule held a tensor a block at a time where
+its reader's window spans rows of an earlier step (``K > S``), whose other
+channels were dropped. With ``keep_halo=True`` the run keeps, of a
+block-held tensor, every channel of the rows its readers need after the step
+(the overlap of their windows): what a correct schedule holds more, counted
+in the buffer. Operators the loop nest has no block kernel for raise
+:class:`Unsupported`.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+import numpy as np
+
+from fuseplan.graph.ir import CompGraph
+from fuseplan.schedule.model import IN_PLACE, ROWS, Schedule
+from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, Window, clip, conv_rows, pool_rows, \
+    resize_rows, row_span
+from fuseplan.simulate.memory import DramTraffic, OnChip
+from fuseplan.simulate.stream import OperatorRows, Stall
+from fuseplan.simulate.values import ModelValues
+
+WEIGHT_BLOCK = "weight block"
+
+PRODUCE, ACCUMULATE, SLICE = "partial", "full", "slice"  # roles of an operator in a block cluster
+SLICEABLE = frozenset(ELEMENTWISE) | {"Clip", "BatchNormalization", "MaxPool", "AveragePool", "Resize"}
+
+
+class Unsupported(Exception):
+    """The loop nest has no block kernel for an operator of the group."""
+
+
+def dense(graph: CompGraph, v: int) -> bool:
+    """Whether operator ``v`` can make a block of output channels from all input channels (a dense
+    convolution or matrix product with weights)."""
+    node = graph.nodes[v]
+    return (node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.weight_numel > 0
+            and int(node.attributes.get("group", 1)) == 1)
+
+
+class TileRun:
+    """One ``row-tiles`` schedule run against DRAM values (tensor index -> array) and an on-chip buffer."""
+
+    def __init__(self, graph: CompGraph, schedule: Schedule, values: ModelValues, dram: dict[int, np.ndarray],
+                 chip: OnChip, traffic: DramTraffic, keep_halo: bool = False) -> None:
+        self.graph, self.schedule, self.values = graph, schedule, values
+        self.dram, self.chip, self.traffic, self.keep_halo = dram, chip, traffic, keep_halo
+        self.members = set(schedule.operators)
+        tensors = graph.tensors
+        uses = {u.tensor: u for u in schedule.tensors}
+        self.uses = uses
+        self.tiles = int(schedule.params.get("tiles", 1))
+        self.per_tile = int(schedule.params.get("rows_per_tile", 1))
+        self.weight_block = int(schedule.params.get("weight_block", 0))
+        self.resident = self.tiles == 1
+        streamed = [t for t, u in uses.items() if u.holding == ROWS]
+        reference = max((tensors[t].rows for t in streamed), default=1)
+        self.in_place = {t for t, u in uses.items() if u.holding == IN_PLACE}
+        self.cap: dict[int, int] = {}
+        for t, u in uses.items():
+            extra = 0 if self.resident or u.holding != ROWS else ceil((self.per_tile - 1) * tensors[t].rows / reference)
+            self.cap[t] = max(u.rows, 1) + extra
+        # channel blocks: k channels of tensor t held at once
+        self.block: dict[int, int] = {}
+        for t, u in uses.items():
+            whole = u.rows * tensors[t].row_numel
+            if 0 < u.elements < whole:
+                if len(tensors[t].shape) < 4:
+                    raise Unsupported(f"{tensors[t].name} is held a channel block at a time and has no rows")
+                channels = tensors[t].shape[1]
+                self.block[t] = max(1, round(channels * u.elements / whole))
+        self.readers = {t: [c for c in tensors[t].consumers if c in self.members] for t in uses}
+        self.external = {t for t in uses if tensors[t].producer not in self.members}
+        self.written = {t for t in uses if t not in self.external
+                        and (tensors[t].is_model_output or any(c not in self.members for c in tensors[t].consumers))}
+        self.held: dict[int, dict[int, np.ndarray]] = {t: {} for t in uses}
+        self.valid: dict[int, dict[int, set[int]]] = {t: {} for t in uses}  # row -> channel blocks held
+        self.made = dict.fromkeys(uses, 0)
+        self.emitted = dict.fromkeys(schedule.operators, 0)
+        self.taken: dict[int, dict[int, int]] = {}
+        self.shadow: dict[int, dict[int, list[np.ndarray]]] = {}
+        for v in schedule.operators:
+            if graph.nodes[v].is_barrier:
+                self.taken[v] = dict.fromkeys(graph.nodes[v].inputs, 0)
+                self.shadow[v] = {t: [] for t in graph.nodes[v].inputs}
+        self.kernels = {v: OperatorRows(graph, graph.nodes[v], values.operands(graph.nodes[v]), values.opset)
+                        for v in schedule.operators}
+        self.units = self._units()
+        self.steps = 0
+        self.peaks: dict[int, int] = {}  # the most elements each tensor held at once
+
+    # -- structure ----------------------------------------------------------------------------------------
+    def _units(self) -> list[tuple[int, ...]]:
+        """Operators grouped into block clusters (those joined by block-held or in-place tensors between
+        operators that work block by block), each unit in topological order, units in a topological order."""
+        graph = self.graph
+        parent = {v: v for v in self.schedule.operators}
+
+        def find(v: int) -> int:
+            while parent[v] != v:
+                parent[v] = parent[parent[v]]
+                v = parent[v]
+            return v
+
+        blocked_ops: set[int] = set()
+        for t in self.block:
+            ends = [c for c in self.readers[t]]
+            if graph.tensors[t].producer in self.members:
+                ends.append(graph.tensors[t].producer)
+            blocked_ops.update(ends)
+            for u in ends[1:]:
+                parent[find(u)] = find(ends[0])
+        # in-place tensors join their producer and reader where either works block by block
+        changed = True
+        while changed:
+            changed = False
+            for t in self.in_place:
+                p, readers = graph.tensors[t].producer, self.readers[t]
+                if p not in self.members or not readers:
+                    continue
+                c = readers[0]
+                # the reader works by blocks, so its input comes by blocks; or a producer without weights
+                # works by blocks, so its output does (a full convolution's output comes whole)
+                joined = c in blocked_ops or (p in blocked_ops and not dense(graph, p))
+                if joined and (p not in blocked_ops or c not in blocked_ops or find(p) != find(c)):
+                    blocked_ops.update((p, c))
+                    if find(p) != find(c):
+                        parent[find(c)] = find(p)
+                    changed = True
+        # roles, and the tensors that come a block at a time, in topological order
+        self.by_block: set[int] = set(self.block)
+        self.roles: dict[int, str] = {}
+        for v in self.schedule.operators:
+            if v in blocked_ops:
+                self.roles[v] = self._role(v, self.by_block)
+                if self.roles[v] != ACCUMULATE:
+                    self.by_block.update(t for t in graph.nodes[v].outputs if t in self.in_place or t in self.block)
+        # a cluster's operators after a full one (or after an operator outside it) run in a later block loop:
+        # they need the accumulated sums, complete only after the last block
+        level: dict[int, int] = {}
+        for v in self.schedule.operators:
+            level[v] = 0
+            for t in graph.nodes[v].inputs:
+                p = graph.tensors[t].producer
+                if p in level:
+                    crossing = self.roles.get(p) == ACCUMULATE or (v in blocked_ops and p not in blocked_ops)
+                    level[v] = max(level[v], level[p] + crossing)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for v in self.schedule.operators:
+            key = (find(v), level[v]) if v in blocked_ops else (-1 - v, 0)
+            groups.setdefault(key, []).append(v)
+        units = [tuple(sorted(members)) for members in groups.values()]
+        owner = {v: i for i, unit in enumerate(units) for v in unit}
+        after: list[set[int]] = [set() for _ in units]
+        for i, unit in enumerate(units):
+            for v in unit:
+                for u in graph.successors[v]:
+                    j = owner.get(u)
+                    if j is not None and j != i:
+                        after[i].add(j)
+        indegree = [0] * len(units)
+        for targets in after:
+            for j in targets:
+                indegree[j] += 1
+        ready = sorted((min(units[i]), i) for i, d in enumerate(indegree) if d == 0)
+        order = []
+        while ready:
+            _, i = ready.pop(0)
+            order.append(units[i])
+            for j in after[i]:
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    ready.append((min(units[j]), j))
+                    ready.sort()
+        if len(order) != len(units):
+            raise Unsupported("the block loops depend on each other in a cycle")
+        self.loop_of = {v: i for i, unit in enumerate(order) for v in unit}
+        self.cluster_of = {v: unit for unit in order for v in unit if v in blocked_ops}
+        sizes = {self.block[t] for t in self.by_block if t in self.block}
+        if len(sizes) > 1:
+            raise Unsupported("tensors held in channel blocks of different sizes")
+        for t in self.by_block:
+            self.block.setdefault(t, next(iter(sizes)))  # in-place tensors between block operators: same blocks
+        return order
+
+    def room(self, t: int) -> int:
+        """The elements the schedule gives tensor ``t``: its buffer's rows of its block (or all) channels."""
+        tensor = self.graph.tensors[t]
+        if t in self.in_place:
+            return 0
+        per_channel = tensor.row_numel // self._channels(t)
+        return self.cap[t] * self.block.get(t, self._channels(t)) * per_channel
+
+    def excess(self) -> dict[int, int]:
+        """Per tensor that held more than :meth:`room` at some moment: how much more, at most."""
+        return {t: peak - self.room(t) for t, peak in self.peaks.items() if peak > self.room(t)}
+
+    def _height(self, t: int) -> int:
+        return self.graph.tensors[t].rows
+
+    def _done(self, v: int) -> bool:
+        return self.emitted[v] >= self._height(self.graph.nodes[v].outputs[0])
+
+    def _channels(self, t: int) -> int:
+        shape = self.graph.tensors[t].shape
+        return shape[1] if len(shape) > 1 else 1
+
+    def _span(self, t: int, j: int) -> slice:
+        k = self.block.get(t)
+        return slice(None) if k is None else slice(j * k, min(self._channels(t), (j + 1) * k))
+
+    # -- rows held ------------------------------------------------------------------------------------------
+    def _first_needed(self, t: int, emitted: dict[int, int] | None = None, ahead: bool = False) -> int:
+        """The lowest row of ``t`` a reader in the group still needs (at ``emitted`` rows of its readers), at most
+        the rows made so far unless ``ahead`` (a window that skips rows, at a stride, needs none of them)."""
+        emitted = self.emitted if emitted is None else emitted
+        low = self._height(t)
+        for c in self.readers[t]:
+            if c in self.taken:
+                low = min(low, self.taken[c][t])
+                continue
+            if emitted[c] >= self._height(self.graph.nodes[c].outputs[0]):
+                continue
+            for tensor, k, s, reach in self.graph.nodes[c].windows:
+                if tensor == t:
+                    start, _ = row_span(k, s, reach, emitted[c], emitted[c] + 1, self._height(t))
+                    low = min(low, start)
+        return low if ahead else min(low, self.made[t])
+
+    def _account(self, t: int) -> None:
+        tensor = self.graph.tensors[t]
+        if t in self.in_place:
+            return
+        per_channel = tensor.row_numel // self._channels(t)
+        if t in self.block:
+            count = sum(self._span(t, j).stop - self._span(t, j).start
+                        for blocks in self.valid[t].values() for j in blocks)
+        else:
+            count = len(self.held[t]) * self._channels(t)
+        self.chip.alloc(f"tensor {tensor.name}", count * per_channel)
+        if count * per_channel > self.peaks.get(t, 0):
+            self.peaks[t] = count * per_channel
+
+    def _evict(self, t: int) -> None:
+        low = self._first_needed(t)
+        for r in [r for r in self.held[t] if r < low]:
+            del self.held[t][r]
+            self.valid[t].pop(r, None)
+        self._account(t)
+
+    def _store(self, t: int, first: int, rows: np.ndarray, span: slice = slice(None), block: int = 0) -> None:
+        """Rows ``[first, ...)`` of ``t`` (channels ``span``) made: held, and written to DRAM where read outside."""
+        count = rows.shape[ROW_AXIS] if rows.ndim >= 4 else 1
+        shape = self.graph.tensors[t].shape
+        if t in self.written:
+            target = self.dram.setdefault(t, np.zeros(shape, dtype=rows.dtype))
+            if rows.ndim >= 4:
+                target[:, span, first:first + count, :] = rows
+            else:
+                target[...] = rows
+            self.traffic.write(f"tensor {self.graph.tensors[t].name}", rows.size)
+        if not self.readers[t] and t not in self.in_place:
+            return  # written back only: each row leaves as it is made
+        for i in range(count):
+            r = first + i
+            if r not in self.held[t]:
+                self.held[t][r] = np.full((*shape[:-2], 1, shape[-1]) if len(shape) >= 4 else shape, np.nan,
+                                          dtype=np.float32)
+            if rows.ndim >= 4:
+                self.held[t][r][:, span] = rows[..., i:i + 1, :]
+            else:
+                self.held[t][r][...] = rows
+            self.valid[t].setdefault(r, set()).add(block)
+        self._account(t)
+
+    def _rows(self, t: int, start: int, stop: int, block: int | None = None) -> Rows:
+        """Held rows ``[start, stop)`` of ``t`` (clipped to the tensor) of channel block ``block`` (all
+        channels of a tensor held whole); raises :class:`MissingRows` for rows not held."""
+        height = self._height(t)
+        low, high = max(0, start), min(height, stop)
+        span = self._span(t, block) if block is not None and t in self.block else slice(None)
+        missing = [r for r in range(low, high) if r not in self.held[t]
+                   or (t in self.block and block is not None and block not in self.valid[t][r])]
+        if missing:
+            tensor = self.graph.tensors[t]
+            per_channel = tensor.row_numel // self._channels(t)
+            channels = len(range(self._channels(t))[span])
+            raise MissingRows(f"tensor {tensor.name}"
+                              + (f" block {block} (channels {span.start}..{span.stop - 1})" if t in self.block else "")
+                              + f" lacks rows {missing[0]}..{missing[-1]}: {len(missing) * channels * per_channel} "
+                              f"elements missing")
+        if len(self.graph.tensors[t].shape) < 4:
+            return Rows(self.held[t][0][:, span], 0, height)
+        if low >= high:
+            shape = list(self.graph.tensors[t].shape)
+            shape[ROW_AXIS] = 0
+            return Rows(np.zeros(shape, dtype=np.float32)[:, span], low, height)
+        data = np.concatenate([self.held[t][r][:, span] for r in range(low, high)], axis=ROW_AXIS)
+        return Rows(data, low, height)
+
+    def _load(self, t: int, stop: int, block: int | None = None, first: int | None = None) -> None:
+        """Read rows of external ``t`` from DRAM up to row ``stop``: all channels from the rows made on, or
+        channel block ``block`` from row ``first`` on."""
+        source = self.dram[t]
+        name = f"tensor {self.graph.tensors[t].name}"
+        if source.ndim < 4:
+            if self.made[t] < 1:
+                self._store(t, 0, source)
+                self.traffic.read(name, source.size)
+                self.made[t] = 1
+            return
+        first = self.made[t] if block is None else first
+        span = self._span(t, block) if block is not None else slice(None)
+        if stop > first:
+            rows = source[:, span, first:stop, :]
+            self.traffic.read(name, rows.size)
+            skipped = max(0, min(stop, self._first_needed(t, ahead=True)) - first)  # read, no window needs them
+            self._store_loaded(t, first + skipped, rows[..., skipped:, :], span, 0 if block is None else block)
+        if block is None:
+            self.made[t] = max(self.made[t], stop)
+
+    def _store_loaded(self, t: int, first: int, rows: np.ndarray, span: slice, block: int) -> None:
+        shape = self.graph.tensors[t].shape
+        for i in range(rows.shape[ROW_AXIS]):
+            r = first + i
+            if r not in self.held[t]:
+                self.held[t][r] = np.full((*shape[:-2], 1, shape[-1]), np.nan, dtype=np.float32)
+            self.held[t][r][:, span] = rows[..., i:i + 1, :]
+            self.valid[t].setdefault(r, set()).add(block)
+        self._account(t)
+
+    # -- planning a step ----------------------------------------------------------------------------------
+    def _room(self, t: int) -> int:
+        """The highest row ``t`` may be made up to now: its readers' lowest needed row plus its buffer."""
+        height = self._height(t)
+        if t in self.in_place:
+            reader = self.readers[t][0]
+            return min(height, min(self._room(o) for o in self.graph.nodes[reader].outputs))
+        if not self.readers[t]:
+            return height
+        return min(height, self._first_needed(t) + self.cap[t])
+
+    def _plan(self, v: int, available: dict[int, int]) -> int:
+        """The row after the last one ``v`` can make this step, given rows ``available`` of each tensor."""
+        node = self.graph.nodes[v]
+        height = self._height(node.outputs[0])
+        stop = self.emitted[v]
+        limit = min(self._room(t) for t in node.outputs)
+        while stop < min(height, limit):
+            ready = True
+            for t, k, s, reach in node.windows:
+                _, end = row_span(k, s, reach, stop, stop + 1, self._height(t))
+                if end > available.get(t, self.made[t]):
+                    ready = False
+                    break
+            if not ready:
+                break
+            stop += 1
+        return stop
+
+    def _external_room(self, t: int) -> int:
+        return min(self._height(t), self._first_needed(t, ahead=True) + self.cap[t])
+
+    # -- weights --------------------------------------------------------------------------------------------
+    def _stream_weights(self, v: int) -> None:
+        node = self.graph.nodes[v]
+        if not node.weight_numel or self.resident:
+            return
+        left = node.weight_numel
+        piece = max(1, self.weight_block)
+        while left > 0:
+            part = min(piece, left)
+            self.chip.alloc(WEIGHT_BLOCK, part)
+            self.traffic.read(f"weights {node.name}", part)
+            left -= part
+        self.chip.alloc(WEIGHT_BLOCK, 0)
+
+    # -- running ----------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        graph = self.graph
+        if self.resident:
+            for v in self.schedule.operators:
+                weights = graph.nodes[v].weight_numel
+                if weights:
+                    self.chip.alloc(f"weights {graph.nodes[v].name}", weights)
+                    self.traffic.read(f"weights {graph.nodes[v].name}", weights)
+        while not all(self._done(v) for v in self.schedule.operators):
+            before = dict(self.emitted), {v: dict(x) for v, x in self.taken.items()}
+            for unit in self.units:
+                if unit[0] in self.cluster_of:
+                    self._run_cluster(unit)
+                else:
+                    self._run_one(unit[0])
+            self.steps += 1
+            if (dict(self.emitted), {v: dict(x) for v, x in self.taken.items()}) == before:
+                waiting = next(v for v in self.schedule.operators if not self._done(v))
+                raise Stall(f"operator {graph.nodes[waiting].name} cannot make row {self.emitted[waiting]} "
+                            f"(step {self.steps})")
+        for t in self.external:  # every row read once, rows no window reads included (read, then dropped)
+            if self.made[t] < self._height(t) and self.dram[t].ndim >= 4:
+                left = self.dram[t][:, :, self.made[t]:, :]
+                self.traffic.read(f"tensor {graph.tensors[t].name}", left.size)
+                self.made[t] = self._height(t)
+        for t in self.held:
+            self.held[t].clear()
+            self.valid[t].clear()
+            self._account(t)
+
+    def _prepare_inputs(self, v: int) -> None:
+        for t in self.graph.nodes[v].inputs:
+            if t in self.external and t not in self.block:
+                self._evict(t)
+                self._load(t, self._external_room(t))
+
+    def _run_one(self, v: int) -> None:
+        node = self.graph.nodes[v]
+        self._prepare_inputs(v)
+        if v in self.taken:
+            self._take(v)
+            return
+        stop = self._plan(v, {})
+        first = self.emitted[v]
+        if stop <= first:
+            return
+        self._stream_weights(v)
+        held = []
+        for t, k, s, reach in node.windows:
+            start, end = row_span(k, s, reach, first, stop, self._height(t))
+            held.append(self._rows(t, start, end))
+        outputs = self.kernels[v].rows(held, first, stop)
+        for t, rows in zip(node.outputs, outputs):
+            self._store(t, first, rows)
+            self.made[t] = stop
+        self.emitted[v] = stop
+        for t in list(node.inputs) + list(node.outputs):
+            self._evict(t)
+
+    def _take(self, v: int) -> None:
+        """A barrier takes every row made of its inputs; after the last, it makes its whole output."""
+        node = self.graph.nodes[v]
+        for t in node.inputs:
+            while self.taken[v][t] < self.made[t]:
+                r = self.taken[v][t]
+                self.shadow[v][t].append(self._rows(t, r, r + 1).data)
+                self.taken[v][t] = r + 1
+            self._evict(t)
+        if all(self.taken[v][t] >= self._height(t) for t in node.inputs) and not self._done(v):
+            self._stream_weights(v)
+            whole = [Rows(np.concatenate(self.shadow[v][t], axis=ROW_AXIS) if len(self.graph.tensors[t].shape) >= 4
+                          else self.shadow[v][t][0], 0, self._height(t)) for t in node.inputs]
+            outputs = self.kernels[v].rows(whole, 0, self._height(node.outputs[0]))
+            for t, rows in zip(node.outputs, outputs):
+                self._store(t, 0, rows)
+                self.made[t] = self._height(t)
+            self.emitted[v] = self._height(node.outputs[0])
+            self.shadow[v].clear()
+
+    # -- a block cluster ------------------------------------------------------------------------------------
+    def _role(self, v: int, by_block: set[int]) -> str:
+        node = self.graph.nodes[v]
+        blocked_input = any(t in by_block for t in node.inputs)
+        if dense(self.graph, v):
+            if node.op_type != "Conv" or len(self.graph.tensors[node.outputs[0]].shape) != 4:
+                raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
+            return ACCUMULATE if blocked_input else PRODUCE
+        if not blocked_input:
+            raise Unsupported(f"{node.op_type} {node.name} sits in a block cluster with no input by blocks")
+        if node.op_type == "Conv":
+            group = int(node.attributes.get("group", 1))
+            if group != self._channels(node.inputs[0]) or group != self._channels(node.outputs[0]):
+                raise Unsupported(f"no channel-block kernel for the grouped convolution {node.name}")
+            return SLICE
+        if node.op_type not in SLICEABLE or len(self.graph.tensors[node.outputs[0]].shape) != 4:
+            raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
+        return SLICE
+
+    def _run_cluster(self, unit: tuple[int, ...]) -> None:
+        graph = self.graph
+        roles = self.roles
+        touched = {t for v in unit for t in (*graph.nodes[v].inputs, *graph.nodes[v].outputs)}
+        by_block = touched & self.by_block
+        channels = {self._channels(t) for t in by_block}
+        if len(channels) != 1:
+            raise Unsupported("a block loop over tensors of different channel counts")
+        width = self.block[next(iter(by_block))]
+        blocks = ceil(channels.pop() / width)
+        # plan: rows each operator makes this step
+        available: dict[int, int] = {}
+        loads: dict[int, tuple[int, int]] = {}
+        for v in unit:
+            for t in graph.nodes[v].inputs:
+                if t in self.external and t not in loads:
+                    if t in self.block:
+                        self._evict(t)
+                        loads[t] = (self.made[t], self._external_room(t))
+                        available[t] = loads[t][1]
+                    else:
+                        self._evict(t)
+                        self._load(t, self._external_room(t))
+        plans: dict[int, tuple[int, int]] = {}
+        for v in unit:
+            stop = self._plan(v, available)
+            plans[v] = (self.emitted[v], stop)
+            for t in graph.nodes[v].outputs:
+                available[t] = stop
+        # A block-held tensor keeps one block: make (or read) only the rows its readers here take this
+        # step, lest rows made for block j be dropped before they are read.
+        for v in reversed(unit):
+            for t in graph.nodes[v].outputs:
+                if t in self.block:
+                    needed = self._taken_here(t, unit, plans)
+                    if needed is not None and needed < plans[v][1]:
+                        plans[v] = (plans[v][0], max(plans[v][0], needed))
+        for t, (first, stop) in list(loads.items()):
+            needed = self._taken_here(t, unit, plans)
+            loads[t] = (first, max(first, min(stop, needed if needed is not None else first)))
+        active = [v for v in unit if plans[v][1] > plans[v][0]]
+        if not active and not loads:
+            return
+        for v in active:
+            self._stream_weights(v)
+        # the rows each block-held tensor's readers need after this step (kept whole with keep_halo)
+        after = dict(self.emitted)
+        after.update({v: stop for v, (_, stop) in plans.items()})
+        saved_made = dict(self.made)
+        for t, stop in available.items():
+            self.made[t] = max(self.made[t], stop)
+        # with the halo kept: every channel of the rows made before this step that its readers need in it,
+        # and of the rows they need after it
+        keep = {t: (self._first_needed(t, after), saved_made[t], self._first_needed(t)) for t in by_block}
+        self.made = saved_made
+        sums: dict[int, np.ndarray] = {}
+        for v in active:
+            if roles[v] == ACCUMULATE:
+                first, stop = plans[v]
+                out = graph.nodes[v].outputs[0]
+                shape = list(graph.tensors[out].shape)
+                shape[ROW_AXIS] = stop - first
+                sums[v] = np.zeros(shape, dtype=np.float32)
+                for r in range(first, stop):  # the partial sums live in the output's buffer, all channels
+                    self.held[out].setdefault(r, np.zeros((*shape[:-2], 1, shape[-1]), dtype=np.float32))
+                    self.valid[out][r] = {0}
+                self._account(out)
+        for j in range(blocks):
+            for t in by_block:
+                self._switch_block(t, j, *keep[t])
+            for t, (first, stop) in loads.items():
+                self._load(t, stop, j, first)
+            for v in active:
+                self._block_step(v, roles[v], j, slice(j * width, (j + 1) * width), plans[v], sums)
+        for t, (_first, stop) in loads.items():
+            self.made[t] = max(self.made[t], stop)
+        for v in active:
+            first, stop = plans[v]
+            if roles[v] == ACCUMULATE:
+                out = graph.nodes[v].outputs[0]
+                for r in range(first, stop):
+                    self.held[out].pop(r, None)
+                    self.valid[out].pop(r, None)
+                self._store(out, first, sums[v])
+            for t in graph.nodes[v].outputs:
+                self.made[t] = stop
+            self.emitted[v] = stop
+        for v in unit:
+            for t in list(graph.nodes[v].inputs) + list(graph.nodes[v].outputs):
+                self._evict(t)
+
+    def _taken_here(self, t: int, unit: tuple[int, ...], plans: dict[int, tuple[int, int]]) -> int | None:
+        """The row after the last one of ``t`` that the readers in ``unit`` take for their ``plans`` (``None``
+        when none of them makes a row)."""
+        ends = []
+        for c in self.readers[t]:
+            if c in plans and plans[c][1] > plans[c][0]:
+                for x, k, s, reach in self.graph.nodes[c].windows:
+                    if x == t:
+                        ends.append(row_span(k, s, reach, plans[c][1] - 1, plans[c][1], self._height(t))[1])
+        return max(ends) if ends else None
+
+    def _switch_block(self, t: int, j: int, needed_after: int, made_before: int, needed_now: int) -> None:
+        """Block ``j`` of ``t`` starts: the buffer drops the other blocks. Where the halo is kept, every
+        channel stays of rows from ``needed_after`` on, and of rows ``[needed_now, made_before)`` the blocks
+        from ``j`` on (their readers in this step have consumed the blocks before ``j``)."""
+        valid = self.valid[t]
+        for r in list(valid):
+            if self.keep_halo and r >= needed_after:
+                continue
+            if self.keep_halo and needed_now <= r < made_before:
+                valid[r] = {b for b in valid[r] if b >= j}
+            else:
+                valid[r] &= {j}
+            if not valid[r]:
+                del valid[r]
+                del self.held[t][r]
+        self._account(t)
+
+    def _block_step(self, v: int, role: str, j: int, channels: slice, plan: tuple[int, int],
+                    sums: dict[int, np.ndarray]) -> None:
+        """Operator ``v``'s share of block ``j`` (``channels``) of its rows ``plan``."""
+        graph, node = self.graph, self.graph.nodes[v]
+        first, stop = plan
+        kernel = self.kernels[v]
+        operands = kernel.operands
+        held = []
+        for t, k, s, reach in node.windows:
+            start, end = row_span(k, s, reach, first, stop, self._height(t))
+            if t in self.block:
+                held.append(self._rows(t, start, end, j))
+            else:
+                rows = self._rows(t, start, end)
+                span = channels if role == SLICE else slice(None)
+                held.append(Rows(rows.data[:, span], rows.first, rows.height))
+        out = node.outputs[0]
+        width = graph.tensors[out].shape[-1]
+        if role == ACCUMULATE:
+            span = self._span(node.inputs[0], j)
+            weight, bias = operands.constant(1), operands.constant(2)
+            sums[v] += conv_rows(held[0], weight[:, span], bias if j == 0 else None, kernel.window, 1,
+                                 first, stop, width)
+            return
+        span = slice(channels.start, min(channels.stop, self._channels(out)))
+        if role == PRODUCE:
+            weight, bias = operands.constant(1), operands.constant(2)
+            rows = conv_rows(held[0], weight[span], None if bias is None else bias[span], kernel.window, 1,
+                             first, stop, width)
+        elif node.op_type == "Conv":
+            weight, bias = operands.constant(1), operands.constant(2)
+            size = span.stop - span.start
+            rows = conv_rows(held[0], weight[span], None if bias is None else bias[span], kernel.window, size,
+                             first, stop, width)
+        elif node.op_type in ("MaxPool", "AveragePool"):
+            rows = pool_rows(node.op_type, held[0], kernel.window, kernel.attrs, first, stop, width)
+        elif node.op_type == "Resize":
+            shape = list(graph.tensors[out].shape)
+            shape[1] = span.stop - span.start
+            rows = resize_rows(held[0], kernel.attrs, shape, first, stop)
+        else:
+            rows = self._elementwise(v, held, span, first, stop)
+        self._store(out, first, rows, span, j)
+
+    def _elementwise(self, v: int, held: list[Rows], span: slice, first: int, stop: int) -> np.ndarray:
+        node = self.graph.nodes[v]
+        kernel = self.kernels[v]
+        channels = self._channels(node.outputs[0])
+        slices = iter([rows.take(*row_span(k, s, reach, first, stop, rows.height))
+                       for rows, (_t, k, s, reach) in zip(held, node.windows)])
+        operands = []
+        for slot in kernel.operands.slots:
+            if isinstance(slot, int):
+                operands.append(next(slices))
+            elif isinstance(slot, np.ndarray) and node.op_type == "BatchNormalization" and slot.ndim == 1:
+                operands.append(slot[span] if slot.shape[0] == channels else slot)
+            elif isinstance(slot, np.ndarray) and slot.ndim >= 3 and slot.shape[-3] == channels:
+                operands.append(slot[..., span, :, :])
+            else:
+                operands.append(slot)
+        if node.op_type == "Clip":
+            return clip(operands[0], *(operands[1:] + [None, None])[:2], kernel.attrs).astype(np.float32)
+        if node.op_type == "BatchNormalization":
+            x, scale, bias, mean, var = operands[:5]
+            shape = (1, -1, 1, 1)
+            eps = float(kernel.attrs.get("epsilon", 1e-5))
+            out = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
+            return (out + bias.reshape(shape)).astype(np.float32)
+        return np.asarray(ELEMENTWISE[node.op_type](kernel.attrs, *operands), dtype=np.float32)
+
+
+def run_row_tiles(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: dict[int, np.ndarray],
+                  chip: OnChip, traffic: DramTraffic, keep_halo: bool = False) -> TileRun:
+    """Run a ``row-tiles`` schedule (the loop nest of the module docstring); returns the finished run."""
+    run = TileRun(graph, schedule, values, dram, chip, traffic, keep_halo)
+    run.run()
+    return run
+
+
+__all__ = ["MissingRows", "Stall", "TileRun", "Unsupported", "run_row_tiles", "dense"]

@@ -1,0 +1,100 @@
+"""BRR ``row-tiles`` schedules run through their loop nest (:mod:`fuseplan.simulate.tiles`): channel blocks read
+through one-row windows run exactly as priced; a block-held tensor read through a 3x3 window needs rows of
+other channels the schedule dropped, and keeping them (the halo) is what makes the run correct."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fuseplan.cost import make_cost_model
+from fuseplan.simulate.memory import DramTraffic, OnChip
+from fuseplan.simulate.run import TOLERANCE, simulate_alone
+from fuseplan.simulate.tiles import ACCUMULATE, PRODUCE, TileRun
+from fuseplan.simulate.values import relative_error
+from tests.simulate.conftest import prepared
+
+DOWNSAMPLE = ("/layer3/layer3.0/downsample/downsample.0/Conv", "/layer3/layer3.0/Add", "/layer3/layer3.0/relu_1/Relu")
+BLOCK = ("/layer1/layer1.0/conv1/Conv", "/layer1/layer1.0/relu/Relu", "/layer1/layer1.0/conv2/Conv")
+
+
+def _schedule(graph, names, kb):
+    cost = make_cost_model("brr", graph, kb * 1024)
+    index = {node.name: node.index for node in graph.nodes}
+    group = frozenset(index[name] for name in names)
+    schedule = cost.schedule(group)
+    assert schedule.kind == "row-tiles"
+    return cost, group, schedule
+
+
+def _block_held(graph, schedule) -> list[int]:
+    return [u.tensor for u in schedule.tensors if 0 < u.elements < u.rows * graph.tensors[u.tensor].row_numel]
+
+
+def _run_with_halo(graph, schedule, values):
+    dram = {u.tensor: values.tensor(u.tensor) for u in schedule.tensors if u.dram_reads}
+    before = set(dram)
+    chip, traffic = OnChip(None), DramTraffic()
+    run = TileRun(graph, schedule, values, dram, chip, traffic, keep_halo=True)
+    run.run()
+    errors = [relative_error(dram[t], values.tensor(t)) for t in dram if t not in before]
+    return run, traffic, max(errors)
+
+
+@pytest.mark.parametrize("kb, tiles", [(256, 1), (16, 7)])
+def test_channel_blocks_read_through_one_row_windows_run_as_priced(kb, tiles):
+    graph, values = prepared("resnet18")
+    cost, group, schedule = _schedule(graph, DOWNSAMPLE, kb)
+    assert schedule.params["tiles"] == tiles  # several tiles: the weights stream, read once per tile
+    held = _block_held(graph, schedule)
+    assert held  # the Add reads the long branch a block at a time, and its output leaves a block at a time
+    members = set(schedule.operators)
+    for t in held:
+        for c in graph.tensors[t].consumers:
+            if c in members:
+                assert all(k == 1 for x, k, _s, _r in graph.nodes[c].windows if x == t)
+    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+    assert outcome.finding is None and outcome.skipped is None, outcome
+    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
+    assert outcome.peak_on_chip <= schedule.on_chip
+    assert outcome.max_error <= TOLERANCE
+    assert outcome.agrees
+
+
+@pytest.mark.parametrize("kb", [256, pytest.param(64, marks=pytest.mark.slow)])
+def test_a_block_held_input_of_a_3x3_full_convolution_misses_the_rows_of_other_channels(kb):
+    graph, values = prepared("resnet18")
+    cost, group, schedule = _schedule(graph, BLOCK, kb)
+    pooled = next(t.index for t in graph.tensors if t.name == "/maxpool/MaxPool_output_0")
+    assert pooled in _block_held(graph, schedule)  # the full entry convolution reads it a block at a time
+    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+    assert not outcome.agrees
+    assert "/maxpool/MaxPool_output_0 block 0" in outcome.finding and "elements missing" in outcome.finding
+    # with every channel of the rows its window still needs kept, the run is correct and moves the priced DRAM
+    run, traffic, error = _run_with_halo(graph, schedule, values)
+    assert traffic.total == schedule.dram
+    assert error <= TOLERANCE
+    n, channels, _h, width = graph.tensors[pooled].shape
+    overlap = 3 - 1  # a 3x3 window at stride 1: two rows of the next window were read by this one
+    assert run.excess()[pooled] >= overlap * (channels - run.block[pooled]) * width * n
+    if schedule.params["tiles"] > 1:
+        assert "lacks rows" in outcome.finding and run.steps == schedule.params["tiles"]
+
+
+def test_the_roles_the_loop_nest_derives_from_the_schedule_are_brr_modes():
+    graph, values = prepared("resnet18")
+    for names in (DOWNSAMPLE, BLOCK):
+        cost, group, schedule = _schedule(graph, names, 256)
+        run = TileRun(graph, schedule, values, {}, OnChip(None), DramTraffic())
+        modes = cost.modes(group, schedule.params["entry"] == "full")
+        dense = {v: role for v, role in run.roles.items() if role in (PRODUCE, ACCUMULATE)}
+        assert dense
+        assert all((role == ACCUMULATE) == modes[v] for v, role in dense.items())
+
+
+def test_a_buffer_smaller_than_the_schedule_overflows():
+    graph, values = prepared("resnet18")
+    cost, group, schedule = _schedule(graph, DOWNSAMPLE, 256)
+    outcome = simulate_alone(graph, schedule, values, schedule.on_chip // 2)
+    assert outcome.finding is not None and "overflows" in outcome.finding
+    assert np.isfinite(outcome.peak_on_chip)
