@@ -969,7 +969,7 @@ def _print_simulation(name: str, scheme: str, buffer_bytes: int, outcome, b: int
                  f"{format_bytes(totals['simulated_dram_bytes'])} (groups run)\n"
                  f"largest F_beta {format_bytes(totals['max_priced_buffer_bytes'])}, largest simulated peak "
                  f"{format_bytes(totals['max_peak_buffer_bytes'])}\n"
-                 "model outputs against onnxruntime: " + ("not compared (some groups were not run)"
+                 "model outputs against onnxruntime: " + ("not compared (some groups were not run, or stopped)"
                                                           if outcome.output_error is None else
                                                           f"relative error {outcome.output_error:.1e}"),
                  highlight=False)

@@ -66,7 +66,8 @@ class Simulation:
     """The outcome of a whole plan."""
 
     groups: list[GroupOutcome] = field(default_factory=list)
-    output_error: float | None = None  # the model outputs against onnxruntime's (None: some group was not run)
+    output_error: float | None = None  # the model outputs against onnxruntime's (None: some group did not run
+    # through: not run, or stopped at a finding; the groups after it ran on onnxruntime's values of its outputs)
 
     @property
     def findings(self) -> list[GroupOutcome]:
@@ -131,10 +132,7 @@ def run_schedule(graph: CompGraph, schedule: Schedule, values: ModelValues, dram
         runners = {**runners, "row-tiles": run_row_tiles}
     if not streams and schedule.kind not in runners:
         outcome.skipped = f"no executor for {schedule.kind!r} schedules yet"
-        # the groups after it still run: on onnxruntime's values of what it would have written
-        for u in schedule.tensors:
-            if u.dram_writes:
-                dram[u.tensor] = values.tensor(u.tensor)
+        _stand_in(schedule, values, dram)  # the groups after it still run
         return outcome
     chip, traffic = OnChip(capacity), DramTraffic()
     written_before = set(dram)
@@ -152,16 +150,24 @@ def run_schedule(graph: CompGraph, schedule: Schedule, values: ModelValues, dram
         outcome.finding = str(exc)
     except Unsupported as exc:  # an operator the block loops have no kernel for: not run, as above
         outcome.skipped = f"no block kernel: {exc}"
-        for u in schedule.tensors:
-            if u.dram_writes:
-                dram[u.tensor] = values.tensor(u.tensor)
+        _stand_in(schedule, values, dram)
         return outcome
     outcome.simulated_dram = traffic.total
     outcome.peak_on_chip = chip.peak
     if outcome.finding is None:
         errors = [relative_error(dram[t], values.tensor(t)) for t in dram if t not in written_before]
         outcome.max_error = max(errors, default=0.0)
+    else:  # the schedules after it are judged on their own
+        _stand_in(schedule, values, dram)
     return outcome
+
+
+def _stand_in(schedule: Schedule, values: ModelValues, dram: dict[int, np.ndarray]) -> None:
+    """Put onnxruntime's values of what ``schedule`` writes into ``dram``, for a schedule that did not run
+    (or stopped at a finding), so that the schedules after it run on correct inputs."""
+    for u in schedule.tensors:
+        if u.dram_writes:
+            dram[u.tensor] = values.tensor(u.tensor)
 
 
 def _one_tile_of_whole_rows(graph: CompGraph, schedule: Schedule) -> bool:
@@ -190,7 +196,7 @@ def simulate(graph: CompGraph, schedules: Sequence[Schedule], values: ModelValue
         result.groups.append(run_schedule(graph, schedules[i], values, dram, capacity, i, kernels, runners))
         if progress is not None:
             progress(done + 1, len(order))
-    if all(g.skipped is None for g in result.groups):
+    if all(g.skipped is None and g.finding is None for g in result.groups):
         outputs = [relative_error(dram[t], values.tensor(t)) if t in dram else float("inf")
                    for t in graph.model_outputs]
         result.output_error = max(outputs, default=0.0)
