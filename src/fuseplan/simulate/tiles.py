@@ -28,9 +28,9 @@ cost model is consulted):
   are gone. Which operators run partial or full is thus read from the
   schedule (which tensors it holds a block at a time), not from the cost
   model; it is BRR's alternation (tested against ``BRRCostModel.modes``).
-* **Tiles.** With one tile every weight is read once and stays; the group
-  then advances in *steps* until every row is made. With more tiles every
-  step is a tile: each operator that has rows to make streams all its
+* **Tiles.** Where the weights are resident (``params["weights"]``, one
+  tile) every weight is read once and stays; the group then advances in
+  *steps* until every row is made. Where they stream every step is a tile: each operator that has rows to make streams all its
   weights through the one weight-block buffer (``params["weight_block"]``
   elements, read in pieces of that size), once per tile.
 * **A step.** Operators (block clusters as one unit) run in topological
@@ -97,7 +97,9 @@ class TileRun:
         self.tiles = int(schedule.params.get("tiles", 1))
         self.per_tile = int(schedule.params.get("rows_per_tile", 1))
         self.weight_block = int(schedule.params.get("weight_block", 0))
-        self.resident = self.tiles == 1
+        # every weight on chip (read once) or streamed through the weight-block buffer once per tile: one tile
+        # may stream its weights too, where they do not fit beside the features
+        self.resident = schedule.params.get("weights", "resident" if self.tiles == 1 else "streamed") == "resident"
         streamed = [t for t, u in uses.items() if u.holding == ROWS]
         reference = max((tensors[t].rows for t in streamed), default=1)
         self.in_place = {t for t, u in uses.items() if u.holding == IN_PLACE}
