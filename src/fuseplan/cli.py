@@ -396,12 +396,17 @@ def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_
                         TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), TimeElapsedColumn(),
                         console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
 
+    shown_phase = ["preparing"]
+
     def show(state: dict) -> None:
         if "expanded" in state:
             progress.update(task, completed=min(state["budget_spent"], budget), phase=state["phase"],
                             expanded=state["expanded"], best=f"{state['best']:,.6g}")
         else:
             progress.update(task, phase=state["phase"])
+        if state["phase"] != shown_phase[0]:  # a new phase is drawn at once, not at the next timed refresh
+            shown_phase[0] = state["phase"]
+            progress.refresh()
 
     with progress:
         task = progress.add_task("rewrite", total=budget, best="-", phase="preparing", expanded=0)
