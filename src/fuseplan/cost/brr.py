@@ -343,6 +343,31 @@ class BRRCostModel(CostModel):
         return fp, block, savings
 
     def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
+        found = self._row_tile_schedules(group)
+        alone = self._alone(group)
+        if alone is not None:
+            b = self.bytes_per_element
+            found.append(("alone", GroupCost(buffer=b * alone.on_chip, dram=b * alone.dram)))
+        return found
+
+    @cached_property
+    def _too_big(self) -> tuple[int, ...]:
+        """Operators that do not fit alone, found without pricing them: one fits where its row tiles do, the
+        lone-operator mapper's search only run where they do not (its schedule fits, or there is none)."""
+        beta, too_big = self.buffer_bytes, []
+        for v in range(len(self.graph.nodes)):
+            group = frozenset((v,))
+            known = self._cache.get(group)
+            if known is not None:
+                fits = known.buffer < beta
+            else:
+                fits = any(cost.buffer < beta for _name, cost in self._row_tile_schedules(group)) \
+                    or self._alone(group) is not None
+            if not fits:
+                too_big.append(v)
+        return tuple(too_big)
+
+    def _row_tile_schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
         b = self.bytes_per_element
         beta = self.buffer_bytes
         fp, block, savings = self._tally(group)
@@ -366,9 +391,6 @@ class BRRCostModel(CostModel):
             else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
                 buffer = b * (features + block + ceil(line * (rows - 1)))
             found.append((name, GroupCost(buffer=buffer, dram=b * (weights * tiles + io))))
-        alone = self._alone(group)
-        if alone is not None:
-            found.append(("alone", GroupCost(buffer=b * alone.on_chip, dram=b * alone.dram)))
         return found
 
     def _alone(self, group: Group) -> Schedule | None:
