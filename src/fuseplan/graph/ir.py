@@ -14,7 +14,8 @@ bytes-per-element parameter, so one graph serves every data width.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from math import prod
@@ -258,6 +259,33 @@ class CompGraph:
                         stack.append(other)
             parts.append(frozenset(comp))
         return parts
+
+    def group_order(self, groups: Sequence[Iterable[int]]) -> list[int] | None:
+        """Indices of ``groups`` (disjoint sets of operators) in an order where each comes after every group
+        it reads from, the one with the least operator first among those ready; ``None`` if the groups
+        depend on each other in a cycle."""
+        members = [tuple(group) for group in groups]
+        owner = {v: i for i, group in enumerate(members) for v in group}
+        after: list[set[int]] = [set() for _ in members]
+        indegree = [0] * len(members)
+        for i, group in enumerate(members):
+            for v in group:
+                for u in self.successors[v]:
+                    j = owner.get(u)
+                    if j is not None and j != i and j not in after[i]:
+                        after[i].add(j)
+                        indegree[j] += 1
+        ready = [(min(members[i]), i) for i, d in enumerate(indegree) if d == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, i = heapq.heappop(ready)
+            order.append(i)
+            for j in after[i]:
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    heapq.heappush(ready, (min(members[j]), j))
+        return order if len(order) == len(members) else None
 
     def is_convex(self, group: Iterable[int]) -> bool:
         """Whether no path leaves ``group`` and comes back into it.

@@ -88,28 +88,8 @@ def _lone_runners() -> dict[str, LoneRunner]:
 
 def group_order(graph: CompGraph, schedules: Sequence[Schedule]) -> list[int]:
     """Indices of ``schedules`` in an order where every group comes after the groups it reads from."""
-    owner = {v: i for i, s in enumerate(schedules) for v in s.operators}
-    after: list[set[int]] = [set() for _ in schedules]
-    for i, s in enumerate(schedules):
-        for v in s.operators:
-            for u in graph.successors[v]:
-                j = owner.get(u)
-                if j is not None and j != i:
-                    after[i].add(j)
-    indegree = [0] * len(schedules)
-    for targets in after:
-        for j in targets:
-            indegree[j] += 1
-    ready = sorted(i for i, d in enumerate(indegree) if d == 0)
-    order = []
-    while ready:
-        i = ready.pop(0)
-        order.append(i)
-        for j in sorted(after[i]):
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                ready.append(j)
-    if len(order) != len(schedules):
+    order = graph.group_order([s.operators for s in schedules])
+    if order is None:
         raise ValueError("the groups depend on each other in a cycle")
     return order
 

@@ -197,30 +197,10 @@ class TileRun:
             key = (find(v), level[v]) if v in blocked_ops else (-1 - v, 0)
             groups.setdefault(key, []).append(v)
         units = [tuple(sorted(members)) for members in groups.values()]
-        owner = {v: i for i, unit in enumerate(units) for v in unit}
-        after: list[set[int]] = [set() for _ in units]
-        for i, unit in enumerate(units):
-            for v in unit:
-                for u in graph.successors[v]:
-                    j = owner.get(u)
-                    if j is not None and j != i:
-                        after[i].add(j)
-        indegree = [0] * len(units)
-        for targets in after:
-            for j in targets:
-                indegree[j] += 1
-        ready = sorted((min(units[i]), i) for i, d in enumerate(indegree) if d == 0)
-        order = []
-        while ready:
-            _, i = ready.pop(0)
-            order.append(units[i])
-            for j in after[i]:
-                indegree[j] -= 1
-                if indegree[j] == 0:
-                    ready.append((min(units[j]), j))
-                    ready.sort()
-        if len(order) != len(units):
+        found = graph.group_order(units)
+        if found is None:
             raise Unsupported("the block loops depend on each other in a cycle")
+        order = [units[i] for i in found]
         self.loop_of = {v: i for i, unit in enumerate(order) for v in unit}
         self.cluster_of = {v: unit for unit in order for v in unit if v in blocked_ops}
         sizes = {self.block[t] for t in self.by_block if t in self.block}
