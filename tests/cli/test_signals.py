@@ -26,19 +26,20 @@ import threading
 from pathlib import Path
 
 import fuseplan.cli as cli
+from fuseplan.cli import signals as cli_signals
 import fuseplan.plan.io as plan_io
 import fuseplan.rewrite.run as rewrite_run
 from fuseplan.rewrite import search as rewrite_search
 from fuseplan.search import base
 
 handled = threading.Event()
-handle = cli._SignalGuard.handle
+handle = cli_signals._SignalGuard.handle
 
 def handle_and_note(self, signum, frame):
     handled.set()
     return handle(self, signum, frame)
 
-cli._SignalGuard.handle = handle_and_note  # run() installs guard.handle, looked up after this
+cli_signals._SignalGuard.handle = handle_and_note  # run() installs guard.handle, looked up after this
 
 def reached(marker):
     handled.clear()
@@ -199,7 +200,7 @@ def test_a_signal_during_the_rewrite_of_plan_rewrite_is_recorded_in_the_plan(tmp
 
 
 def test_a_signal_before_the_search_stops_the_command_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    import fuseplan.cli as cli_module
+    import fuseplan.cli.plan as cli_module  # where plan looks _load up
 
     load = cli_module._load
 
@@ -218,7 +219,7 @@ def test_a_signal_before_the_search_stops_the_command_and_writes_nothing(tmp_pat
 
 
 def test_signal_guard_phases():
-    from fuseplan.cli import _SignalGuard
+    from fuseplan.cli.signals import _SignalGuard
 
     guard = _SignalGuard()
     with pytest.raises(KeyboardInterrupt):

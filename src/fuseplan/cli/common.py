@@ -1,0 +1,150 @@
+"""What the commands share: the app, its consoles, common arguments and options, loading a model
+and the rewrite search with its progress bar."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fuseplan.cli.signals import _searching
+from fuseplan.errors import FuseplanError
+from fuseplan.files import external_data_files
+from fuseplan.graph import CompGraph, load_graph, parse_input_shape
+from fuseplan.hardware import template_names
+from fuseplan.passes import FixInputShapes, Pass
+
+
+app = typer.Typer(
+    name="fuseplan",
+    help="Plan layer fusion for DNN accelerators with a small on-chip buffer.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# No emoji codes: paths such as `module.py:factory:` and node names are printed as given.
+stdout = Console(soft_wrap=True, emoji=False)
+stderr = Console(stderr=True, soft_wrap=True, emoji=False)
+
+
+class Scheme(str, Enum):
+    lbdf = "lbdf"
+    brr = "brr"
+
+
+ModelArg = Annotated[str, typer.Argument(help="An ONNX file, or the name of a bundled zoo model (see `fuseplan zoo`).")]
+InputShapeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable).", show_default=False),
+]
+BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, help="Data width in bytes (1 = int8).")]
+# Commands that take --hardware: their --buffer and --bytes-per-element override the file's values when given.
+HardwareBytesPerElementOpt = Annotated[Optional[int], typer.Option(
+    "--bytes-per-element", min=1, help="Data width in bytes (1 = int8) [default: the --hardware file's, else 1].",
+    show_default=False)]
+HardwareBufferOpt = Annotated[Optional[str], typer.Option(
+    help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B) [default: the --hardware file's, else 256KB].",
+    show_default=False)]
+HardwareOpt = Annotated[Optional[str], typer.Option(
+    "--hardware", metavar="FILE.yaml|TEMPLATE",
+    help=f"Describe the accelerator: a YAML file or a shipped template ({', '.join(template_names())}); "
+         "see docs/hardware.md. --buffer and --bytes-per-element override its values.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+
+
+def _print_table(table: Table) -> None:
+    """Print ``table`` with names, shapes and numbers whole: columns are ``no_wrap``, and where the terminal
+    is narrower than the table needs, the table is printed at the width it needs (the terminal then wraps
+    whole lines instead of rich cutting a node name or shape mid-token)."""
+    from rich.measure import Measurement
+
+    for column in table.columns:
+        column.no_wrap = True
+    needed = Measurement.get(stdout, stdout.options.update_width(1 << 16), table).maximum
+    width = stdout.width
+    if needed <= width:
+        stdout.print(table)
+        return
+    stdout.width = needed  # Console.print clamps its width argument to the console's own
+    try:
+        stdout.print(table)
+    finally:
+        stdout.width = width
+
+
+def _hardware(spec: str | None, buffer: str | None, bytes_per_element: int | None):
+    """The accelerator a command works on: ``--hardware`` overridden by ``--buffer``/``--bytes-per-element``."""
+    from fuseplan.hardware import resolve_hardware
+
+    return resolve_hardware(spec, buffer, bytes_per_element)
+
+
+def _load(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
+    shapes = dict(parse_input_shape(text) for text in input_shape or [])
+    if passes is not None and shapes:  # given shapes replace a recorded pipeline's; the fingerprint still decides
+        passes = [FixInputShapes(shapes), *(step for step in passes if not isinstance(step, FixInputShapes))]
+        shapes = {}
+    graph = load_graph(model, input_shapes=shapes, passes=passes)
+    for op_type in sorted({n.op_type for n in graph.nodes if not n.known_op}):
+        count = sum(n.op_type == op_type for n in graph.nodes)
+        stderr.print(f"warning: unsupported operator {op_type} ({count}x) priced as a barrier "
+                     "(its whole input is buffered); see docs/cost-models.md", highlight=False)
+    return graph
+
+
+def _read_rewritable(source: Path):
+    """The model at ``source``, refused in one line if its weights live in external data files.
+
+    Rewrites create and drop initializers, which external data files cannot follow.
+    """
+    from fuseplan.graph import read_model
+
+    model_proto = read_model(source)
+    if external_data_files(model_proto, source.parent):
+        raise FuseplanError(f"{source}: keeps its weights in external data files; rewriting needs them inside the model")
+    return model_proto
+
+
+def _check_time_limit(option: str, seconds: float | None) -> None:
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise FuseplanError(f"{option} must be a positive number of seconds (got {seconds})")
+
+
+def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
+                    alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
+                    time_limit: float | None = None, **options):
+    """Run the rewrite search with a progress bar on stderr."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fuseplan.passes.rewrite import rule_names
+    from fuseplan.rewrite import rewrite_model
+
+    chosen_rules = rule_names(rules) if rules is not None else None
+    # on a terminal only: expansions, budget spent, best cost so far, elapsed time, and what runs after the search
+    progress = Progress(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
+                        TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), TimeElapsedColumn(),
+                        console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
+
+    shown_phase = ["preparing"]
+
+    def show(state: dict) -> None:
+        if "expanded" in state:
+            progress.update(task, completed=min(state["budget_spent"], budget), phase=state["phase"],
+                            expanded=state["expanded"], best=f"{state['best']:,.6g}")
+        else:
+            progress.update(task, phase=state["phase"])
+        if state["phase"] != shown_phase[0]:  # a new phase is drawn at once, not at the next timed refresh
+            shown_phase[0] = state["phase"]
+            progress.refresh()
+
+    with progress:
+        task = progress.add_task("rewrite", total=budget, best="-", phase="preparing", expanded=0)
+        # a signal stops the preparation or the search (_searching); the best graph is still measured and written
+        return rewrite_model(model_proto, name, objective=objective, scheme=scheme, buffer_bytes=buffer_bytes,
+                             bytes_per_element=bytes_per_element, alpha=alpha, budget=budget, rules=chosen_rules,
+                             seed=seed, input_shapes=shapes or None, time_limit=time_limit, stoppable=_searching,
+                             on_progress=show, **options)

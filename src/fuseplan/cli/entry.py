@@ -1,0 +1,96 @@
+"""Running the command line: dispatch to the commands, one ``error: ...`` line per failure."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+import typer
+
+from fuseplan.cli import signals
+from fuseplan.cli.common import app, stderr
+from fuseplan.cli.signals import _SignalGuard
+from fuseplan.errors import FuseplanError
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _interrupted(guard: _SignalGuard) -> int:
+    """One line for a stopped command, and the shell's status for the signal that stopped it."""
+    signum = guard.received[0] if guard.received else signal.SIGINT
+    stderr.print("error: interrupted", highlight=False, markup=False)
+    return 128 + int(signum)
+
+
+def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
+    """Run the command line on ``argv`` and return its exit status; every expected failure is one line.
+
+    The Typer app runs with ``standalone_mode=False``, so instead of printing
+    a usage box and exiting, Typer raises. Everything it raises for bad usage
+    (an unknown option or choice, a missing argument, an extra argument)
+    derives from the public ``typer.TyperException`` (since Typer 0.26, which
+    vendors click, click's exceptions subclass it; pyproject.toml requires
+    it) and carries ``format_message()``; that class and method are all this
+    relies on, so no private module is imported. An empty message means Typer has already
+    printed the help (a group called without a command). ``--help`` and
+    ``typer.Exit`` come back as a returned exit status.
+
+    With ``restore_signals=False`` (the console script, which exits next),
+    signals that arrive after the command has finished are ignored rather
+    than handed back to Python's default handler, which would turn a late
+    Ctrl-C into a traceback during shutdown.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    guard = _SignalGuard()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, guard.handle)
+    signals._guard = guard
+    try:
+        status = app(args=args, prog_name="fuseplan", standalone_mode=False)
+        if status == 130 and guard.received:  # Typer turns KeyboardInterrupt into exit status 130
+            return _interrupted(guard)
+        return status if isinstance(status, int) else 0
+    except FuseplanError as exc:
+        stderr.print(f"error: {_one_line(str(exc))}", highlight=False, markup=False)
+        return 2
+    except typer.TyperException as exc:
+        message = _one_line(exc.format_message())
+        if message:
+            context = getattr(exc, "ctx", None)
+            hint = f" (see `{context.command_path} --help`)" if context is not None else ""
+            stderr.print(f"error: {message}{hint}", highlight=False, markup=False)
+        return 2
+    except typer.Abort:
+        if guard.received:  # click turns a KeyboardInterrupt raised outside Typer's own handling into Abort
+            return _interrupted(guard)
+        stderr.print("error: aborted", highlight=False, markup=False)
+        return 1
+    except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
+        where = f" ({exc.filename})" if exc.filename else ""
+        stderr.print(f"error: {_one_line(exc.strerror or str(exc))}{where}", highlight=False, markup=False)
+        return 2
+    except KeyboardInterrupt:
+        return _interrupted(guard)
+    finally:
+        signals._guard = None
+        guard.phase = "after"
+        if restore_signals:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    status = run(restore_signals=False)
+    if threading.current_thread() is threading.main_thread():
+        # While the interpreter shuts down it resets Python-level handlers to the default action,
+        # which would let a late signal kill a run that has already succeeded; ignored stays ignored.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    sys.exit(status)

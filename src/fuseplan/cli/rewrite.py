@@ -1,0 +1,138 @@
+"""``fuseplan rewrite``: rewrite the graph by verified substitutions."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from fuseplan.cli.common import (
+    app, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
+    _print_table, _hardware, _read_rewritable, _check_time_limit, _rewrite_search,
+)
+from fuseplan.errors import FuseplanError
+from fuseplan.files import check_outputs, save_onnx
+from fuseplan.graph import model_path, parse_input_shape
+from fuseplan.rewrite.objectives import OBJECTIVES
+from fuseplan.rewrite.search import MAX_GROWTH, VERIFY_MODES
+from fuseplan.units import format_bytes
+
+
+ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
+VerifyMode = Enum("VerifyMode", {name: name for name in VERIFY_MODES}, type=str)
+
+
+@app.command()
+def rewrite(
+    model: ModelArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Write the rewritten model here.")],
+    objective: Annotated[ObjectiveName, typer.Option(
+        help="What the search minimises: dram (total DRAM of the best plan, unfuseable operators included), macs, "
+             "or latency (onnxruntime CPU, per-operator times cached on disk).")] = ObjectiveName.dram,
+    scheme: Annotated[Scheme, typer.Option(help="Fusion scheme of the dram objective.")] = Scheme.lbdf,
+    buffer: HardwareBufferOpt = None,
+    alpha: Annotated[float, typer.Option(
+        help="Keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
+    budget: Annotated[int, typer.Option(
+        help="Graphs the search may expand; in the relaxed phase an expansion counts as its graph's rule sites over "
+             "the original's (at least 1).")] = 300,
+    max_growth: Annotated[float, typer.Option(
+        help="Bound of the relaxed phase: no graph with more than this times the original's operators (and no rule "
+             "applied to what its inverse rule produced); see docs/rewrite.md.")] = MAX_GROWTH,
+    time_limit: Annotated[Optional[float], typer.Option(
+        help="Stop the search after this many seconds and keep the best verified graph found by then (default: "
+             "none; a time-limited result depends on the machine's speed, a budget's does not).",
+        show_default=False)] = None,
+    rules: Annotated[Optional[str], typer.Option(
+        help="Comma-separated rule names (default: all); see docs/rewrite.md.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of ties, random weights and inputs of the verification.")] = 0,
+    latency_cache: Annotated[Optional[Path], typer.Option(
+        help="Per-operator latency cache of the latency objective (default ~/.cache/fuseplan).")] = None,
+    timing_rounds: Annotated[int, typer.Option(
+        help="Latency objective: interleaved end-to-end runs of the graph found and the original; the original is "
+             "written unless the graph found is faster beyond their spread.")] = 30,
+    timing_threads: Annotated[int, typer.Option(help="Latency objective: onnxruntime threads of those runs.")] = 1,
+    verify: Annotated[VerifyMode, typer.Option(
+        help="site: check each substitution alone, once per site signature (rule, attributes, shapes, types), and "
+             "the graph returned whole; each: check every graph the search uses whole.")] = VerifyMode.site,
+    bytes_per_element: HardwareBytesPerElementOpt = None,
+    hardware: HardwareOpt = None,
+    input_shape: InputShapeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rewrite the graph by verified substitutions found by a cost-guided backtracking search."""
+
+    if not alpha >= 1:
+        raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
+    if budget < 1:
+        raise FuseplanError("--budget must be at least 1")
+    if not 1 <= max_growth < float("inf"):
+        raise FuseplanError(f"--max-growth must be at least 1 (got {max_growth}); 1 keeps the operator count")
+    if timing_rounds < 10 or timing_threads < 1:
+        raise FuseplanError(f"--timing-rounds must be at least 10 and --timing-threads at least 1 (got "
+                            f"{timing_rounds} and {timing_threads})")
+    _check_time_limit("--time-limit", time_limit)
+    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
+    source, name = model_path(model)
+    check_outputs([("rewritten model", output)], [source])
+    source_model = _read_rewritable(source)
+    shapes = dict(parse_input_shape(text) for text in input_shape or [])
+    options = {"cache": latency_cache} if latency_cache is not None else {}
+    options.update(max_growth=max_growth, timing_rounds=timing_rounds, timing_threads=timing_threads,
+                   verify=verify.value)
+    done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
+                           budget, rules, seed, shapes, as_json, time_limit, **options)
+    if done.keeps_original:  # timed end to end, the graph found was no faster than the original
+        save_onnx(source_model, output, source.parent)
+    else:
+        rewritten = done.result.model
+        entry = rewritten.metadata_props.add()
+        entry.key, entry.value = "fuseplan.rewrite", json.dumps(done.result.steps)
+        save_onnx(rewritten, output, source.parent)
+    report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "max_growth": max_growth,
+              "time_limit": time_limit, "seed": seed, **done.to_json()}
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    stdout.print(f"[bold]{name}[/bold]: {len(done.result.steps)} substitution(s), objective {objective.value}, "
+                 f"alpha {alpha}, budget {budget}, seed {seed}", highlight=False)
+    for k, step in enumerate(done.result.steps, 1):
+        stdout.print(f"  {k}. {step['rule']} at {', '.join(step['site'])}", highlight=False, markup=False)
+    table = Table()
+    for column, justify in (("objective", "left"), ("before", "right"), ("after", "right"), ("change", "right")):
+        table.add_column(column, justify=justify)
+    for key, label, shown in (
+            ("dram_bytes", f"DRAM ({scheme.value.upper()} {format_bytes(buffer_bytes)}, all operators)", format_bytes),
+            ("macs", "MACs", lambda v: f"{v / 1e6:,.1f}M"),
+            ("latency_seconds", "latency (onnxruntime CPU, 1 thread)", lambda v: f"{v * 1e3:.2f} ms")):
+        before, after = done.before[key], done.after[key]
+        change = f"{100 * (after - before) / before:+.2f}%" if before else "-"
+        table.add_row(label, shown(before), shown(after), change)
+    _print_table(table)
+    result = done.result
+    stdout.print(
+        f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "
+        f"{result.verification_failures} failed and discarded\n"
+        f"search             {result.expanded} expanded, {result.generated} generated, {result.duplicates} duplicates, "
+        f"{result.unpriced} unpriced, {result.oversized} over {result.max_operators} operators, {result.undoing} "
+        f"undoing their inverse, {result.wall_seconds:.2f} s"
+        f"{f' (interrupted in the {result.interrupted_in} phase)' if result.interrupted else ''}"
+        f"{' (time limit reached)' if result.cut_by_time else ''}", highlight=False)
+    if done.timing is not None:
+        timing = done.timing
+
+        def ms(seconds: float) -> str:
+            return f"{seconds * 1e3:.2f} ms"
+
+        stdout.print(
+            f"end to end         original {ms(timing.original.median)} (IQR {ms(timing.original.iqr)}), rewritten "
+            f"{ms(timing.candidate.median)} (IQR {ms(timing.candidate.iqr)}), {timing.rounds} interleaved runs, "
+            f"{timing.threads} thread(s): "
+            + (f"faster by {-100 * timing.change:.1f}%" if timing.faster else
+               "not faster beyond the spread, so the original is written unchanged"), highlight=False)
+    stdout.print(f"{'original' if done.keeps_original else 'rewritten'} model written to {output}", highlight=False)

@@ -1,0 +1,34 @@
+"""``fuseplan zoo``: the bundled models."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from fuseplan import zoo
+from fuseplan.cli.common import app, JsonOpt, _print_table
+from fuseplan.graph import load_graph
+
+
+@app.command("zoo")
+def zoo_command(as_json: JsonOpt = False) -> None:
+    """List the bundled models."""
+    entries = []
+    for name in zoo.names():
+        graph = load_graph(name)
+        shape = next(iter(graph.input_shapes.values()))
+        entries.append({"name": name, "nodes": len(graph.nodes), "edges": len(graph.edges),
+                        "params": graph.weight_numel, "input_shape": list(shape),
+                        "source": graph.metadata.get("fuseplan.source", "")})
+    if as_json:
+        print(json.dumps(entries, indent=2))
+        return
+    table = Table(title="fuseplan model zoo")
+    for column, justify in (("name", "left"), ("nodes", "right"), ("edges", "right"),
+                            ("params", "right"), ("input shape", "left")):
+        table.add_column(column, justify=justify)
+    for e in entries:
+        table.add_row(e["name"], str(e["nodes"]), str(e["edges"]), f"{e['params']:,}",
+                      "x".join(map(str, e["input_shape"])))
+    _print_table(table)
