@@ -33,13 +33,13 @@ from fuseplan.rewrite import search as rewrite_search
 from fuseplan.search import base
 
 handled = threading.Event()
-handle = cli_signals._SignalGuard.handle
+handle = cli_signals.SignalGuard.handle
 
 def handle_and_note(self, signum, frame):
     handled.set()
     return handle(self, signum, frame)
 
-cli_signals._SignalGuard.handle = handle_and_note  # run() installs guard.handle, looked up after this
+cli_signals.SignalGuard.handle = handle_and_note  # run() installs guard.handle, looked up after this
 
 def reached(marker):
     handled.clear()
@@ -200,16 +200,16 @@ def test_a_signal_during_the_rewrite_of_plan_rewrite_is_recorded_in_the_plan(tmp
 
 
 def test_a_signal_before_the_search_stops_the_command_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    import fuseplan.cli.plan as cli_module  # where plan looks _load up
+    import fuseplan.cli.plan as cli_module  # where plan looks load_model up
 
-    load = cli_module._load
+    load = cli_module.load_model
 
     def load_then_terminated(*args, **kwargs):
         graph = load(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGTERM)  # delivered to this (main) thread before kill returns
         return graph
 
-    monkeypatch.setattr(cli_module, "_load", load_then_terminated)
+    monkeypatch.setattr(cli_module, "load_model", load_then_terminated)
     plan_path = tmp_path / "plan.json"
     previous = signal.getsignal(signal.SIGTERM)
     assert run(["plan", "squeezenet", "-o", str(plan_path)]) == 128 + signal.SIGTERM
@@ -219,12 +219,12 @@ def test_a_signal_before_the_search_stops_the_command_and_writes_nothing(tmp_pat
 
 
 def test_signal_guard_phases():
-    from fuseplan.cli.signals import _SignalGuard
+    from fuseplan.cli.signals import SignalGuard
 
-    guard = _SignalGuard()
+    guard = SignalGuard()
     with pytest.raises(KeyboardInterrupt):
         guard.handle(signal.SIGINT, None)  # before the search: abort
-    guard = _SignalGuard()
+    guard = SignalGuard()
     with guard.search():
         with pytest.raises(KeyboardInterrupt):
             guard.handle(signal.SIGTERM, None)  # the first stops the search

@@ -3,6 +3,7 @@ and the rewrite search with its progress bar."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fuseplan.cli.signals import _searching
+from fuseplan.cli.signals import searching
+from fuseplan.cost import SCHEMES
 from fuseplan.errors import FuseplanError
 from fuseplan.files import external_data_files
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
@@ -31,9 +33,12 @@ stdout = Console(soft_wrap=True, emoji=False)
 stderr = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
-class Scheme(str, Enum):
-    lbdf = "lbdf"
-    brr = "brr"
+def choices(name: str, names: Iterable[str]) -> type[Enum]:
+    """A string enum of a registry's names, for an option's choices (``opt-time`` becomes member ``opt_time``)."""
+    return Enum(name, {choice.replace("-", "_"): choice for choice in names}, type=str)
+
+
+Scheme = choices("Scheme", SCHEMES)
 
 
 ModelArg = Annotated[str, typer.Argument(help="An ONNX file, or the name of a bundled zoo model (see `fuseplan zoo`).")]
@@ -56,7 +61,7 @@ HardwareOpt = Annotated[Optional[str], typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
-def _print_table(table: Table) -> None:
+def print_table(table: Table) -> None:
     """Print ``table`` with names, shapes and numbers whole: columns are ``no_wrap``, and where the terminal
     is narrower than the table needs, the table is printed at the width it needs (the terminal then wraps
     whole lines instead of rich cutting a node name or shape mid-token)."""
@@ -76,14 +81,14 @@ def _print_table(table: Table) -> None:
         stdout.width = width
 
 
-def _hardware(spec: str | None, buffer: str | None, bytes_per_element: int | None):
+def resolve_accelerator(spec: str | None, buffer: str | None, bytes_per_element: int | None):
     """The accelerator a command works on: ``--hardware`` overridden by ``--buffer``/``--bytes-per-element``."""
     from fuseplan.hardware import resolve_hardware
 
     return resolve_hardware(spec, buffer, bytes_per_element)
 
 
-def _load(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
+def load_model(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     if passes is not None and shapes:  # given shapes replace a recorded pipeline's; the fingerprint still decides
         passes = [FixInputShapes(shapes), *(step for step in passes if not isinstance(step, FixInputShapes))]
@@ -96,7 +101,7 @@ def _load(model: str, input_shape: list[str] | None, passes: list[Pass] | None =
     return graph
 
 
-def _read_rewritable(source: Path):
+def read_rewritable(source: Path):
     """The model at ``source``, refused in one line if its weights live in external data files.
 
     Rewrites create and drop initializers, which external data files cannot follow.
@@ -109,12 +114,12 @@ def _read_rewritable(source: Path):
     return model_proto
 
 
-def _check_time_limit(option: str, seconds: float | None) -> None:
+def check_time_limit(option: str, seconds: float | None) -> None:
     if seconds is not None and not 0 < seconds < float("inf"):
         raise FuseplanError(f"{option} must be a positive number of seconds (got {seconds})")
 
 
-def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
+def run_rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_bytes: int, bytes_per_element: int,
                     alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
                     time_limit: float | None = None, **options):
     """Run the rewrite search with a progress bar on stderr."""
@@ -143,8 +148,8 @@ def _rewrite_search(model_proto, name: str, objective: str, scheme: str, buffer_
 
     with progress:
         task = progress.add_task("rewrite", total=budget, best="-", phase="preparing", expanded=0)
-        # a signal stops the preparation or the search (_searching); the best graph is still measured and written
+        # a signal stops the preparation or the search (searching); the best graph is still measured and written
         return rewrite_model(model_proto, name, objective=objective, scheme=scheme, buffer_bytes=buffer_bytes,
                              bytes_per_element=bytes_per_element, alpha=alpha, budget=budget, rules=chosen_rules,
-                             seed=seed, input_shapes=shapes or None, time_limit=time_limit, stoppable=_searching,
+                             seed=seed, input_shapes=shapes or None, time_limit=time_limit, stoppable=searching,
                              on_progress=show, **options)

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 
 import typer
 
-from fuseplan.cli import signals
 from fuseplan.cli.common import app, stderr
-from fuseplan.cli.signals import _SignalGuard
+from fuseplan.cli.signals import SignalGuard, install_guard
 from fuseplan.errors import FuseplanError
 
 
@@ -19,7 +18,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _interrupted(guard: _SignalGuard) -> int:
+def _interrupted(guard: SignalGuard) -> int:
     """One line for a stopped command, and the shell's status for the signal that stopped it."""
     signum = guard.received[0] if guard.received else signal.SIGINT
     stderr.print("error: interrupted", highlight=False, markup=False)
@@ -45,12 +44,12 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
     Ctrl-C into a traceback during shutdown.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    guard = _SignalGuard()
+    guard = SignalGuard()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, guard.handle)
-    signals._guard = guard
+    install_guard(guard)
     try:
         status = app(args=args, prog_name="fuseplan", standalone_mode=False)
         if status == 130 and guard.received:  # Typer turns KeyboardInterrupt into exit status 130
@@ -78,7 +77,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
     except KeyboardInterrupt:
         return _interrupted(guard)
     finally:
-        signals._guard = None
+        install_guard(None)
         guard.phase = "after"
         if restore_signals:
             for signum, handler in previous.items():

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
-    _print_table, _hardware, _load,
+    print_table, resolve_accelerator, load_model,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.report.inspect import inspect_model
@@ -28,9 +28,9 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """Price every operator alone and show the model's fusion-relevant totals."""
-    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
-    graph = _load(model, input_shape)
+    graph = load_model(model, input_shape)
     report = inspect_model(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
@@ -48,7 +48,7 @@ def inspect(
                       format_bytes(row.weight_bytes), format_bytes(row.buffer_bytes), status,
                       "cannot run" if row.alone_dram_bytes is None else format_bytes(row.alone_dram_bytes),
                       format_bytes(row.lower_bound_bytes))
-    _print_table(table)
+    print_table(table)
     stdout.print(
         f"nodes {report.nodes}, edges {report.edges}, fuseable {report.fuseable} "
         f"({report.nodes - report.fuseable} excluded: they do not fit the buffer alone, or ride on one that "

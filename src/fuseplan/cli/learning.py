@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from fuseplan import zoo
-from fuseplan.cli.common import app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, _print_table, _load
+from fuseplan.cli.common import app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_output_dir, check_outputs
 
@@ -65,7 +65,7 @@ def dataset_build(
         for model, count in info["groups_per_model"].items():
             share = info["valid_share"][model]
             table.add_row(model, str(count), *(f"{100 * share[kb]:.1f}%" for kb in meta["buffers_kb"]))
-        _print_table(table)
+        print_table(table)
         _warn_short_samples(info["groups_per_model"], meta["groups_requested"], scheme)
     stdout.print(f"dataset written to {output}", highlight=False)
 
@@ -223,7 +223,7 @@ def classifier_evaluate(
             indices = parts[split]
         source = f"{dataset}" + (f" ({split} split)" if split else "")
     else:
-        graphs = {Path(m).stem if m.endswith(".onnx") else m: _load(m, None) for m in models or []}
+        graphs = {Path(m).stem if m.endswith(".onnx") else m: load_model(m, None) for m in models or []}
         data = sample_dataset(graphs, scheme.value, {name: groups for name in graphs}, seed)
         _warn_short_samples({name: int((data.model == i).sum()) for i, name in enumerate(data.models)},
                             {name: groups for name in graphs}, scheme.value)

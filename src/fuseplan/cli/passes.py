@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from fuseplan.cli.common import app, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt
+from fuseplan.cli.common import app, choices, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
+from fuseplan.rewrite.pass_search import OBJECTIVES as PASS_OBJECTIVES
 from fuseplan.units import format_bytes, parse_size
 
 
-PassObjective = Enum("PassObjective", {"latency": "latency", "dram": "dram", "opt_time": "opt-time"}, type=str)
+PassObjective = choices("PassObjective", PASS_OBJECTIVES)
 
 
 def _list_passes(as_json: bool) -> None:

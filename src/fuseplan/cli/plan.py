@@ -3,42 +3,29 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from fuseplan.cli.common import (
-    app, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt,
-    _hardware, _load, _read_rewritable, _check_time_limit, _rewrite_search,
+    app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt,
+    resolve_accelerator, load_model, read_rewritable, check_time_limit, run_rewrite_search,
 )
-from fuseplan.cli.signals import _searching
+from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
+from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
+from fuseplan.search import ALGORITHMS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes
 
 
-def _search_names() -> dict[str, str]:
-    from fuseplan.search import ALGORITHMS
-
-    return {name: name for name in ALGORITHMS}
-
-
-SearchName = Enum("SearchName", _search_names(), type=str)
-
-
-def _plan_objective_names() -> dict[str, str]:
-    from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
-
-    return {name: name for name in PLAN_OBJECTIVES}
-
-
-PlanObjectiveName = Enum("PlanObjectiveName", _plan_objective_names(), type=str)
-SplitterName = Enum("SplitterName", {name: name for name in SPLITTERS}, type=str)
+SearchName = choices("SearchName", ALGORITHMS)
+PlanObjectiveName = choices("PlanObjectiveName", PLAN_OBJECTIVES)
+SplitterName = choices("SplitterName", SPLITTERS)
 
 
 @app.command()
@@ -96,7 +83,7 @@ def plan(
     from fuseplan.search.exact import status_line
     from fuseplan.split import make_splitter
 
-    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, _ = model_path(model)
     outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
@@ -105,14 +92,14 @@ def plan(
     rewritten = None
     if not rewrite_alpha >= 1:
         raise FuseplanError(f"--rewrite-alpha must be at least 1 (got {rewrite_alpha}); 1 is the greedy search")
-    _check_time_limit("--rewrite-time-limit", rewrite_time_limit)
-    _check_time_limit("--time-limit", time_limit)
+    check_time_limit("--rewrite-time-limit", rewrite_time_limit)
+    check_time_limit("--time-limit", time_limit)
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
-        rewritten = _rewrite_search(_read_rewritable(source), model_path(model)[1], "dram", scheme.value,
+        rewritten = run_rewrite_search(read_rewritable(source), model_path(model)[1], "dram", scheme.value,
                                     buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
                                     as_json, rewrite_time_limit)
-    graph = _load(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
+    graph = load_model(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
         source_model = read_model(source)
@@ -129,7 +116,7 @@ def plan(
     )
     with progress:
         task = progress.add_task("search", total=budget, best="-", proof="")
-        with _searching():
+        with searching():
             result = minimize(
                 problem, algorithm, repair, budget=budget, seed=seed,
                 on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),

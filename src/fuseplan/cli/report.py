@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
-    _print_table, _hardware, _load,
+    print_table, resolve_accelerator, load_model,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
@@ -45,10 +45,10 @@ def report_command(
                             "(see `fuseplan report --help`)")
     check_outputs([("report", output), ("picture", svg), ("picture", png)], [model_path(model)[0], plan_path])
     plan_file = read_plan_file(plan_path)
-    graph = _load(model, input_shape, plan_file.passes)
+    graph = load_model(model, input_shape, plan_file.passes)
     accelerator = None
     if hardware is not None:
-        accelerator = _hardware(hardware, None, None)
+        accelerator = resolve_accelerator(hardware, None, None)
         if (accelerator.buffer is not None and accelerator.buffer_bytes != plan_file.buffer_bytes) or \
                 (accelerator.bytes_per_element is not None and accelerator.element_bytes != plan_file.bytes_per_element):
             raise FuseplanError(f"--hardware {hardware} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
@@ -103,7 +103,7 @@ def why(
     if (nodes is None) == (plan_path is None) or (plan_path is None) != (group_id is None):
         raise FuseplanError("give the group either as --nodes NAME,NAME,... or as --plan PLAN.json --group N "
                             "(see `fuseplan why --help`)")
-    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     scheme_name, buffer_bytes, bytes_per_element = scheme.value, accelerator.buffer_bytes, accelerator.element_bytes
     check_outputs([("picture", png)], [model_path(model)[0], *([plan_path] if plan_path else [])])
     if plan_path is not None:
@@ -111,14 +111,14 @@ def why(
         from fuseplan.report.why import plan_group_names
 
         plan_file = read_plan_file(plan_path)
-        graph = _load(model, input_shape, plan_file.passes)
+        graph = load_model(model, input_shape, plan_file.passes)
         assert group_id is not None
         names = plan_group_names(graph, plan_file, group_id)
         scheme_name = plan_file.scheme
         buffer_bytes, bytes_per_element = plan_file.buffer_bytes, plan_file.bytes_per_element
     else:
         assert nodes is not None
-        graph = _load(model, input_shape)
+        graph = load_model(model, input_shape)
         names = [n.strip() for n in nodes.split(",") if n.strip()]
     if not names:
         raise FuseplanError("--nodes needs at least one ONNX node name")
@@ -156,7 +156,7 @@ def why(
         table.add_column(column)
     for row in blamed:
         table.add_row(f"{row['score']:.4g}", f"{row['edge'][0]} ({row['ops'][0]})", f"{row['edge'][1]} ({row['ops'][1]})")
-    _print_table(table)
+    print_table(table)
     if len(parts) > 1:
         how = "from the explanation (Algorithm 1)" if from_explanation else "by the random fallback (the explanation led nowhere)"
         stdout.print(f"split {how} into {len(parts)} groups, DRAM {format_bytes(sum(p['dram_bytes'] for p in split))}:",

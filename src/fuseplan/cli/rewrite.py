@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,8 +10,8 @@ import typer
 from rich.table import Table
 
 from fuseplan.cli.common import (
-    app, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
-    _print_table, _hardware, _read_rewritable, _check_time_limit, _rewrite_search,
+    app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
+    print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search,
 )
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, save_onnx
@@ -22,8 +21,8 @@ from fuseplan.rewrite.search import MAX_GROWTH, VERIFY_MODES
 from fuseplan.units import format_bytes
 
 
-ObjectiveName = Enum("ObjectiveName", {name: name for name in OBJECTIVES}, type=str)
-VerifyMode = Enum("VerifyMode", {name: name for name in VERIFY_MODES}, type=str)
+ObjectiveName = choices("ObjectiveName", OBJECTIVES)
+VerifyMode = choices("VerifyMode", VERIFY_MODES)
 
 
 @app.command()
@@ -75,17 +74,17 @@ def rewrite(
     if timing_rounds < 10 or timing_threads < 1:
         raise FuseplanError(f"--timing-rounds must be at least 10 and --timing-threads at least 1 (got "
                             f"{timing_rounds} and {timing_threads})")
-    _check_time_limit("--time-limit", time_limit)
-    accelerator = _hardware(hardware, buffer, bytes_per_element)
+    check_time_limit("--time-limit", time_limit)
+    accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, name = model_path(model)
     check_outputs([("rewritten model", output)], [source])
-    source_model = _read_rewritable(source)
+    source_model = read_rewritable(source)
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
     options.update(max_growth=max_growth, timing_rounds=timing_rounds, timing_threads=timing_threads,
                    verify=verify.value)
-    done = _rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
+    done = run_rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
                            budget, rules, seed, shapes, as_json, time_limit, **options)
     if done.keeps_original:  # timed end to end, the graph found was no faster than the original
         save_onnx(source_model, output, source.parent)
@@ -113,7 +112,7 @@ def rewrite(
         before, after = done.before[key], done.after[key]
         change = f"{100 * (after - before) / before:+.2f}%" if before else "-"
         table.add_row(label, shown(before), shown(after), change)
-    _print_table(table)
+    print_table(table)
     result = done.result
     stdout.print(
         f"verification       max error {result.max_error:.2e} (tolerance 1e-4); {result.verified} graphs verified, "

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class _SignalGuard:
+class SignalGuard:
     """SIGINT and SIGTERM stop a search but never the writing of its result.
 
     Before the search, a signal aborts the command. During the search the
@@ -38,12 +38,18 @@ class _SignalGuard:
             self.phase = "after"
 
 
-_guard: _SignalGuard | None = None
+_guard: SignalGuard | None = None  # the running command's, set by install_guard
+
+
+def install_guard(guard: SignalGuard | None) -> None:
+    """Make ``guard`` the one :func:`searching` marks (``None`` once the command has finished)."""
+    global _guard
+    _guard = guard
 
 
 @contextmanager
-def _searching() -> Iterator[None]:
-    """Mark the search (see :class:`_SignalGuard`); a no-op when the app runs without :func:`run`."""
+def searching() -> Iterator[None]:
+    """Mark the search (see :class:`SignalGuard`); a no-op when the app runs without :func:`run`."""
     if _guard is None:
         yield
         return

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from fuseplan.cli.common import app, stdout, stderr, ModelArg, JsonOpt, _print_table, _hardware
+from fuseplan.cli.common import app, stdout, stderr, ModelArg, JsonOpt, print_table, resolve_accelerator
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.graph import CompGraph, parse_input_shape
@@ -47,7 +47,7 @@ def simulate(
     plan_file = read_plan_file(plan_path)
     buffer_bytes, width = plan_file.buffer_bytes, plan_file.bytes_per_element
     if hardware is not None:
-        accelerator = _hardware(hardware, None, None)
+        accelerator = resolve_accelerator(hardware, None, None)
         if (accelerator.buffer is not None and accelerator.buffer_bytes != buffer_bytes) or \
                 (accelerator.bytes_per_element is not None and accelerator.element_bytes != width):
             raise FuseplanError(f"--hardware {hardware} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
@@ -151,7 +151,7 @@ def _print_simulation(name: str, scheme: str, buffer_bytes: int, outcome, b: int
                       format_bytes(b * g.priced_on_chip),
                       "-" if g.peak_on_chip is None else format_bytes(b * g.peak_on_chip),
                       "-" if g.max_error is None else f"{g.max_error:.1e}", Text(status))
-    _print_table(table)
+    print_table(table)
     totals = _simulation_totals(outcome, b)
     stdout.print(f"groups run {totals['groups_run']} of {len(outcome.groups)}, agreeing with their prices "
                  f"{totals['groups_agreeing']}\n"

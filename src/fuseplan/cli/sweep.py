@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 import typer.core
 
-from fuseplan.cli.common import app, stdout, stderr
+from fuseplan.cli.common import app, choices, stderr, stdout
+from fuseplan.sweep.executors import EXECUTORS
+from fuseplan.sweep.reproduce import TARGETS
 from fuseplan.units import format_bytes
 
 
@@ -27,9 +28,7 @@ sweep_app = typer.Typer(cls=_SweepGroup, no_args_is_help=True,
 app.add_typer(sweep_app, name="sweep")
 
 
-class ExecutorName(str, Enum):
-    local = "local"
-    ray = "ray"
+ExecutorName = choices("ExecutorName", EXECUTORS)
 
 
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", min=1, help="Cells run at a time (default: all cores).")]
@@ -106,8 +105,7 @@ def sweep_summarize(
                  + ", ".join(str(path) for path in result["files"]), highlight=False)
 
 
-ReproduceTarget = Enum("ReproduceTarget", {name: name for name in
-                                           ("table2", "table3", "table4", "table5", "fig3", "fig5", "all")}, type=str)
+ReproduceTarget = choices("ReproduceTarget", (*TARGETS, "all"))
 
 
 @app.command("reproduce")
@@ -129,7 +127,7 @@ def reproduce_command(
 ) -> None:
     """Regenerate the reference paper's tables and figures with our columns beside its figures (docs/reproduce.md)."""
     from fuseplan.sweep import make_executor
-    from fuseplan.sweep.reproduce import TARGETS, reproduce
+    from fuseplan.sweep.reproduce import reproduce
 
     names = list(dict.fromkeys(t.value for t in target))
     targets = list(TARGETS) if "all" in names else names

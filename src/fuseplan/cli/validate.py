@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fuseplan.cli.common import app, stdout, stderr, ModelArg, InputShapeOpt, _hardware, _load
+from fuseplan.cli.common import app, stdout, stderr, ModelArg, InputShapeOpt, resolve_accelerator, load_model
 from fuseplan.hardware import template_names
 from fuseplan.units import format_bytes
 
@@ -37,9 +37,9 @@ def validate(
 
     target = None
     if hardware is not None or buffer is not None or bytes_per_element is not None:
-        target = _hardware(hardware, buffer, bytes_per_element)  # before reading anything: a bad size fails fast
+        target = resolve_accelerator(hardware, buffer, bytes_per_element)  # before reading anything: a bad size fails fast
     plan_file = read_plan_file(plan_path)
-    graph = _load(model, input_shape, plan_file.passes)
+    graph = load_model(model, input_shape, plan_file.passes)
     reasons = validate_plan(graph, plan_file)
     if reasons:
         for reason in reasons:

@@ -7,7 +7,7 @@ import json
 from rich.table import Table
 
 from fuseplan import zoo
-from fuseplan.cli.common import app, JsonOpt, _print_table
+from fuseplan.cli.common import app, JsonOpt, print_table
 from fuseplan.graph import load_graph
 
 
@@ -31,4 +31,4 @@ def zoo_command(as_json: JsonOpt = False) -> None:
     for e in entries:
         table.add_row(e["name"], str(e["nodes"]), str(e["edges"]), f"{e['params']:,}",
                       "x".join(map(str, e["input_shape"])))
-    _print_table(table)
+    print_table(table)
