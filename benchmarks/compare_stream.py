@@ -60,6 +60,7 @@ from fuseplan.graph.ir import CompGraph
 from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
+from fuseplan.units import format_bytes
 
 from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
                    write_results)  # script: benchmarks/peers.py
@@ -348,9 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         for scheme in ("lbdf", "brr"):
             entry[f"{scheme}_over_stream_best"] = round(ours[scheme]["dram_bytes"] / best, 4) if best else None
         entries.append(entry)
-        print(f"{MODEL} {kb:5d}KB  fuseplan LBDF {ours['lbdf']['dram_bytes'] / 1e6:7.2f} MB  "
-              f"BRR {ours['brr']['dram_bytes'] / 1e6:7.2f} MB   Stream "
-              + "  ".join(f"{rows}: " + (f"{t['dram_bytes'] / 1e6:.2f} MB ({t['wall_seconds']:.0f} s)"
+        print(f"{MODEL} {kb:5d}KB  fuseplan LBDF {format_bytes(ours['lbdf']['dram_bytes'])}  "
+              f"BRR {format_bytes(ours['brr']['dram_bytes'])}   Stream "
+              + "  ".join(f"{rows}: " + (f"{format_bytes(t['dram_bytes'])} ({t['wall_seconds']:.0f} s)"
                                          if "dram_bytes" in t else t["status"]) for rows, t in theirs.items()),
               flush=True)
     payload = {"machine": machine(), **record, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

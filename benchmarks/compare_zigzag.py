@@ -57,6 +57,7 @@ from pathlib import Path
 from fuseplan import load_graph
 from fuseplan.cost import make_cost_model
 from fuseplan.graph.ir import CompGraph, OpNode
+from fuseplan.units import MB
 
 from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
                    write_results)  # script: benchmarks/peers.py
@@ -322,7 +323,7 @@ def print_summary(payload: dict) -> None:
             continue
         lbdf, brr = s["lbdf"], s["brr"]
         print(f"| {entry['model']} | {entry['buffer_kb']}KB | {s['mapped_by_zigzag']}/{s['convolutions']} "
-              f"| {s['zigzag_dram_bytes'] / 1e6:.2f} | {s['compulsory_bytes'] / 1e6:.2f} "
+              f"| {s['zigzag_dram_bytes'] / MB:.2f} | {s['compulsory_bytes'] / MB:.2f} "
               f"| {lbdf['over_zigzag_total']:.2f} ({lbdf['over_zigzag_min']:.2f}-{lbdf['over_zigzag_max']:.2f}) "
               f"| {lbdf['zigzag_lower']} ({lbdf['unfuseable_and_zigzag_lower']} / {lbdf['unfuseable']}) "
               f"| {brr['over_zigzag_total']:.2f} ({brr['over_zigzag_min']:.2f}-{brr['over_zigzag_max']:.2f}) "

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from fuseplan.files import write_text
+from fuseplan.units import MB
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench_passes: start -->", "<!-- bench_passes: end -->"
@@ -96,7 +97,7 @@ def light_check_table(document: dict) -> list[str]:
              "verdicts | load average |", "|---|---:|---:|---:|---:|---:|---|---:|"]
     for run in document["models"]:
         agree = "all agree" if run["verdicts_agree"] else "differ: " + ", ".join(f"`{n}`" for n in run["differing"])
-        lines.append(f"| {run['model']} | {run['model_bytes'] / 1e6:.1f} | {run['passes']} | {len(run['relevant'])} | "
+        lines.append(f"| {run['model']} | {run['model_bytes'] / MB:.1f} | {run['passes']} | {len(run['relevant'])} | "
                      f"{run['light_seconds']:.1f} s | {run['heavy_seconds']:.1f} s | {agree} | "
                      f"{run['load_average']:.1f} |")
     return lines

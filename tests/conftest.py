@@ -17,3 +17,19 @@ HEAVY_UNDER_BRR = frozenset({"deeplabv3_mobilenet_v3_large", "efficientnet_b0", 
 def zoo_graphs():
     """Every zoo model, loaded once for the whole session."""
     return {name: load_graph(name) for name in ZOO}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _torch_exports_in_a_temporary_cache(tmp_path_factory):
+    """Exports of ``module.py:factory`` go to a cache of the test session's own, never the user's."""
+    import os
+
+    from fuseplan.graph.torch_import import EXPORT_CACHE_ENV
+
+    previous = os.environ.get(EXPORT_CACHE_ENV)
+    os.environ[EXPORT_CACHE_ENV] = str(tmp_path_factory.mktemp("torch-exports"))
+    yield
+    if previous is None:
+        os.environ.pop(EXPORT_CACHE_ENV, None)
+    else:
+        os.environ[EXPORT_CACHE_ENV] = previous

@@ -10,6 +10,9 @@ from fuseplan.errors import FuseplanError
 # Buffer sizes follow the accelerator convention of the reference paper:
 # "KB" means 1024 bytes, so 128KB == 131072 bytes. The IEC spellings are
 # accepted as synonyms.
+KB = 1024
+MB = 1024**2  # every figure, table and picture divides by these, never by powers of ten
+
 _UNITS = {
     "": 1,
     "B": 1,

@@ -17,6 +17,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from fuseplan import zoo
 from fuseplan.cli import run
 from tests.builders import legacy_style, with_unknown_op
 from tests.cli.inprocess import Outcome
@@ -60,8 +61,9 @@ def test_zoo_json():
     result = fuseplan("zoo", "--json")
     assert result.returncode == 0
     entries = json.loads(result.stdout)
-    assert len(entries) == 12
+    assert [e["name"] for e in entries] == zoo.names() + zoo.transformer_names()  # bert_encoder listed too
     by_name = {e["name"]: e for e in entries}
+    assert by_name["bert_encoder"]["kind"] == "transformer" and by_name["vgg16"]["kind"] == "CNN"
     assert by_name["efficientnet_b3"]["input_shape"] == [1, 3, 300, 300]
     assert by_name["vgg16"]["params"] == 138_357_544
     for entry in entries:

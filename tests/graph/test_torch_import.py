@@ -106,8 +106,32 @@ def test_cli_plans_a_factory(net_file, tmp_path):
     result = fuseplan("plan", f"{net_file}:build", "--buffer", "8KB", "-o", out)
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
-    assert document["model"] == "build" and len(document["groups"]) >= 1
+    assert document["model"] == "net:build" and len(document["groups"]) >= 1  # named after the file too
     assert fuseplan("validate", f"{net_file}:build", out).returncode == 0
     assert_one_line_error(fuseplan("plan", f"{net_file}:missing"), r"defines no function 'missing'")
     assert_one_line_error(fuseplan("plan", f"{net_file}:not_a_model"), "must return (module, example_inputs)")
     assert_one_line_error(fuseplan("plan", f"{tmp_path / 'nowhere.py'}:build"), r"no such Python file")
+
+
+def test_a_factory_is_exported_once_and_kept_by_its_file_content(net_file, tmp_path, monkeypatch):
+    from fuseplan.graph import torch_import
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(torch_import.EXPORT_CACHE_ENV, str(cache))
+    first = fuseplan("inspect", f"{net_file}:build", "--json")
+    assert first.returncode == 0, first.stderr
+    kept = cache / torch_import.export_key(f"{net_file}:build") / "build.onnx"
+    assert kept.is_file() and not [p for p in cache.iterdir() if p.name.startswith(".")]  # no staging left
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(torch_import, "export_factory", no_export)
+    again = fuseplan("inspect", f"{net_file}:build", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(first.stdout)
+    assert json.loads(again.stdout)["model"] == "net:build"
+    edited = tmp_path / "net.py"
+    edited.write_text(net_file.read_text() + "\n# edited\n")
+    assert torch_import.export_key(f"{edited}:build") != torch_import.export_key(f"{net_file}:build")
+    with pytest.raises(AssertionError, match="exported again"):  # a changed file is a new export
+        torch_import.exported_factory(f"{edited}:build")

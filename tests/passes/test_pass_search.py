@@ -262,6 +262,6 @@ def test_fuseplan_passes_takes_a_pytorch_factory_as_plan_does(cli, tmp_path):
                  "--no-cache", "--json", "--passes", f"ort/all,{FUSE_BN},onnxoptimizer/fuse_qkv")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["model"] == "build" and report["best"]["verified"]
+    assert report["model"] == "net:build" and report["best"]["verified"]
     assert "ort/all" in report["pruning"]["relevant"] and "onnxoptimizer/fuse_qkv" in report["pruning"]["irrelevant"]
     assert report["pruning"]["signature"] == "plain" and all(g["verified"] for g in report["graphs"])

@@ -141,9 +141,14 @@ def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, cli):
     assert len(stored) == 18 and len(failed) == 9
     assert all(r["cell"]["model"] == str(broken.resolve()) for r in failed)
     assert all("FuseplanError" in r["error"] for r in failed)
-    assert "9 failed" in result.stdout and result.stderr.count("failed (") == 9
-    # a resumed sweep keeps the failures unless asked to retry them
-    assert "18 already done" in cli("sweep", config, "--out", out).stdout
+    assert "9 failed" in result.stdout
+    # how many failed and why, in one line
+    assert result.stderr.splitlines() == [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(result.stderr.splitlines()) == 1 and "error: 9 of 18 cells failed; 9 with FuseplanError" in result.stderr
+    assert f"e.g. {broken.resolve()} lbdf" in result.stderr and str(out / "cells") in result.stderr
+    # a resumed sweep keeps the failures unless asked to retry them, and still says so
+    resumed = cli("sweep", config, "--out", out)
+    assert "18 already done" in resumed.stdout and resumed.returncode == 1 and "9 of 18 cells failed" in resumed.stderr
     assert "9 already done, 9 run, 9 failed" in cli("sweep", config, "--out", out, "--retry-failed").stdout
     summary = summarize(out)
     assert sum(r["status"] == "error" for r in summary["cells"]) == 9

@@ -19,6 +19,8 @@ from fuseplan.files import external_data_files
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
 from fuseplan.hardware import template_names
 from fuseplan.passes import FixInputShapes, Pass
+from fuseplan.rewrite.search import VERIFY_MODES
+from fuseplan.units import format_bytes
 
 
 app = typer.Typer(
@@ -39,6 +41,7 @@ def choices(name: str, names: Iterable[str]) -> type[Enum]:
 
 
 Scheme = choices("Scheme", SCHEMES)
+VerifyMode = choices("VerifyMode", VERIFY_MODES)
 
 
 ModelArg = Annotated[str, typer.Argument(help="An ONNX file, or the name of a bundled zoo model (see `fuseplan zoo`).")]
@@ -58,6 +61,18 @@ HardwareOpt = Annotated[Optional[str], typer.Option(
     "--hardware", metavar="FILE.yaml|TEMPLATE",
     help=f"Describe the accelerator: a YAML file or a shipped template ({', '.join(template_names())}); "
          "see docs/hardware.md. --buffer and --bytes-per-element override its values.", show_default=False)]
+# The rewrite search's bounds, shared by `rewrite` and `plan --rewrite`.
+MAX_GROWTH_HELP = ("Bound of the relaxed phase: no graph with more than this times the original's operators (and no "
+                   "rule applied to what its inverse rule produced); see docs/rewrite.md.")
+VERIFY_HELP = ("site: check each substitution alone, once per site signature (rule, attributes, shapes, types), and "
+               "the graph returned whole; each: check every graph the search uses whole.")
+
+
+def check_max_growth(max_growth: float) -> None:
+    if not 1 <= max_growth < float("inf"):
+        raise FuseplanError(f"--max-growth must be at least 1 (got {max_growth}); 1 keeps the operator count")
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
@@ -86,6 +101,19 @@ def resolve_accelerator(spec: str | None, buffer: str | None, bytes_per_element:
     from fuseplan.hardware import resolve_hardware
 
     return resolve_hardware(spec, buffer, bytes_per_element)
+
+
+def plan_hardware(spec: str, plan_file):
+    """The ``--hardware`` accelerator at the plan's buffer and data width, refused in one line where its file
+    names others (figures priced at one buffer do not describe a run in another)."""
+    accelerator = resolve_accelerator(spec, None, None)
+    buffer_bytes, width = plan_file.buffer_bytes, plan_file.bytes_per_element
+    if (accelerator.buffer is not None and accelerator.buffer_bytes != buffer_bytes) or \
+            (accelerator.bytes_per_element is not None and accelerator.element_bytes != width):
+        raise FuseplanError(f"--hardware {spec} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
+                            f"{accelerator.element_bytes}-byte elements; the plan was made for a "
+                            f"{format_bytes(buffer_bytes)} buffer and {width}-byte elements")
+    return accelerator.with_overrides(buffer_bytes, width)
 
 
 def load_model(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from fuseplan.cli.common import app, choices, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt
 from fuseplan.errors import FuseplanError
@@ -18,6 +20,7 @@ from fuseplan.units import format_bytes, parse_size
 
 
 PassObjective = choices("PassObjective", PASS_OBJECTIVES)
+SUMMARY_WIDTH = 30  # the narrowest summary column of the --list table
 
 
 def _list_passes(as_json: bool) -> None:
@@ -28,12 +31,25 @@ def _list_passes(as_json: bool) -> None:
     if as_json:
         print(json.dumps(entries, indent=2))
         return
-    table = Table(title=f"{len(entries)} passes")
-    for column in ("name", "source", "what it does"):
-        table.add_column(column)
-    for e in entries:
-        table.add_row(e["name"], e["source"], e["summary"] + (" (ends a pipeline)" if e["terminal"] else ""))
-    stdout.print(table)
+    # A name is what a user types into --passes: never cut. The table's name and source columns take their
+    # longest entry; where the summaries would get fewer than SUMMARY_WIDTH columns, each pass is a line of
+    # its own with its summary indented below it.
+    name_width = max(len(e["name"]) for e in entries)
+    source_width = max(len(e["source"]) for e in entries)
+    summaries = [e["summary"] + (" (ends a pipeline)" if e["terminal"] else "") for e in entries]
+    if stdout.width >= name_width + source_width + SUMMARY_WIDTH + 10:  # 10: the borders and padding
+        table = Table(title=f"{len(entries)} passes")
+        table.add_column("name", no_wrap=True, min_width=name_width)
+        table.add_column("source", no_wrap=True, min_width=source_width)
+        table.add_column("what it does", min_width=SUMMARY_WIDTH)
+        for e, summary in zip(entries, summaries):
+            table.add_row(e["name"], e["source"], summary)
+        stdout.print(table)
+        return
+    stdout.print(f"{len(entries)} passes", highlight=False)
+    for e, summary in zip(entries, summaries):
+        stdout.print(f"{e['name']}  ({e['source']})", highlight=False, markup=False, soft_wrap=True)
+        stdout.print(Padding(Text(summary), (0, 0, 0, 4), expand=False), soft_wrap=False)
 
 
 @app.command("passes")

@@ -9,8 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from fuseplan.cli.common import (
-    app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt,
-    resolve_accelerator, load_model, read_rewritable, check_time_limit, run_rewrite_search,
+    app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
+    HardwareOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, resolve_accelerator, load_model,
+    read_rewritable, check_time_limit, run_rewrite_search,
 )
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
@@ -18,6 +19,7 @@ from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
 from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
+from fuseplan.rewrite.search import MAX_GROWTH
 from fuseplan.search import ALGORITHMS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes
@@ -67,6 +69,8 @@ def plan(
     rewrite_time_limit: Annotated[Optional[float], typer.Option(
         help="Stop the rewrite search after this many seconds and plan the best verified graph found by then "
              "(default: none).", show_default=False)] = None,
+    max_growth: Annotated[float, typer.Option(help="With --rewrite: " + MAX_GROWTH_HELP)] = MAX_GROWTH,
+    verify: Annotated[VerifyMode, typer.Option(help="With --rewrite: " + VERIFY_HELP)] = VerifyMode.site,
     time_limit: Annotated[Optional[float], typer.Option(
         "--time-limit", help="Stop the search after this many seconds with the best plan found by then and, for "
                              "exact and auto, its proven gap (default: none; a time-limited result depends on the "
@@ -93,12 +97,13 @@ def plan(
     if not rewrite_alpha >= 1:
         raise FuseplanError(f"--rewrite-alpha must be at least 1 (got {rewrite_alpha}); 1 is the greedy search")
     check_time_limit("--rewrite-time-limit", rewrite_time_limit)
+    check_max_growth(max_growth)
     check_time_limit("--time-limit", time_limit)
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
         rewritten = run_rewrite_search(read_rewritable(source), model_path(model)[1], "dram", scheme.value,
                                     buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
-                                    as_json, rewrite_time_limit)
+                                    as_json, rewrite_time_limit, max_growth=max_growth, verify=verify.value)
     graph = load_model(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
@@ -128,7 +133,9 @@ def plan(
     document = plan_document(problem, result.plan, result.search_record(), reference,
                              accelerator if hardware is not None else None)
     if rewritten is not None:  # how the rewrite search ended; its steps are in "passes"
-        document["rewrite"] = rewritten.summary()
+        document["rewrite"] = {**rewritten.summary(), "max_growth": max_growth,
+                               "max_operators": rewritten.result.max_operators, "verify": verify.value,
+                               "site_checks": rewritten.result.site_checks}
     if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
         assert source_model is not None
         save_onnx(annotate_onnx(source_model, problem, result.plan, document.get("estimates")), onnx_out,
@@ -153,7 +160,7 @@ def plan(
         f"max buffer usage   {format_bytes(result.cost.max_buffer)}\n"
         f"groups             {len(result.plan)}\n"
         f"excluded           {excluded} unfuseable operator{'s' if excluded != 1 else ''} (do not fit alone)\n"
-        f"plans evaluated    {result.evaluated} of {budget}{' (interrupted)' if result.interrupted else ''}\n"
+        + _search_line(result.search_record(), result.evaluated, budget, result.interrupted) +
         f"wall time          {result.wall_seconds:.2f} s\n"
         + _estimate_lines(document, problem.objective.name)
         + _optimality_line(result.cost.objective, result.search_record())
@@ -169,8 +176,9 @@ def plan(
             + (f"; {details['refinements']} refinement cuts" if "refinements" in details else ""),
             highlight=False)
     if rewritten is not None:
-        stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM "
-                     f"{format_bytes(rewritten.before['dram_bytes'])} -> {format_bytes(rewritten.after['dram_bytes'])} "
+        stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM of the "
+                     f"best interval plan (the rewrite search's objective) {format_bytes(rewritten.before['dram_bytes'])}"
+                     f" -> {format_bytes(rewritten.after['dram_bytes'])} "
                      f"{'(time limit reached) ' if rewritten.result.cut_by_time else ''}"
                      f"{'(rewrite interrupted) ' if rewritten.result.interrupted else ''}(see fuseplan rewrite)",
                      highlight=False)
@@ -180,6 +188,28 @@ def plan(
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
     if report is not None:
         stdout.print(f"report written to {report}", highlight=False)
+
+
+def _search_line(search: dict, evaluated: int, budget: int, interrupted: bool) -> str:
+    """What the search did: the exact solver's work where it decided the plan, else the plans evaluated.
+
+    The exact search and the interval DP do not propose plans one by one, so "1 of 5000" plans would
+    misread as a search that stopped at once.
+    """
+    stopped = " (interrupted)" if interrupted else ""
+    exact = search.get("exact")
+    if search.get("algorithm") == "dp":
+        return f"search             interval DP, exact over interval plans (--budget unused){stopped}\n"
+    if exact is None:
+        return f"plans evaluated    {evaluated} of {budget}{stopped}\n"
+    work = [f"{exact[key]:,} {label}" for key, label in (("candidates", "candidate groups"),
+                                                         ("sets_visited", "sets visited"), ("states", "states"),
+                                                         ("rounds", "solver rounds")) if key in exact]
+    line = (f"exact search       {exact['method']}: {', '.join(work) or 'no work needed'}"
+            f"{', stopped at ' + exact['stopped'] if 'stopped' in exact else ''}{stopped}\n")
+    if evaluated > 1:  # auto went on: local search seeded with the solver's and the interval DP's plans
+        line += f"plans evaluated    {evaluated} of {budget} (local search after the exact search)\n"
+    return line
 
 
 def _optimality_line(value: float, search: dict) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
-    print_table, resolve_accelerator, load_model,
+    print_table, plan_hardware, resolve_accelerator, load_model,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
@@ -48,13 +48,7 @@ def report_command(
     graph = load_model(model, input_shape, plan_file.passes)
     accelerator = None
     if hardware is not None:
-        accelerator = resolve_accelerator(hardware, None, None)
-        if (accelerator.buffer is not None and accelerator.buffer_bytes != plan_file.buffer_bytes) or \
-                (accelerator.bytes_per_element is not None and accelerator.element_bytes != plan_file.bytes_per_element):
-            raise FuseplanError(f"--hardware {hardware} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
-                                f"{accelerator.element_bytes}-byte elements; the plan was made for "
-                                f"{format_bytes(plan_file.buffer_bytes)} and {plan_file.bytes_per_element}")
-        accelerator = accelerator.with_overrides(plan_file.buffer_bytes, plan_file.bytes_per_element)
+        accelerator = plan_hardware(hardware, plan_file)
     problem, document = reprice_plan_file(graph, plan_file, accelerator)
     if output is not None:
         write_plan_report(problem, document, output)

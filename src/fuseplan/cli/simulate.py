@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from fuseplan.cli.common import app, stdout, stderr, ModelArg, JsonOpt, print_table, resolve_accelerator
+from fuseplan.cli.common import app, stdout, stderr, ModelArg, JsonOpt, print_table, plan_hardware
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.graph import CompGraph, parse_input_shape
@@ -47,12 +47,7 @@ def simulate(
     plan_file = read_plan_file(plan_path)
     buffer_bytes, width = plan_file.buffer_bytes, plan_file.bytes_per_element
     if hardware is not None:
-        accelerator = resolve_accelerator(hardware, None, None)
-        if (accelerator.buffer is not None and accelerator.buffer_bytes != buffer_bytes) or \
-                (accelerator.bytes_per_element is not None and accelerator.element_bytes != width):
-            raise FuseplanError(f"--hardware {hardware} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
-                                f"{accelerator.element_bytes}-byte elements; the plan was made for "
-                                f"{format_bytes(buffer_bytes)} and {width}")
+        plan_hardware(hardware, plan_file)
     try:
         import onnxruntime  # noqa: F401
     except ImportError:

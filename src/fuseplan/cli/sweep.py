@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -39,7 +40,7 @@ RayAddressOpt = Annotated[Optional[str], typer.Option(
 
 
 def _run_sweep_with_progress(config, out: Path, executor, retry_failed: bool = False, label: str = ""):
-    """Run a sweep with a progress bar (cells done, failures) on stderr; failed cells are named on stderr."""
+    """Run a sweep with a progress bar (cells done, failures) on stderr; each cell's record keeps its error."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuseplan.sweep import run_sweep
@@ -55,14 +56,30 @@ def _run_sweep_with_progress(config, out: Path, executor, retry_failed: bool = F
 
     def recorded(record: dict, done: int, failed: int) -> None:
         progress.update(task, advance=1, failed=failed)
-        if record["status"] != "ok":
-            cell = record["cell"]
-            progress.console.print(f"cell {record['key']} failed ({cell['model']} {cell['scheme']} {cell['search']} "
-                                   f"{cell['splitter']} seed {cell['seed']}): {record['error']}",
-                                   highlight=False, markup=False)
 
     with progress:
         return run_sweep(config, out, executor, retry_failed=retry_failed, on_start=started, on_record=recorded)
+
+
+def _failed_cells(config, directory: Path) -> list[dict]:
+    """The records of ``config``'s cells in ``directory`` that failed, in this run or an earlier one."""
+    from fuseplan.sweep.store import SweepStore
+
+    keys = {cell.key for cell in config.cells}
+    return [record for record in SweepStore(directory).records()
+            if record["key"] in keys and record.get("status") != "ok"]
+
+
+def _failures_line(failed: list[dict], total: int, where: str) -> str:
+    """How many cells failed and why, in one line: the commonest error, with one cell it stopped."""
+    reasons = Counter(" ".join(str(record.get("error", "no error recorded")).split()) for record in failed)
+    reason, count = reasons.most_common(1)[0]
+    example = next(record for record in failed
+                   if " ".join(str(record.get("error", "no error recorded")).split()) == reason)["cell"]
+    others = f"; {len(reasons) - 1} other error(s)" if len(reasons) > 1 else ""
+    return (f"error: {len(failed)} of {total} cells failed; {count} with {reason} (e.g. {example.get('model')} "
+            f"{example.get('scheme')} {example.get('search')} {example.get('splitter')} seed {example.get('seed')})"
+            f"{others}; each cell's error is in {where}")
 
 
 @sweep_app.command("run")
@@ -77,7 +94,8 @@ def sweep_run(
         "--seed", min=0, help="Run only this seed (replaces the config's seeds).")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run failed cells again.")] = False,
 ) -> None:
-    """Run every cell of a grid that the sweep directory has no result for (exit 1 if any cell failed)."""
+    """Run every cell of a grid that the sweep directory has no result for (exit 1 if any cell of the grid failed,
+    in this run or an earlier one not retried)."""
     from fuseplan.sweep import load_config, make_executor
 
     config = load_config(config_file, {"seeds": None if seed is None else [seed]})
@@ -86,7 +104,9 @@ def sweep_run(
     outcome = _run_sweep_with_progress(config, out, runner, retry_failed)
     stdout.print(f"{outcome.total} cells: {outcome.skipped} already done, {outcome.ran} run, {outcome.failed} failed; "
                  f"results in {out} (summarize with `fuseplan sweep summarize {out}`)", highlight=False)
-    if outcome.failed:
+    failed = _failed_cells(config, out)
+    if failed:
+        stderr.print(_failures_line(failed, outcome.total, str(out / "cells")), highlight=False, markup=False)
         raise typer.Exit(1)
 
 
@@ -125,7 +145,8 @@ def reproduce_command(
         "--publish", metavar="DOCS_DIR", help="Also write results.md and its figures (images/) into DOCS_DIR, "
         "replacing the ones there.")] = None,
 ) -> None:
-    """Regenerate the reference paper's tables and figures with our columns beside its figures (docs/reproduce.md)."""
+    """Regenerate the reference paper's tables and figures with our columns beside its figures (docs/reproduce.md);
+    exit 1 if any cell of the sweeps run failed."""
     from fuseplan.sweep import make_executor
     from fuseplan.sweep.reproduce import reproduce
 
@@ -134,10 +155,15 @@ def reproduce_command(
     runner = None if render_only else make_executor(executor.value, jobs, ray_address)
     command = " ".join(["fuseplan reproduce", *names, *(["--quick"] if quick else []), "--executor",
                         executor.value])
+    swept = []  # (config, directory) of every sweep run, for the failures afterwards
+
+    def run_cells(config, directory: Path, ex):
+        swept.append((config, directory))
+        return _run_sweep_with_progress(config, directory, ex)
+
     path, parts = reproduce(targets, out, runner, quick, command,
                             log=lambda line: stderr.print(line, highlight=False, markup=False),
-                            run_cells=lambda config, directory, ex: _run_sweep_with_progress(config, directory, ex),
-                            render_only=render_only, publish=publish)
+                            run_cells=run_cells, render_only=render_only, publish=publish)
     for part in parts:
         if part.missing or part.missing_optima:
             what = (f"{len(part.missing)} of {part.expected} cells" if part.expected else "its results") + (
@@ -146,3 +172,10 @@ def reproduce_command(
                          markup=False)
     stdout.print(f"tables and figures written to {out} (summary: {path}, results page: {out / 'results.md'}"
                  + (f", published to {publish / 'results.md'}" if publish is not None else "") + ")", highlight=False)
+    failed_by_sweep = {directory / "cells": _failed_cells(config, directory) for config, directory in swept}
+    failed = [record for records in failed_by_sweep.values() for record in records]
+    if failed:
+        total = sum(len(config.cells) for config, _ in swept)
+        where = ", ".join(str(cells) for cells, records in failed_by_sweep.items() if records)
+        stderr.print(_failures_line(failed, total, where), highlight=False, markup=False)
+        raise typer.Exit(1)

@@ -13,22 +13,22 @@ from fuseplan.graph import load_graph
 
 @app.command("zoo")
 def zoo_command(as_json: JsonOpt = False) -> None:
-    """List the bundled models."""
+    """List the bundled models: the reference paper's CNNs and the transformer encoders."""
     entries = []
-    for name in zoo.names():
+    for kind, name in [*(("CNN", n) for n in zoo.names()), *(("transformer", n) for n in zoo.transformer_names())]:
         graph = load_graph(name)
         shape = next(iter(graph.input_shapes.values()))
-        entries.append({"name": name, "nodes": len(graph.nodes), "edges": len(graph.edges),
+        entries.append({"name": name, "kind": kind, "nodes": len(graph.nodes), "edges": len(graph.edges),
                         "params": graph.weight_numel, "input_shape": list(shape),
                         "source": graph.metadata.get("fuseplan.source", "")})
     if as_json:
         print(json.dumps(entries, indent=2))
         return
     table = Table(title="fuseplan model zoo")
-    for column, justify in (("name", "left"), ("nodes", "right"), ("edges", "right"),
+    for column, justify in (("name", "left"), ("kind", "left"), ("nodes", "right"), ("edges", "right"),
                             ("params", "right"), ("input shape", "left")):
         table.add_column(column, justify=justify)
     for e in entries:
-        table.add_row(e["name"], str(e["nodes"]), str(e["edges"]), f"{e['params']:,}",
+        table.add_row(e["name"], e["kind"], str(e["nodes"]), str(e["edges"]), f"{e['params']:,}",
                       "x".join(map(str, e["input_shape"])))
     print_table(table)

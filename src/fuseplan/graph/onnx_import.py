@@ -296,9 +296,9 @@ def model_path(source: str | Path) -> tuple[Path, str]:
     from fuseplan import zoo
     from fuseplan.graph.torch_import import FACTORY_PATTERN, exported_factory
 
-    if FACTORY_PATTERN.match(str(source)) and not Path(source).exists():
-        exported = exported_factory(str(source))
-        return exported, exported.stem
+    match = FACTORY_PATTERN.match(str(source))
+    if match and not Path(source).exists():  # named module:factory, after the file rather than the function
+        return exported_factory(str(source)), f"{Path(match['file']).stem}:{match['factory']}"
     path = Path(source)
     if not path.exists() and str(source) in zoo.names() + zoo.transformer_names():
         return zoo.path(str(source)), str(source)

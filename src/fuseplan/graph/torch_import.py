@@ -7,17 +7,24 @@ exporter uses). Nothing else in fuseplan imports torch.
   data file with :func:`save_torch_onnx`);
 * :func:`graph_from_torch` returns the graph ready to plan;
 * :func:`export_factory` runs ``path/to/module.py:factory`` (the command line's
-  ``MODEL`` form): ``factory()`` returns ``(module, example_inputs)``.
+  ``MODEL`` form): ``factory()`` returns ``(module, example_inputs)``;
+  :func:`exported_factory` keeps its export in a cache keyed by the file's
+  content and the factory's name, so only the first command pays for torch's
+  exporter.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import io
 import logging
+import os
 import re
+import shutil
 import sys
+import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -179,17 +186,71 @@ def export_factory(spec: str, directory: str | Path) -> Path:
                            external_data=weight_bytes > EXTERNAL_DATA_ABOVE)
 
 
-_exports: dict[str, Path] = {}
+#: Where exports of ``module.py:factory`` are kept between commands; the environment variable overrides it.
+EXPORT_CACHE_ENV = "FUSEPLAN_TORCH_CACHE"
 
 
-def exported_factory(spec: str) -> Path:
-    """The ONNX file of ``spec``, exported once per process into a temporary directory removed at exit."""
-    if spec not in _exports:
-        import atexit
-        import shutil
-        import tempfile
+def default_export_cache() -> Path:
+    """``$FUSEPLAN_TORCH_CACHE``, else ``~/.cache/fuseplan/torch-exports`` (beside the latency cache)."""
+    given = os.environ.get(EXPORT_CACHE_ENV)
+    return Path(given) if given else Path.home() / ".cache" / "fuseplan" / "torch-exports"
 
-        directory = tempfile.mkdtemp(prefix="fuseplan-torch-")
-        atexit.register(shutil.rmtree, directory, True)
-        _exports[spec] = export_factory(spec, directory)
-    return _exports[spec]
+
+def export_key(spec: str) -> str:
+    """What an export of ``spec`` depends on: the file's content, the factory's name and torch's version.
+
+    (Modules the file imports are not hashed: edit the factory's own file, or clear the cache, after
+    changing them.)
+    """
+    match = FACTORY_PATTERN.match(spec)
+    if match is None:
+        raise FuseplanError(f"{spec!r} is not of the form path/to/module.py:factory")
+    path = Path(match["file"])
+    if not path.is_file():
+        raise FuseplanError(f"{path}: no such Python file")
+    from fuseplan.files import read_input
+
+    digest = hashlib.sha256(read_input(path, "Python file"))
+    for part in (match["factory"], _package_version("torch"), _package_version("onnxscript")):
+        digest.update(b"\0" + part.encode())
+    return digest.hexdigest()[:32]
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def exported_factory(spec: str, cache: Path | None = None) -> Path:
+    """The ONNX file of ``spec``, exported once and kept in ``cache`` (default :func:`default_export_cache`)
+    under :func:`export_key`, so later commands on the same file and factory skip torch's exporter.
+
+    Each export is written into a directory of its own and renamed into place whole, so a reader never
+    sees half an export, and writers exporting the same key at once keep the first one renamed.
+    """
+    root = Path(cache) if cache is not None else default_export_cache()
+    key = export_key(spec)
+    factory = FACTORY_PATTERN.match(spec)["factory"]
+    final = root / key / f"{factory}.onnx"
+    if final.is_file():
+        return final
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+    except OSError as exc:
+        raise FuseplanError(f"cannot write the export cache {root} ({exc.strerror or exc}); set "
+                            f"{EXPORT_CACHE_ENV} to a writable directory") from None
+    try:
+        export_factory(spec, staging)
+        try:
+            os.rename(staging, root / key)
+        except OSError:  # another writer renamed the same export into place first: keep theirs
+            if not final.is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final

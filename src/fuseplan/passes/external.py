@@ -53,7 +53,7 @@ from fuseplan.errors import FuseplanError
 from fuseplan.passes.base import Pass
 from fuseplan.passes.prepare import _infer_shapes
 
-PASSES_HINT = "external passes need the passes extra: run pip install -e '.[passes,rewrite]' in the fuseplan checkout"
+PASSES_HINT = "external passes need the passes extra: run pip install -e '.[passes]' in the fuseplan checkout"
 
 # onnxoptimizer passes that change what the model computes, split it into several models or rename its inputs and
 # outputs (its interface: a caller feeds inputs by name): not optimisations.

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.report.figures import _save
+from fuseplan.units import MB
 
 
 def plot_pass_search(model: str, graphs: Sequence[Mapping[str, Any]], front: Sequence[str], path: Path) -> None:
@@ -22,11 +23,11 @@ def plot_pass_search(model: str, graphs: Sequence[Mapping[str, Any]], front: Seq
 
     verified = [g for g in graphs if g["verified"] and g["latency_seconds"] is not None]
     priced = [g["dram_bytes"] for g in verified if g["dram_bytes"] is not None]
-    edge = (max(priced) * 1.15 if priced else 1.0) / 1e6
+    edge = (max(priced) * 1.15 if priced else 1.0) / MB
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
 
     def x(graph: Mapping[str, Any]) -> float:
-        return edge if graph["dram_bytes"] is None else graph["dram_bytes"] / 1e6
+        return edge if graph["dram_bytes"] is None else graph["dram_bytes"] / MB
 
     on_front = [g for g in verified if g["hash"] in front]
     others = [g for g in verified if g["hash"] not in front]
@@ -42,7 +43,7 @@ def plot_pass_search(model: str, graphs: Sequence[Mapping[str, Any]], front: Seq
     if priced and len(priced) < len(verified):
         ax.axvline(edge, color="lightgrey", linestyle=":")
         ax.text(edge, ax.get_ylim()[1], " no DRAM figure", fontsize=7, va="top", rotation=90)
-    ax.set_xlabel("DRAM traffic of the best plan (MB)")
+    ax.set_xlabel("DRAM traffic of the best plan (MB, 1 MB = 1024 KB = 1,048,576 B)")
     ax.set_ylabel("onnxruntime latency (ms, median)")
     ax.set_title(f"{model}: graphs of the pass search")
     ax.grid(alpha=0.3)
