@@ -25,6 +25,7 @@ import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
@@ -76,6 +77,117 @@ def read_input(path: str | Path, what: str = "file", limit: int = MAX_INPUT_BYTE
     if len(data) > limit:
         raise FuseplanError(f"{path}: more than the {limit} bytes a {what} may have")
     return data
+
+
+# -- structured text ---------------------------------------------------------
+#: Deepest nesting of a JSON or YAML input; fuseplan's own files nest fewer than 10 levels.
+MAX_NESTING = 64
+#: Most values a YAML input may expand to once its aliases are followed (a billion-laughs file expands to 10^9).
+MAX_YAML_VALUES = 1_000_000
+
+
+def json_depth(data: bytes) -> int:
+    """How deep the arrays and objects of the JSON text ``data`` nest, found without parsing it."""
+    import re
+
+    import numpy as np
+
+    brackets = re.sub(rb'"(?:[^"\\]|\\.)*"', b"", data).translate(None, bytes(set(range(256)) - set(b"[]{}")))
+    if not brackets:
+        return 0
+    steps = np.frombuffer(brackets, dtype=np.uint8)
+    return int(np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1)).max())
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(data: bytes, origin: str | Path, what: str) -> object:
+    """The strict JSON document in ``data`` (no NaN or Infinity, at most :data:`MAX_NESTING` levels deep);
+    any problem is one :class:`FuseplanError` naming ``origin`` and ``what`` it should have been."""
+    import json
+
+    if json_depth(data) > MAX_NESTING:
+        raise FuseplanError(f"{origin}: not a {what} (JSON nested too deeply: more than {MAX_NESTING} levels)")
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise FuseplanError(f"{origin}: not a {what} (not UTF-8 text)") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError, and so is a NaN or Infinity
+        raise FuseplanError(f"{origin}: not a {what} (invalid JSON: {exc})") from None
+
+
+def read_json(path: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> object:
+    """:func:`parse_json` of the file at ``path`` (read by :func:`read_input`)."""
+    return parse_json(read_input(path, what, limit), path, what)
+
+
+def parse_yaml(text: str, origin: str | Path, what: str) -> object:
+    """The YAML document in ``text``, safely loaded, at most :data:`MAX_NESTING` levels deep and
+    :data:`MAX_YAML_VALUES` values once its aliases are expanded; a YAML syntax error is raised as
+    PyYAML's ``yaml.YAMLError`` for the caller to describe, a cap as a :class:`FuseplanError`."""
+    import yaml
+
+    loader = _capped_loader()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_values(node, {}) > MAX_YAML_VALUES:
+            raise FuseplanError(f"{origin}: not a {what} (its YAML aliases expand it to more than "
+                                f"{MAX_YAML_VALUES:,} values)")
+        return loader.construct_document(node)
+    except _TooDeep:
+        raise FuseplanError(f"{origin}: not a {what} (YAML nested too deeply: more than {MAX_NESTING} "
+                            "levels)") from None
+    except yaml.constructor.ConstructorError as exc:
+        raise FuseplanError(f"{origin}: not a {what} ({exc.problem or exc})") from None
+    finally:
+        loader.dispose()
+
+
+@lru_cache(maxsize=None)
+def _capped_loader():
+    import yaml
+
+    class CappedLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, refusing documents nested deeper than :data:`MAX_NESTING` while it
+        composes them (its composer recurses once per level)."""
+
+        depth = 0
+
+        def compose_node(self, parent, index):
+            self.depth += 1
+            try:
+                if self.depth > MAX_NESTING:
+                    raise _TooDeep
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return CappedLoader
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _expanded_values(node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` stands for with every alias followed (each shared node counted per use)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if isinstance(node.value, list):
+        total = 1
+        for item in node.value:
+            for part in (item if isinstance(item, tuple) else (item,)):  # a mapping's (key, value) pairs
+                total += _expanded_values(part, sizes)
+                if total > MAX_YAML_VALUES:
+                    break
+    else:
+        total = 1
+    sizes[id(node)] = total
+    return total
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

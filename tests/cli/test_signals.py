@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 import fuseplan.cli as cli
-from fuseplan.cli import signals as cli_signals
+from fuseplan.cli import rewrite as cli_rewrite, signals as cli_signals
 import fuseplan.plan.io as plan_io
 import fuseplan.rewrite.run as rewrite_run
 from fuseplan.rewrite import search as rewrite_search
@@ -81,7 +81,7 @@ POINTS = {
     "greedy": lambda n, m: after_judging("greedy", n, m),
     "relaxed": lambda n, m: after_judging("relaxed", n, m),
     "measure": lambda n, m: hook_on(rewrite_run, "measure_latency", n, m),  # after it, before the write
-    "write-model": lambda n, m: hook_on(cli, "save_onnx", n, m),
+    "write-model": lambda n, m: hook_on(cli_rewrite, "save_onnx", n, m),  # the rewrite command's write
     "write-plan": lambda n, m: hook_on(plan_io, "write_json", n, m),
 }
 for point, count, marker in json.loads(sys.argv[1]):

@@ -61,7 +61,7 @@ def test_bad_dataset_directories(tmp_path, small_dataset):
     with pytest.raises(FuseplanError, match="not a dataset directory"):
         load_dataset(tmp_path, "lbdf")
     (tmp_path / "meta.json").write_text("{broken")
-    with pytest.raises(FuseplanError, match="corrupt dataset metadata"):
+    with pytest.raises(FuseplanError, match=r"not a dataset metadata file \(invalid JSON"):
         load_dataset(tmp_path, "lbdf")
     out, meta = small_dataset
     stale = tmp_path / "stale"

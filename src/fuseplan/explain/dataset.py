@@ -21,7 +21,7 @@ import numpy as np
 
 from fuseplan.cost import COST_MODEL_VERSION, label_version, make_cost_model
 from fuseplan.errors import FuseplanError
-from fuseplan.files import atomic_directory, atomic_file, check_input, read_input, write_text
+from fuseplan.files import atomic_directory, atomic_file, check_input, read_json, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
                                        static_features)
 from fuseplan.graph import CompGraph, load_graph
@@ -209,10 +209,7 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
     meta_path = directory / "meta.json"
     if not directory.is_dir() or not meta_path.exists():
         raise FuseplanError(f"{directory}: not a dataset directory (no meta.json); build one with `fuseplan dataset build`")
-    try:
-        meta = json.loads(read_input(meta_path, "dataset metadata file", MAX_META_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise FuseplanError(f"{meta_path}: corrupt dataset metadata ({type(exc).__name__})") from None
+    meta = read_json(meta_path, "dataset metadata file", MAX_META_BYTES)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise FuseplanError(f"{directory}: not a fuseplan group dataset")
     if meta.get("feature_version") != FEATURE_VERSION or meta.get("vocabulary") != list(OP_VOCABULARY):

@@ -44,6 +44,21 @@ FLOAT_TYPES = frozenset({
 _SOURCE_OPS = frozenset({"Shape", "Size"})  # constant once shapes are static
 
 
+#: Most elements one tensor may have (16 GiB at four bytes each). Pricing would cope with more, but the
+#: simulator, the rewrite verification and the pass search hold tensors in memory, and no network fuseplan
+#: plans comes near it (the zoo's largest tensor has fewer than 2^22 elements).
+MAX_TENSOR_ELEMENTS = 2**32
+
+
+def check_tensor_sizes(shapes: Mapping[str, Sequence[int] | None], origin: str | Path) -> None:
+    """Refuse, in one line, a model with a tensor of more than :data:`MAX_TENSOR_ELEMENTS` elements."""
+    for name, shape in shapes.items():
+        if shape is not None and prod(shape) > MAX_TENSOR_ELEMENTS:
+            raise FuseplanError(f"{origin}: tensor {name!r} of shape {'x'.join(map(str, shape))} has "
+                                f"{prod(shape):,} elements, more than the {MAX_TENSOR_ELEMENTS:,} (2^32) "
+                                "element cap of one tensor")
+
+
 def read_model(path: str | Path) -> onnx.ModelProto:
     """Load an ONNX file without its external weight data, or fail with one clear line.
 
@@ -69,6 +84,7 @@ def read_model(path: str | Path) -> onnx.ModelProto:
                     f"{path}: not a complete ONNX model (node {node.name or node.op_type!r} reads {name!r}, "
                     "which nothing defines; is the file truncated?)"
                 )
+    check_tensor_sizes(known_shapes(model)[0], path)
     return model
 
 
@@ -139,6 +155,7 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
     occurrence = _name_occurrences(model)
     graph = model.graph
     shapes, types = known_shapes(model)
+    check_tensor_sizes(shapes, name)  # the shapes inference found, beside those the file declared
     initializers = {init.name: init for init in graph.initializer}
     nodes = list(graph.node)
 

@@ -22,9 +22,7 @@ import io
 import logging
 import os
 import re
-import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -229,28 +227,21 @@ def exported_factory(spec: str, cache: Path | None = None) -> Path:
     """The ONNX file of ``spec``, exported once and kept in ``cache`` (default :func:`default_export_cache`)
     under :func:`export_key`, so later commands on the same file and factory skip torch's exporter.
 
-    Each export is written into a directory of its own and renamed into place whole, so a reader never
-    sees half an export, and writers exporting the same key at once keep the first one renamed.
+    Each export is written into a directory of its own and renamed into place whole
+    (:func:`~fuseplan.files.atomic_directory`), so a reader never sees half an export, and of writers
+    exporting the same key at once the first to rename keeps its export.
     """
+    from fuseplan.files import atomic_directory
+
     root = Path(cache) if cache is not None else default_export_cache()
     key = export_key(spec)
-    factory = FACTORY_PATTERN.match(spec)["factory"]
-    final = root / key / f"{factory}.onnx"
+    final = root / key / f"{FACTORY_PATTERN.match(spec)['factory']}.onnx"
     if final.is_file():
         return final
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-    except OSError as exc:
-        raise FuseplanError(f"cannot write the export cache {root} ({exc.strerror or exc}); set "
-                            f"{EXPORT_CACHE_ENV} to a writable directory") from None
-    try:
-        export_factory(spec, staging)
-        try:
-            os.rename(staging, root / key)
-        except OSError:  # another writer renamed the same export into place first: keep theirs
-            if not final.is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with atomic_directory(root / key) as staging:
+            export_factory(spec, staging)
+    except (OSError, FuseplanError):
+        if not final.is_file():  # not another writer's export that got there first
+            raise
     return final

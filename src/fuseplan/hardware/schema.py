@@ -98,14 +98,17 @@ def _describe(error: ValidationError, origin: str) -> str:
 
 def parse_hardware(text: str, origin: str = "hardware file") -> Hardware:
     """A :class:`Hardware` from YAML text, or a :class:`FuseplanError` of one line naming the bad key."""
+    from fuseplan.files import parse_yaml
+
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text, origin, "hardware file")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise FuseplanError(f"{origin}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
     if data is None:
-        data = {}
+        raise FuseplanError(f"{origin}: empty; a hardware file describes the accelerator in at least one key "
+                            "(see docs/hardware.md)")
     if not isinstance(data, dict):
         raise FuseplanError(f"{origin}: expected a mapping of keys to values, got {type(data).__name__}")
     try:

@@ -43,7 +43,7 @@ from typing import Any
 import onnx
 
 from fuseplan.errors import FuseplanError
-from fuseplan.files import read_input, write_text
+from fuseplan.files import read_json, write_text
 from fuseplan.passes.base import run_passes
 from fuseplan.passes.external import light_model, require_external_passes
 from fuseplan.passes.hashing import structural_hash
@@ -416,7 +416,7 @@ def cached_prune(model: onnx.ModelProto, cache_dir: Path | None, names: Sequence
     path = cache_path(cache_dir, architecture_signature(model), names)
     if path.exists():
         try:
-            pruning = Pruning.from_json(json.loads(read_input(path, "pruning cache")))
+            pruning = Pruning.from_json(read_json(path, "pruning cache"))
             if list(pruning.verdicts) == names:
                 pruning.cached = True
                 return pruning

@@ -16,7 +16,7 @@ import onnx
 
 from fuseplan.cost import COST_MODEL_VERSION, CostModel
 from fuseplan.errors import FuseplanError
-from fuseplan.files import read_input, write_text
+from fuseplan.files import read_json, write_text
 from fuseplan.graph.onnx_import import prepare_model
 from fuseplan.passes import Pass, passes_from_records, preserves_operators
 from fuseplan.plan.plan import Plan
@@ -137,13 +137,7 @@ MAX_PLAN_BYTES = 256 * 1024**2
 
 def read_plan_file(path: Path) -> PlanFile:
     """Read and shape-check a plan.json; any problem is one clear :class:`FuseplanError`."""
-    data = read_input(path, "plan file", MAX_PLAN_BYTES)
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FuseplanError(f"{path}: not a plan file (invalid JSON: {exc})") from None
-    except RecursionError:  # the standard parser recurses once per nesting level
-        raise FuseplanError(f"{path}: not a plan file (JSON nested too deeply)") from None
+    document = read_json(path, "plan file", MAX_PLAN_BYTES)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise FuseplanError(f"{path}: not a plan file (expected \"format\": \"{FORMAT}\")")
     if document.get("version") not in READABLE_VERSIONS:

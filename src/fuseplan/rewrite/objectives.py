@@ -22,7 +22,7 @@ import onnx
 
 from fuseplan.cost import CostModel, GroupCost, make_cost_model
 from fuseplan.errors import FuseplanError
-from fuseplan.files import read_input, write_text
+from fuseplan.files import read_json, write_text
 from fuseplan.graph import CompGraph, graph_from_model
 from fuseplan.passes.prepare import known_shapes, node_attributes
 from fuseplan.plan import FusionProblem
@@ -394,9 +394,9 @@ class LatencyObjective(Objective):
         self.times: dict[str, float] = {}
         if self.cache_path.exists():
             try:
-                loaded = json.loads(read_input(self.cache_path, "latency cache"))
+                loaded = read_json(self.cache_path, "latency cache")
                 self.times = {str(k): float(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
-            except (ValueError, TypeError, UnicodeDecodeError):
+            except (FuseplanError, ValueError, TypeError):
                 self.times = {}  # a damaged cache is rebuilt
         self.measured = 0
         self.unmeasurable: dict[str, str] = {}  # configurations onnxruntime cannot run alone -> operator type

@@ -33,7 +33,7 @@ from typing import Any
 from fuseplan import zoo
 from fuseplan.cost import SCHEMES, scheme_version
 from fuseplan.errors import FuseplanError
-from fuseplan.files import read_input
+from fuseplan.files import parse_yaml, read_input
 from fuseplan.search import ALGORITHMS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import parse_size
@@ -207,7 +207,7 @@ def load_yaml(path: Path) -> Any:
 
     text = read_input(path, "sweep config", MAX_CONFIG_BYTES)
     try:
-        return yaml.safe_load(text.decode("utf-8"))
+        return parse_yaml(text.decode("utf-8"), path, "YAML sweep config")
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 1})" if where is not None else ""

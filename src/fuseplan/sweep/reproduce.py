@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.errors import FuseplanError
-from fuseplan.files import atomic_file, check_output_dir, read_input, write_bytes, write_text
+from fuseplan.files import atomic_file, check_output_dir, read_json, write_bytes, write_text
 from fuseplan.sweep.config import AXES, SweepConfig, parse_config
 from fuseplan.sweep.executors import Executor
 from fuseplan.sweep.store import SweepStore, run_sweep
@@ -397,7 +397,7 @@ def render_target(target: str, out: Path, quick: bool, log: Callable[[str], None
         extras = fig3_extras(quick)
         stored = directory / "fig3.json"
         if stored.is_file():
-            meta = json.loads(read_input(stored, "Fig. 3 results"))
+            meta = read_json(stored, "Fig. 3 results")
             body = _fig3(meta, extras, directory, paper["fig3"])
             result = TargetResult(target, extras["title"], "", extras=extras, figures=["fig3.png"], fig3=meta)
         else:

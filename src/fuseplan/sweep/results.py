@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.cost import SCHEMES
-from fuseplan.files import read_input
+from fuseplan.errors import FuseplanError
+from fuseplan.files import read_json
 from fuseplan.sweep.reproduce import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
                                       table2_paper, table34_paper)
 
@@ -382,10 +383,10 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
     path = out / RUNS_FILE
     if path.is_file():
         try:
-            document = json.loads(read_input(path, "reproduce record"))
+            document = read_json(path, "reproduce record")
             if isinstance(document, dict) and isinstance(document.get("runs"), list):
                 return document["runs"]
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except FuseplanError:
             pass
     legacy = out / "reproduce.md"
     if legacy.is_file():  # written by versions that kept no reproduce.json: its header names the run

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.errors import FuseplanError
-from fuseplan.files import check_output_dir, read_input, write_text
+from fuseplan.files import check_output_dir, read_json, write_text
 from fuseplan.sweep.config import SweepConfig
 from fuseplan.sweep.executors import Executor
 
@@ -59,9 +59,9 @@ class SweepStore:
 
     def _read_index(self, path: Path) -> dict[str, Any]:
         try:
-            index = json.loads(read_input(path, "sweep index", MAX_RECORD_BYTES))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            index = None
+            index = read_json(path, "fuseplan sweep index", MAX_RECORD_BYTES)
+        except FuseplanError as exc:  # its reason, and what to do
+            raise FuseplanError(f"{exc}; choose another --out directory") from None
         if not isinstance(index, dict) or index.get("format") != FORMAT or not isinstance(index.get("runs"), list):
             raise FuseplanError(f"{path}: not a fuseplan sweep index; choose another --out directory")
         return index
@@ -82,8 +82,8 @@ class SweepStore:
             if path.name.endswith(".plan.json") or path.name.startswith("."):
                 continue
             try:
-                record = json.loads(read_input(path, "sweep record", MAX_RECORD_BYTES))
-            except (FuseplanError, UnicodeDecodeError, json.JSONDecodeError):
+                record = read_json(path, "sweep record", MAX_RECORD_BYTES)
+            except FuseplanError:
                 continue
             if isinstance(record, dict) and record.get("key") == path.stem and isinstance(record.get("cell"), dict):
                 yield record

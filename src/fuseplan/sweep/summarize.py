@@ -20,7 +20,7 @@ from typing import Any
 
 from fuseplan.cost import scheme_version
 from fuseplan.errors import FuseplanError
-from fuseplan.files import check_output_dir, read_input, write_bytes, write_text
+from fuseplan.files import check_output_dir, read_json, write_bytes, write_text
 from fuseplan.search import solve_exact
 from fuseplan.sweep.config import Cell
 from fuseplan.sweep.store import SweepStore
@@ -56,8 +56,8 @@ def load_optima(path: Path) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
     try:
-        cached = json.loads(read_input(path, "optima cache"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        cached = read_json(path, "optima cache")
+    except FuseplanError:  # a damaged cache is solved again
         return {}
     if not isinstance(cached, dict):
         return {}
