@@ -16,7 +16,7 @@ from fuseplan.graph import load_graph
 from fuseplan.plan import FusionProblem
 from fuseplan.plan.io import plan_document
 from fuseplan.plan.plan import Plan
-from fuseplan.report.html import layers, plan_report_html
+from fuseplan.report.html import plan_report_html
 from fuseplan.units import parse_size
 from tests.builders import two_convs
 from tests.cli.test_cli import assert_one_line_error, fuseplan
@@ -147,14 +147,6 @@ def test_report_path_checked_before_the_search(tmp_path):
     assert_one_line_error(fuseplan("report", "mobilenet_v2", tmp_path / "plan.json", "-o", tmp_path), "directory")
 
 
-def test_layers_follow_the_longest_path():
-    graph = load_graph("resnet18")
-    depth = layers(graph)
-    for i, j in graph.edges:
-        assert depth[j] > depth[i]
-    assert any(depth[j] > depth[i] + 1 for i, j in graph.edges)  # skip connections span layers
-
-
 def test_hostile_names_are_escaped(tmp_path):
     model = two_convs()
     hostile = "</script><script>alert(1)</script>"
@@ -242,20 +234,6 @@ def test_svg_picture_draws_every_node_and_lists_every_group(planned, tmp_path):
     assert [int(text.split(":")[0].split()[1]) for text in legend] == [g["id"] for g in document["groups"]]
     assert not any(v.startswith(("http:", "https:")) for el in root.iter() for k, v in el.attrib.items()
                    if k.endswith("href"))
-
-
-def test_png_picture(planned, tmp_path):
-    import struct
-
-    plan_path, _ = planned
-    picture = tmp_path / "plan.png"
-    result = fuseplan("report", "mobilenet_v2", plan_path, "--png", picture, "--svg", tmp_path / "plan.svg")
-    assert result.returncode == 0, result.stderr
-    data = picture.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    width, height = struct.unpack(">II", data[16:24])
-    assert height > width > 0  # the layers run downwards
-    assert (tmp_path / "plan.svg").exists()
 
 
 def test_report_needs_an_output(planned):
