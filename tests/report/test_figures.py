@@ -31,6 +31,7 @@ def assert_inside(fig, artists) -> None:
     assert tight.x0 >= -0.01 and tight.y0 >= -0.01 and tight.x1 <= inches[0] + 0.01 and tight.y1 <= inches[1] + 0.01
 
 
+@pytest.mark.slow
 def test_plan_picture_of_a_deep_network_keeps_its_legend(tmp_path):
     import matplotlib.pyplot as plt
 

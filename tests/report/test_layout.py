@@ -149,6 +149,7 @@ def test_neighbouring_groups_get_far_apart_hues(model):
     assert len(set(view.colours.values())) > 5  # the palette is used, not two alternating colours
 
 
+@pytest.mark.slow
 def test_efficientnet_squeeze_excitation_edges_drawn_apart():
     """An SE block's scale multiplies the block's input by a gate computed from it: the edge that skips the
     gate is drawn through its own waypoints, not over the gate's operators."""

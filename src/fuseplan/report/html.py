@@ -376,7 +376,7 @@ Click a group, or its row below, for its operators and schedule.</div>
     mark("#network .node", "node", node);
     mark("#groups tbody tr", "group", group, "selected");
     document.querySelectorAll("#operators svg").forEach(function (drawing) {{
-      drawing.hidden = group === null || drawing.dataset.group !== group;
+      drawing.toggleAttribute("hidden", group === null || drawing.dataset.group !== group);  // an SVG has no .hidden
     }});
     mark("#operators .node", "node", node);
   }}
