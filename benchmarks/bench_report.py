@@ -75,6 +75,7 @@ def main() -> None:
     if chromium is None:
         raise SystemExit("error: needs Chromium (Debian package chromium)")
     version = subprocess.run([chromium, "--version"], capture_output=True, text=True).stdout.strip()
+    recorded = provenance()  # the load average as the run begins
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for model in MODELS:
@@ -99,7 +100,7 @@ def main() -> None:
                    "loads": [[load, search] for load, search, _ in loads]}
             rows.append(row)
             print(json.dumps(row))
-    write_results({"benchmark": "report_load", "machine": machine(), **provenance(), "chromium": version,
+    write_results({"benchmark": "report_load", "machine": machine(), **recorded, "chromium": version,
                    "window": "1400x900", "buffer": "256KB", "scheme": "lbdf", "search": "dp",
                    "note": "measured on a shared machine (2 cores, other jobs running); see the load average",
                    "models": rows}, args.out)

@@ -262,17 +262,18 @@ h1 {{ font-size: 18px; margin: 0 0 4px; }}
 main {{ display: flex; gap: 16px; padding: 12px 20px; align-items: flex-start; }}
 #drawing {{ flex: 1 1 auto; min-width: 300px; overflow: auto; max-height: 90vh; border: 1px solid #ddd; }}
 #network {{ display: block; width: 100%; height: auto; }}
-#side {{ flex: 0 0 480px; max-width: 40vw; max-height: 90vh; overflow: auto; }}
+#side {{ flex: 0 1 600px; min-width: 380px; max-width: 45vw; max-height: 90vh; overflow: auto; }}
 #find {{ display: flex; gap: 6px; align-items: center; margin-bottom: 8px; }}
 #search {{ flex: 1; font: inherit; padding: 2px 6px; }}
 #search-status {{ color: #a00; font-size: 12px; }}
 table {{ border-collapse: collapse; width: 100%; margin-bottom: 12px; }}
-th, td {{ padding: 2px 6px; border-bottom: 1px solid #eee; text-align: left; }}
+th, td {{ padding: 2px 4px; border-bottom: 1px solid #eee; text-align: left; }}
+#groups {{ font-size: 13px; }}
 td.num {{ text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }}
 #groups tbody tr {{ cursor: pointer; }}
 #groups tbody tr.selected {{ background: #fff3c4; }}
 .swatch {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; border: 1px solid #888; }}
-.bar {{ width: 90px; height: 10px; background: #eee; }}
+.bar {{ width: 60px; height: 10px; background: #eee; }}
 .bar div {{ height: 100%; background: #4a7fb5; }}
 .bar.dram div {{ background: #c0703a; }}
 svg text {{ font: 11px sans-serif; text-anchor: middle; pointer-events: none; }}
@@ -394,8 +395,13 @@ Click a group, or its row below, for its operators and schedule.</div>
     mark("#operators .node", "node", id);
     showNode(id);
   }}
+  // Scroll the drawing, and only the drawing, to centre the element.
   function reveal(element) {{
-    if (element) {{ element.scrollIntoView({{block: "center", inline: "center"}}); }}
+    if (!element) {{ return; }}
+    var frame = document.getElementById("drawing");
+    var box = element.getBoundingClientRect(), view = frame.getBoundingClientRect();
+    frame.scrollTop += box.top - view.top - (view.height - box.height) / 2;
+    frame.scrollLeft += box.left - view.left - (view.width - box.width) / 2;
   }}
   function find(query) {{
     var wanted = query.trim();
