@@ -91,8 +91,8 @@ def explanation_figure(graph, group, explanation, parts, top: int = 5, title: st
     part_of = {v: k for k, part in enumerate(parts) for v in part}
     palette = plt.get_cmap("tab10")
     # Constrained layout keeps the title and the legend beside the drawing inside the figure.
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values())),
-                           layout="constrained")
+    size = (max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values()))
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=900,
                            node_color=[palette(part_of.get(v, 9) % 10) for v in sub.nodes])
     nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=8)

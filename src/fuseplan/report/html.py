@@ -410,7 +410,9 @@ Click a group, or its row below, for its operators and schedule.</div>
     var id = byName[wanted];
     if (id === undefined) {{
       var lower = wanted.toLowerCase();
-      id = Object.keys(data.nodes).find(function (key) {{ return data.nodes[key].name.toLowerCase().indexOf(lower) >= 0; }});
+      id = Object.keys(data.nodes).find(function (key) {{
+        return data.nodes[key].name.toLowerCase().indexOf(lower) >= 0;
+      }});
     }}
     var number = /^(group\\s*)?(\\d+)$/i.exec(wanted);
     if (number && data.groups[number[2]] && byName[wanted] === undefined) {{

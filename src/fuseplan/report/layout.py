@@ -113,52 +113,21 @@ def longest_path_layers(count: int, edges: Sequence[tuple[int, int]]) -> list[in
 def layered_layout(sizes: Sequence[tuple[float, float]], edges: Sequence[tuple[int, int]],
                    max_width: float) -> Drawing:
     """Boxes of the given ``(width, height)`` for nodes ``0..len(sizes)-1`` and routes for ``edges``, in
-    columns that wrap into bands at most ``max_width`` wide (a band holds at least one column)."""
+    columns that wrap into bands about ``max_width`` wide (wider only where one column is, or where the
+    lanes beside the bands outgrow the room kept for them)."""
     count = len(sizes)
     layer = longest_path_layers(count, edges)
-    order = topological_order(count, edges)
-    rank = {v: k for k, v in enumerate(order)}
-    depth = max(layer, default=-1) + 1
-
-    # Items are ("n", node) or ("w", edge, layer); each edge is a chain of items, one per layer it spans.
-    chains: list[list[tuple]] = []
-    for e, (u, v) in enumerate(edges):
-        a, b = (u, v) if layer[u] <= layer[v] else (v, u)
-        chains.append([("n", a)] + [("w", e, k) for k in range(layer[a] + 1, layer[b])] + [("n", b)])
-    columns: list[list[tuple]] = [[] for _ in range(depth)]
-    for v in sorted(range(count), key=rank.__getitem__):
-        columns[layer[v]].append(("n", v))
-    for chain in chains:
-        for item in chain[1:-1]:
-            columns[item[2]].append(item)
-    before: dict[tuple, list[tuple]] = {}
-    after: dict[tuple, list[tuple]] = {}
-    for chain in chains:
-        for a, b in zip(chain, chain[1:]):
-            if a != b:
-                after.setdefault(a, []).append(b)
-                before.setdefault(b, []).append(a)
+    chains = [_chain(e, u, v, layer) for e, (u, v) in enumerate(edges)]
+    columns, before, after = _columns(count, edges, layer, chains)
     _order_columns(columns, before, after)
 
     def size(item: tuple) -> tuple[float, float]:
         return sizes[item[1]] if item[0] == "n" else (0.0, WAYPOINT)
 
     column_width = [max((size(item)[0] for item in column), default=0.0) for column in columns]
-    reserve = 0.0  # room for the lanes beside the bands, which depend on where the bands wrap
-    for _ in range(3):
-        bands = _bands(column_width, max_width - reserve)
-        band_of = {c: b for b, band in enumerate(bands) for c in band}
-        crossing = [0] * len(bands)  # how many edges wrap from each band to the next
-        for chain in chains:
-            for a, b in zip(chain, chain[1:]):
-                if band_of[_layer_of(a, layer)] != band_of[_layer_of(b, layer)]:
-                    crossing[band_of[_layer_of(a, layer)]] += 1
-        lanes = max(crossing, default=0)
-        if 2 * lanes * LANE + GAP_X * bool(lanes) <= reserve:
-            break
-        reserve = 2 * lanes * LANE + GAP_X * bool(lanes)
+    bands, crossing = _wrap(column_width, chains, layer, max_width)
+    lanes = max(crossing, default=0)
     left = MARGIN + lanes * LANE + (GAP_X / 2 if lanes else 0)
-
     column_x: dict[int, float] = {}
     for band in bands:
         x = left
@@ -166,45 +135,108 @@ def layered_layout(sizes: Sequence[tuple[float, float]], edges: Sequence[tuple[i
             column_x[c] = x
             x += column_width[c] + GAP_X
     centre_y: dict[tuple, float] = {}
-    band_top, band_bottom = [], []
+    band_bottom = []
     top = MARGIN
     for b, band in enumerate(bands):
-        bottom = _stack_band(band, columns, before, layer, size, top, centre_y)
-        band_top.append(top)
-        band_bottom.append(bottom)
-        top = bottom + GAP_Y + crossing[b] * LANE + 2 * GAP_Y
-    boxes = []
-    for v in range(count):
-        width, height = sizes[v]
-        c = layer[v]
-        boxes.append(Box(column_x[c] + (column_width[c] - width) / 2, centre_y[("n", v)] - height / 2, width, height))
-    band_right = [max(column_x[c] + column_width[c] for c in band) for band in bands]
-    right = max(band_right, default=left) + (GAP_X / 2 + lanes * LANE if lanes else 0) + MARGIN
-
+        band_bottom.append(_stack_band(band, columns, before, layer, size, top, centre_y))
+        top = band_bottom[-1] + GAP_Y + crossing[b] * LANE + 2 * GAP_Y
+    boxes = tuple(Box(column_x[layer[v]] + (column_width[layer[v]] - width) / 2, centre_y[("n", v)] - height / 2,
+                      width, height) for v, (width, height) in enumerate(sizes))
+    frame = _Frame(layer, column_x, column_width, {c: b for b, band in enumerate(bands) for c in band},
+                   [column_x[band[-1]] + column_width[band[-1]] for band in bands], band_bottom, left, centre_y,
+                   boxes)
     used = [0] * len(bands)
-    routes: list[tuple[Point, ...]] = []
-    for e, chain in enumerate(chains):
-        points: list[Point] = []
-        for k, item in enumerate(chain):
-            c, y = _layer_of(item, layer), centre_y[item]
-            x0, x1 = column_x[c], column_x[c] + column_width[c]
-            if item[0] == "n":
-                box = boxes[item[1]]
-                x0, x1 = (x0, box.x) if k else (box.x + box.width, x1)
-            if k and band_of[_layer_of(chain[k - 1], layer)] != band_of[c]:
-                b = band_of[c] - 1
-                lane = used[b]
-                used[b] += 1
-                out_x = band_right[b] + GAP_X / 2 + lane * LANE
-                channel_y = band_bottom[b] + GAP_Y + lane * LANE + GAP_Y / 2
-                in_x = left - GAP_X / 2 - lane * LANE
-                last_y = points[-1][1]
-                points += [(out_x, last_y), (out_x, channel_y), (in_x, channel_y), (in_x, y)]
-            points += [(x0, y), (x1, y)]
-        u, v = edges[e]
-        routes.append(tuple(_tidy(points if layer[u] <= layer[v] else points[::-1])))
-    height = max(band_bottom, default=MARGIN) + MARGIN
-    return Drawing(tuple(boxes), tuple(routes), tuple(layer), right, height)
+    routes = []
+    for (u, v), chain in zip(edges, chains):
+        points = _route(chain, frame, used)
+        routes.append(tuple(points if layer[u] <= layer[v] else points[::-1]))
+    right = max(frame.band_right, default=left) + (GAP_X / 2 + lanes * LANE if lanes else 0) + MARGIN
+    return Drawing(boxes, tuple(routes), tuple(layer), right, max(band_bottom, default=MARGIN) + MARGIN)
+
+
+def _chain(edge: int, u: int, v: int, layer: Sequence[int]) -> list[tuple]:
+    """The edge's items, from its lower layer to its higher: its end nodes ``("n", node)`` and a waypoint
+    ``("w", edge, layer)`` in each layer between."""
+    a, b = (u, v) if layer[u] <= layer[v] else (v, u)
+    return [("n", a)] + [("w", edge, k) for k in range(layer[a] + 1, layer[b])] + [("n", b)]
+
+
+def _columns(count: int, edges: Sequence[tuple[int, int]], layer: Sequence[int],
+             chains: list[list[tuple]]) -> tuple[list[list[tuple]], dict, dict]:
+    """Each layer's items (nodes in topological order, then waypoints), and each item's neighbours in
+    the layer before and the layer after."""
+    rank = {v: k for k, v in enumerate(topological_order(count, edges))}
+    columns: list[list[tuple]] = [[] for _ in range(max(layer, default=-1) + 1)]
+    for v in sorted(range(count), key=rank.__getitem__):
+        columns[layer[v]].append(("n", v))
+    before: dict[tuple, list[tuple]] = {}
+    after: dict[tuple, list[tuple]] = {}
+    for chain in chains:
+        for item in chain[1:-1]:
+            columns[item[2]].append(item)
+        for a, b in zip(chain, chain[1:]):
+            if a != b:
+                after.setdefault(a, []).append(b)
+                before.setdefault(b, []).append(a)
+    return columns, before, after
+
+
+def _wrap(column_width: Sequence[float], chains: list[list[tuple]], layer: Sequence[int],
+          max_width: float) -> tuple[list[list[int]], list[int]]:
+    """The bands, and how many edges wrap from each band to the next (each takes a lane of its own,
+    whose room beside the bands is kept from ``max_width``)."""
+    reserve = 0.0
+    for _ in range(3):  # the lanes depend on where the bands wrap, and the room left for the bands on them
+        bands = _bands(column_width, max_width - reserve)
+        band_of = {c: b for b, band in enumerate(bands) for c in band}
+        crossing = [0] * len(bands)
+        for chain in chains:
+            for a, b in zip(chain, chain[1:]):
+                if band_of[_layer_of(a, layer)] != band_of[_layer_of(b, layer)]:
+                    crossing[band_of[_layer_of(a, layer)]] += 1
+        lanes = max(crossing, default=0)
+        needed = 2 * lanes * LANE + GAP_X * bool(lanes)
+        if needed <= reserve:
+            break
+        reserve = needed
+    return bands, crossing
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where everything sits once the layout is placed: what an edge's route is drawn from."""
+
+    layer: Sequence[int]
+    column_x: dict[int, float]
+    column_width: Sequence[float]
+    band_of: dict[int, int]  # by column
+    band_right: list[float]
+    band_bottom: list[float]
+    left: float  # where every band's first column begins
+    centre_y: dict[tuple, float]  # by item
+    boxes: tuple[Box, ...]
+
+
+def _route(chain: list[tuple], frame: _Frame, used: list[int]) -> list[Point]:
+    """The polyline of one edge: along its items' rows inside columns, straight across the gaps between
+    columns, and through lanes of their own (``used`` counts them per band) where it wraps to the next band."""
+    points: list[Point] = []
+    for k, item in enumerate(chain):
+        c, y = _layer_of(item, frame.layer), frame.centre_y[item]
+        x0, x1 = frame.column_x[c], frame.column_x[c] + frame.column_width[c]
+        if item[0] == "n":  # from the box's side to the column's edge
+            box = frame.boxes[item[1]]
+            x0, x1 = (x0, box.x) if k else (box.x + box.width, x1)
+        if k and frame.band_of[_layer_of(chain[k - 1], frame.layer)] != frame.band_of[c]:
+            b = frame.band_of[c] - 1
+            lane = used[b]
+            used[b] += 1
+            out_x = frame.band_right[b] + GAP_X / 2 + lane * LANE  # right of the band it leaves
+            channel_y = frame.band_bottom[b] + GAP_Y + lane * LANE + GAP_Y / 2  # between the two bands
+            in_x = frame.left - GAP_X / 2 - lane * LANE  # left of the band it enters
+            points += [(out_x, points[-1][1]), (out_x, channel_y), (in_x, channel_y), (in_x, y)]
+        points += [(x0, y), (x1, y)]
+    return _tidy(points)
 
 
 def _layer_of(item: tuple, layer: Sequence[int]) -> int:
