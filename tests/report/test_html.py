@@ -16,7 +16,7 @@ from fuseplan.graph import load_graph
 from fuseplan.plan import FusionProblem
 from fuseplan.plan.io import plan_document
 from fuseplan.plan.plan import Plan
-from fuseplan.report.html import layers, plan_report_html
+from fuseplan.report.html import plan_report_html
 from fuseplan.units import parse_size
 from tests.builders import two_convs
 from tests.cli.test_cli import assert_one_line_error, fuseplan
@@ -147,14 +147,6 @@ def test_report_path_checked_before_the_search(tmp_path):
     assert_one_line_error(fuseplan("report", "mobilenet_v2", tmp_path / "plan.json", "-o", tmp_path), "directory")
 
 
-def test_layers_follow_the_longest_path():
-    graph = load_graph("resnet18")
-    depth = layers(graph)
-    for i, j in graph.edges:
-        assert depth[j] > depth[i]
-    assert any(depth[j] > depth[i] + 1 for i, j in graph.edges)  # skip connections span layers
-
-
 def test_hostile_names_are_escaped(tmp_path):
     model = two_convs()
     hostile = "</script><script>alert(1)</script>"
@@ -174,10 +166,10 @@ def test_hostile_names_are_escaped(tmp_path):
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
 
 
-def _load_in_browser(page_path) -> tuple[str, list[str]]:
+def _load_in_browser(page_path, *options: str) -> tuple[str, list[str]]:
     """The DOM after the page's scripts ran, and every console message, from headless Chromium offline."""
     completed = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", *options,
          "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--dump-dom",
          page_path.as_uri()],
         capture_output=True, text=True, timeout=120)
@@ -208,6 +200,58 @@ def test_loads_in_a_browser_without_console_errors(planned, tmp_path):
     assert f"group {document['groups'][1]['id']}:" in details
     assert f"schedule: {document['groups'][1]['schedule']['kind']}" in details  # the schedule its price comes from
     assert re.search(r'<tr data-group="1" class="selected"', dom)
+
+
+SEARCH_AND_MEASURE = """<script>
+var search = document.getElementById("search");
+search.value = %s;
+search.dispatchEvent(new Event("change"));
+var box = document.getElementById("network").getBoundingClientRect();
+document.body.dataset.scrolled = String(document.getElementById("drawing").scrollTop);
+document.body.dataset.drawingWidth = String(Math.round(box.width));
+document.body.dataset.viewportWidth = String(document.documentElement.clientWidth);
+var chosen = document.querySelector("#network .on"), view = document.getElementById("drawing").getBoundingClientRect();
+var at = chosen ? chosen.getBoundingClientRect() : null;
+document.body.dataset.inView = String(!!at && at.top >= view.top && at.bottom <= view.bottom &&
+                                      at.left >= view.left && at.right <= view.right);
+</script></body>"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")
+def test_resnet152_search_selects_and_scrolls_to_an_operator(tmp_path):
+    from tests.report.test_layout import planned as dp_planned
+
+    problem, document = dp_planned("resnet152")
+    graph = problem.graph
+    page = plan_report_html(problem, document)
+    last = document["groups"][-1]
+    name = last["nodes"][0]
+    searched = tmp_path / "searched.html"
+    searched.write_text(page.replace("</body>", SEARCH_AND_MEASURE % json.dumps(name)))
+    dom, console = _load_in_browser(searched, "--window-size=1400,900")
+    assert console == []
+    body = re.search(r'<body data-ready="yes" data-scrolled="(\d+)" data-drawing-width="(\d+)" '
+                     r'data-viewport-width="(\d+)" data-in-view="true"', dom)
+    assert body, dom[:300]
+    scrolled, drawing_width, viewport_width = map(int, body.groups())
+    assert scrolled > 500  # the last group is far down the drawing, which scrolled to show it
+    assert drawing_width >= viewport_width / 2  # the drawing takes most of the window, not a strip
+    details = dom.split('id="details"', 1)[1].split("</div>\n", 1)[0]
+    assert name in details and f"group {last['id']}:" in details
+    assert f'<g class="group on" data-group="{last["id"]}">' in dom
+    assert re.search(rf'<tr data-group="{last["id"]}" class="selected"', dom)
+    shown = re.findall(r'<svg class="operators" data-group="(-?\d+)"[^>]*?(hidden="")?>', dom)
+    assert [group for group, hidden in shown if not hidden] == [str(last["id"])]  # its operators, alone
+    assert f'<g class="node on" data-node="{graph.node_index(name)}"' in dom
+    # A part of a name finds an unfuseable operator; an unknown name says so.
+    excluded = document["excluded"][-1]
+    for query, expected in ((excluded[-12:], f'<g class="node excluded on" data-node="{graph.node_index(excluded)}"'),
+                            ("no such operator", "no operator or group matches")):
+        searched.write_text(page.replace("</body>", SEARCH_AND_MEASURE % json.dumps(query)))
+        dom, console = _load_in_browser(searched, "--window-size=1400,900")
+        assert console == [] and expected in dom
+        assert ('data-in-view="true"' in dom) == (query != "no such operator")
 
 
 def test_browser_sees_a_broken_page(tmp_path):
@@ -242,20 +286,6 @@ def test_svg_picture_draws_every_node_and_lists_every_group(planned, tmp_path):
     assert [int(text.split(":")[0].split()[1]) for text in legend] == [g["id"] for g in document["groups"]]
     assert not any(v.startswith(("http:", "https:")) for el in root.iter() for k, v in el.attrib.items()
                    if k.endswith("href"))
-
-
-def test_png_picture(planned, tmp_path):
-    import struct
-
-    plan_path, _ = planned
-    picture = tmp_path / "plan.png"
-    result = fuseplan("report", "mobilenet_v2", plan_path, "--png", picture, "--svg", tmp_path / "plan.svg")
-    assert result.returncode == 0, result.stderr
-    data = picture.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    width, height = struct.unpack(">II", data[16:24])
-    assert height > width > 0  # the layers run downwards
-    assert (tmp_path / "plan.svg").exists()
 
 
 def test_report_needs_an_output(planned):

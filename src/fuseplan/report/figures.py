@@ -64,6 +64,11 @@ def _explanation_legend(parts, palette, blamed: int) -> list:
 
 
 def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5, title: str = "") -> None:
+    """Save :func:`explanation_figure` as a PNG."""
+    _save(explanation_figure(graph, group, explanation, parts, top, title), path)
+
+
+def explanation_figure(graph, group, explanation, parts, top: int = 5, title: str = ""):
     """The group's operators (coloured by the part Algorithm 1 puts them in) with the blamed edges in red."""
     import matplotlib
 
@@ -85,7 +90,9 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
     pos = nx.multipartite_layout(sub, subset_key="layer")
     part_of = {v: k for k, part in enumerate(parts) for v in part}
     palette = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values())))
+    # Constrained layout keeps the title and the legend beside the drawing inside the figure.
+    size = (max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values()))
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=900,
                            node_color=[palette(part_of.get(v, 9) % 10) for v in sub.nodes])
     nx.draw_networkx_labels(sub, pos, ax=ax, labels={v: sub.nodes[v]["label"] for v in sub.nodes}, font_size=8)
@@ -99,70 +106,74 @@ def plot_explanation(graph, group, explanation, parts, path: Path, top: int = 5,
         nx.draw_networkx_edges(sub, pos, ax=ax, edgelist=[(i, j)], arrows=True, node_size=900,
                                connectionstyle=style, edge_color="red" if is_blamed else "grey",
                                width=1.5 + 3.5 * abs(blamed[(i, j)]) / peak if is_blamed else 1.0)
-    ax.set_title(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split")
-    ax.legend(handles=_explanation_legend(parts, palette, len(blamed)), loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split",
+                 x=0.01, ha="left", fontsize=10, wrap=True)
+    fig.legend(handles=_explanation_legend(parts, palette, len(blamed)), loc="outside right upper", fontsize=8,
+               frameon=False)
     ax.axis("off")
-    fig.tight_layout()
-    _save(fig, path)
+    return fig
 
 
-def plot_plan(problem, document, path: Path) -> None:
-    """The plan's layered drawing (the HTML report's) as a PNG: operators coloured by group, and a legend."""
+def plan_figure(problem, document):
+    """The plan's operators coloured by group, laid out as the standalone SVG picture (bands of layers,
+    edges around the boxes), with the plan's totals above and a legend of every group's costs below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Patch
 
-    from fuseplan.report.html import EXCLUDED, NODE_HEIGHT, NODE_WIDTH, layout
+    from fuseplan.report.plan_drawing import (EXCLUDED, OPERATORS_WIDTH, group_of_operators, group_view,
+                                              operators_drawing)
     from fuseplan.units import format_bytes
 
     graph = problem.graph
-    group_of = {v: EXCLUDED for v in range(len(graph.nodes))}
-    for group in document["groups"]:
-        for name in group["nodes"]:
-            group_of[graph.node_index(name)] = group["id"]
-    centre = layout(graph)
-    width = max(x for x, _ in centre.values()) + NODE_WIDTH
-    height = max(y for _, y in centre.values()) + NODE_HEIGHT
-    # One drawing pixel is one point at 72 per inch, capped so that the deepest zoo networks stay printable.
-    scale = min(1.0, 200 * 72 / height)
-    fig, ax = plt.subplots(figsize=((width + 380) * scale / 72, height * scale / 72))
-    for i, j in graph.edges:
-        inside = group_of[i] == group_of[j] != EXCLUDED
-        ax.plot([centre[i][0], centre[j][0]], [centre[i][1], centre[j][1]], zorder=1,
-                color="#555" if inside else "#bbb", linewidth=1.6 if inside else 0.8)
-    for v, (x, y) in centre.items():
-        group = group_of[v]
-        ax.add_patch(FancyBboxPatch((x - NODE_WIDTH / 2, y - NODE_HEIGHT / 2), NODE_WIDTH, NODE_HEIGHT,
-                                    boxstyle="round,pad=0,rounding_size=5", zorder=2,
-                                    facecolor=_mpl_colour(group), edgecolor="#c00" if group == EXCLUDED else "#555",
-                                    linestyle="--" if group == EXCLUDED else "-"))
-        ax.text(x, y, graph.nodes[v].op_type[:14], ha="center", va="center", fontsize=7 * scale, zorder=3)
-    ax.set_xlim(0, width)
-    ax.set_ylim(height, 0)  # layers run downwards, as in the HTML report
-    ax.set_aspect("equal")
-    ax.axis("off")
-    handles = [Patch(facecolor=_mpl_colour(g["id"]), edgecolor="#555",
+    group_of = group_of_operators(graph, document)
+    colours = group_view(graph, document).colours
+    drawing, edges = operators_drawing(graph, list(range(len(graph.nodes))), OPERATORS_WIDTH)
+    handles = [Patch(facecolor=colours[g["id"]], edgecolor="#555",
                      label=f"group {g['id']}: {len(g['nodes'])} ops, F_beta {format_bytes(g['buffer_bytes'])}, "
                            f"F_D {format_bytes(g['dram_bytes'])}") for g in document["groups"]]
     if document["excluded"]:
-        handles.append(Patch(facecolor=_mpl_colour(EXCLUDED), edgecolor="#c00", linestyle="--",
+        handles.append(Patch(facecolor=colours[EXCLUDED], edgecolor="#c00", linestyle="--",
                              label=f"{len(document['excluded'])} unfuseable (run alone)"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title(f"{graph.name}: {document['scheme'].upper()} at {format_bytes(document['buffer_bytes'])}, "
-                 f"DRAM {format_bytes(document['dram_bytes'])}, total {format_bytes(document['total_dram_bytes'])}",
-                 loc="left", fontsize=9)
-    fig.tight_layout()
-    _save(fig, path)
+    # One drawing pixel is one point at 72 per inch, scaled down so that the drawing stays printable.
+    scale = min(1.0, 150 * 72 / drawing.height)
+    drawing_width, drawing_height = drawing.width * scale / 72, drawing.height * scale / 72
+    width = max(drawing_width, 8.0) + 0.4
+    columns = max(1, int(width / LEGEND_ENTRY_INCHES))
+    legend_height = (len(handles) + columns - 1) // columns * LEGEND_ROW_INCHES + 0.2
+    height = TITLE_INCHES + drawing_height + legend_height + 0.2
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((0.2 / width, (legend_height + 0.1) / height, drawing_width / width, drawing_height / height))
+    for (i, j), route in zip(edges, drawing.routes):
+        inside = group_of[i] == group_of[j] != EXCLUDED
+        ax.plot([x for x, _ in route], [y for _, y in route], zorder=1, color="#555" if inside else "#aaa",
+                linewidth=(1.4 if inside else 0.7) * max(scale, 0.4))
+    for v, box in enumerate(drawing.boxes):
+        group = group_of[v]
+        ax.add_patch(FancyBboxPatch((box.x, box.y), box.width, box.height,
+                                    boxstyle="round,pad=0,rounding_size=4", zorder=2, linewidth=0.8 * scale,
+                                    facecolor=colours[group], edgecolor="#c00" if group == EXCLUDED else "#555",
+                                    linestyle="--" if group == EXCLUDED else "-"))
+        ax.text(*box.centre, graph.nodes[v].op_type[:14], ha="center", va="center", fontsize=7 * scale, zorder=3)
+    ax.set_xlim(0, drawing.width)
+    ax.set_ylim(drawing.height, 0)  # bands run downwards, as in the HTML report
+    ax.axis("off")
+    fig.text(0.2 / width, 1 - 0.15 / height, f"{graph.name}: {document['scheme'].upper()} at "
+             f"{format_bytes(document['buffer_bytes'])}, {len(document['groups'])} groups, DRAM "
+             f"{format_bytes(document['dram_bytes'])}, total {format_bytes(document['total_dram_bytes'])}",
+             ha="left", va="top", fontsize=10)
+    fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.2 / width, 0.1 / height), ncols=columns,
+               fontsize=8, frameon=False, borderaxespad=0, handlelength=1.2, columnspacing=1.0)
+    return fig
 
 
-def _mpl_colour(group: int) -> tuple[float, float, float]:
-    """The HTML report's colour of ``group`` as an RGB triple."""
-    import colorsys
+TITLE_INCHES = 0.45
+LEGEND_ENTRY_INCHES = 3.6  # a legend entry's width at 8 points ("group 123: 12 ops, F_beta ..., F_D ...")
+LEGEND_ROW_INCHES = 0.2
 
-    from fuseplan.report.html import group_hls
 
-    hue, lightness, saturation = group_hls(group)
-    return colorsys.hls_to_rgb(hue / 360, lightness, saturation)
+def plot_plan(problem, document, path: Path) -> None:
+    """Save :func:`plan_figure` as a PNG."""
+    _save(plan_figure(problem, document), path)

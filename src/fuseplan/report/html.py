@@ -1,12 +1,14 @@
 """The whole-plan HTML report: one self-contained page (inline SVG, CSS and script, no network at view time),
-and the same drawing as a standalone SVG picture.
+and the network's operators coloured by group as a standalone SVG picture.
 
-The network is drawn in layers along the longest path from the inputs, each
-operator coloured by its fusion group; unfuseable operators are grey with a
-red dashed outline. A table gives every group's buffer use (F_beta) against
-the buffer and its DRAM traffic (F_D), and the plan's totals. Hovering a node
-shows its operator, shapes and group; clicking a node or a group row
-highlights that group.
+The page draws the plan's groups, one box per group as wide as its DRAM
+traffic calls for, with an edge wherever data flows between groups; each
+unfuseable operator is its own grey box with a red dashed outline (layout in
+:mod:`fuseplan.report.layout`, colours and boxes in
+:mod:`fuseplan.report.plan_drawing`). Clicking a group, or its row in the
+table of every group's buffer use (F_beta) and DRAM traffic (F_D), shows its
+operators, drawn the same way, and its schedule; a search box finds an
+operator or a group by name and scrolls to it.
 """
 
 from __future__ import annotations
@@ -24,16 +26,12 @@ from fuseplan.plan.objectives import OBJECTIVES, make_objective
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.plan.validate import validate_plan
+from fuseplan.report.plan_drawing import (EXCLUDED, GROUP_OPERATORS_WIDTH, OPERATORS_WIDTH, group_of_operators,
+                                          group_view, group_view_svg, operators_svg)
 from fuseplan.units import format_bytes
 
 if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
     from fuseplan.hardware import Hardware
-
-NODE_WIDTH, NODE_HEIGHT = 112, 26
-COLUMN, ROW = 128, 56  # spacing of the layered layout
-MARGIN = 16
-EXCLUDED = -1  # the group id of an unfuseable operator
-
 
 def reprice_plan_file(graph: CompGraph, plan_file: PlanFile,
                       hardware: Hardware | None = None) -> tuple[FusionProblem, dict[str, Any]]:
@@ -68,46 +66,6 @@ def reprice_plan_file(graph: CompGraph, plan_file: PlanFile,
     return problem, plan_document(problem, plan, search, reference, hardware)
 
 
-def layers(graph: CompGraph) -> list[int]:
-    """Each operator's layer: the length of the longest path reaching it from a model input."""
-    depth = [0] * len(graph.nodes)
-    for v in range(len(graph.nodes)):  # node indices are a topological order
-        depth[v] = max((depth[p] + 1 for p in graph.predecessors[v]), default=0)
-    return depth
-
-
-def layout(graph: CompGraph) -> dict[int, tuple[int, int]]:
-    """Centre of each operator's box: one row per layer, operators of a layer side by side, centred."""
-    depth = layers(graph)
-    rows: dict[int, list[int]] = {}
-    for v, d in enumerate(depth):
-        rows.setdefault(d, []).append(v)
-    widest = max((len(r) for r in rows.values()), default=1)
-    position = {}
-    for d, members in rows.items():
-        offset = (widest - len(members)) * COLUMN / 2
-        for k, v in enumerate(members):
-            position[v] = (round(MARGIN + offset + k * COLUMN + NODE_WIDTH / 2), MARGIN + d * ROW + NODE_HEIGHT // 2)
-    return position
-
-
-def group_hls(group: int) -> tuple[float, float, float]:
-    """Hue (degrees), lightness and saturation of a group's colour: hues a golden angle apart; grey if excluded."""
-    if group == EXCLUDED:
-        return 0.0, 0.85, 0.0
-    return (group * 137.508) % 360, 0.72 if group % 2 else 0.62, 0.65
-
-
-def group_colour(group: int) -> str:
-    """A group's colour in CSS."""
-    hue, lightness, saturation = group_hls(group)
-    return f"hsl({hue:.1f}, {100 * saturation:.0f}%, {100 * lightness:.0f}%)"
-
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return "x".join(map(str, shape)) if shape else "scalar"
-
-
 def _optimality(search: dict[str, Any], dram: int) -> str:
     if search.get("optimal"):
         return "proven optimal over all plans"
@@ -138,57 +96,21 @@ def _estimate_rows(document: dict[str, Any]) -> str:
                    f'<td>{escape(shown)}</td></tr>' for key, label, value, shown in rows)
 
 
-def _node_svg(graph: CompGraph, v: int, group: int, centre: tuple[int, int]) -> str:
-    node = graph.nodes[v]
-    x, y = centre[0] - NODE_WIDTH // 2, centre[1] - NODE_HEIGHT // 2
-    label = node.op_type if len(node.op_type) <= 14 else node.op_type[:13] + "\u2026"
-    if group == EXCLUDED:
-        label = "\u2715 " + label
-    output = _shape(graph.tensors[node.outputs[0]].shape) if node.outputs else "none"
-    where = "unfuseable (run alone)" if group == EXCLUDED else f"group {group}"
-    tip = f"{node.name}\n{node.op_type} -> {output}\n{where}"
-    css = "node excluded" if group == EXCLUDED else "node"
-    return (f'<g class="{css}" data-node="{v}" data-group="{group}">'
-            f'<title>{escape(tip)}</title>'
-            f'<rect x="{x}" y="{y}" width="{NODE_WIDTH}" height="{NODE_HEIGHT}" rx="5" '
-            f'fill="{group_colour(group)}"/>'
-            f'<text x="{centre[0]}" y="{centre[1] + 4}">{escape(label)}</text></g>')
-
-
-def _edge_svg(a: tuple[int, int], b: tuple[int, int], inside: bool) -> str:
-    x1, y1 = a[0], a[1] + NODE_HEIGHT // 2
-    x2, y2 = b[0], b[1] - NODE_HEIGHT // 2
-    bend = (y2 - y1) / 2
-    return (f'<path class="edge{" inside" if inside else ""}" '
-            f'd="M{x1},{y1} C{x1},{y1 + bend:.0f} {x2},{y2 - bend:.0f} {x2},{y2}"/>')
-
-
-def _group_of(graph: CompGraph, document: dict[str, Any]) -> dict[int, int]:
-    group_of = {v: EXCLUDED for v in range(len(graph.nodes))}
-    for group in document["groups"]:
-        for name in group["nodes"]:
-            group_of[graph.node_index(name)] = group["id"]
-    return group_of
-
-
-def _drawing(graph: CompGraph, group_of: dict[int, int]) -> tuple[str, int, int]:
-    """The edges and nodes of the layered drawing, and its width and height."""
-    centre = layout(graph)
-    width = max((x for x, _ in centre.values()), default=0) + NODE_WIDTH // 2 + MARGIN
-    height = max((y for _, y in centre.values()), default=0) + NODE_HEIGHT // 2 + MARGIN
-    edges = "".join(_edge_svg(centre[i], centre[j], group_of[i] == group_of[j] != EXCLUDED)
-                    for i, j in graph.edges)
-    nodes = "".join(_node_svg(graph, v, group_of[v], centre[v]) for v in range(len(graph.nodes)))
-    return edges + nodes, width, height
-
-
 def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
     """The self-contained HTML page for the plan ``document`` (as :func:`plan_document` writes it)."""
     graph = problem.graph
-    group_of = _group_of(graph, document)
-    drawing, width, height = _drawing(graph, group_of)
-    svg = (f'<svg id="network" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="the network coloured by fusion group">{drawing}</svg>')
+    group_of = group_of_operators(graph, document)
+    view = group_view(graph, document)
+    drawing = view.drawing
+    svg = (f'<svg id="network" width="{drawing.width:g}" height="{drawing.height:g}" '
+           f'viewBox="0 0 {drawing.width:g} {drawing.height:g}" role="img" '
+           f'aria-label="the plan\'s fusion groups and their data flow">{group_view_svg(graph, document, view)}</svg>')
+    expansions = []
+    for g in document["groups"]:
+        members = sorted(graph.node_index(name) for name in g["nodes"])
+        body, width, height = operators_svg(graph, members, group_of, view.colours, GROUP_OPERATORS_WIDTH)
+        expansions.append(f'<svg class="operators" data-group="{g["id"]}" width="{width:g}" height="{height:g}" '
+                          f'viewBox="0 0 {width:g} {height:g}" hidden>{body}</svg>')
 
     buffer_bytes = document["buffer_bytes"]
     most_dram = max((g["dram_bytes"] for g in document["groups"]), default=0) or 1
@@ -196,7 +118,7 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
     for g in document["groups"]:
         share = 100 * g["buffer_bytes"] / buffer_bytes
         rows.append(
-            f'<tr data-group="{g["id"]}"><td><span class="swatch" style="background:{group_colour(g["id"])}">'
+            f'<tr data-group="{g["id"]}"><td><span class="swatch" style="background:{view.colours[g["id"]]}">'
             f'</span>{g["id"]}</td><td class="num">{len(g["nodes"])}</td>'
             f'<td><div class="bar"><div style="width:{min(share, 100):.2f}%"></div></div></td>'
             f'<td class="num" data-buffer="{g["buffer_bytes"]}">{escape(format_bytes(g["buffer_bytes"]))} '
@@ -226,8 +148,10 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
                for v in range(len(graph.nodes))}
     data = json.dumps({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
                                                                    schedule_lines(g.get("schedule"))]
-                                                    for g in document["groups"]}})
+                                                    for g in document["groups"]}}, allow_nan=False)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    names = "".join(f'<option value="{escape(node.name)}">' for node in graph.nodes)
+    names += "".join(f'<option value="group {g["id"]}">' for g in document["groups"])
     title = f"{graph.name}: fusion plan ({document['scheme'].upper()}, {format_bytes(buffer_bytes)} buffer)"
     return _PAGE.format(
         title=escape(title), model=escape(graph.name), scheme=escape(document["scheme"].upper()),
@@ -236,8 +160,12 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
         optimality=escape(_optimality(search, document["dram_bytes"])),
         groups=len(document["groups"]), excluded=len(document["excluded"]), operators=len(graph.nodes),
         totals=totals_html, rows="".join(rows), excluded_rows=excluded_rows or "<li>none</li>",
-        svg=svg, data=data, version=document["version"],
+        svg=svg, expansions="".join(expansions), names=names, data=data, version=document["version"],
     )
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
 
 
 SCHEDULE_LINES = 24  # a group's schedule in the details panel: its kind and loops, then its tensors and weights
@@ -279,31 +207,34 @@ LEGEND_WIDTH = 340
 
 
 def plan_svg(problem: FusionProblem, document: dict[str, Any]) -> str:
-    """A standalone SVG picture of the plan (for papers): the drawn network and a legend of the groups' costs."""
+    """A standalone SVG picture of the plan (for papers): the network's operators coloured by group, in
+    bands, and a legend of the groups' costs beside it."""
     graph = problem.graph
-    group_of = _group_of(graph, document)
-    drawing, width, height = _drawing(graph, group_of)
-    top = 3 * 16 + MARGIN
-    lines = [f'<text class="heading" x="{MARGIN}" y="{MARGIN + 4}">{escape(graph.name)}: '
+    group_of = group_of_operators(graph, document)
+    colours = group_view(graph, document).colours
+    drawing, width, height = operators_svg(graph, list(range(len(graph.nodes))), group_of, colours,
+                                           OPERATORS_WIDTH)
+    top = 3 * 16 + 12
+    lines = [f'<text class="heading" x="12" y="16">{escape(graph.name)}: '
              f'{escape(document["scheme"].upper())} at {escape(format_bytes(document["buffer_bytes"]))}, '
              f'{len(document["groups"])} groups</text>',
-             f'<text x="{MARGIN}" y="{MARGIN + 20}">DRAM {escape(format_bytes(document["dram_bytes"]))} '
+             f'<text x="12" y="32">DRAM {escape(format_bytes(document["dram_bytes"]))} '
              f'(fuseable operators), total {escape(format_bytes(document["total_dram_bytes"]))}, '
              f'max buffer usage {escape(format_bytes(document["max_buffer_usage_bytes"]))}</text>']
-    legend_x = width + MARGIN
+    legend_x = width + 12
     entries = [(g["id"], f'group {g["id"]}: {len(g["nodes"])} ops, F_beta {format_bytes(g["buffer_bytes"])}, '
                          f'F_D {format_bytes(g["dram_bytes"])}') for g in document["groups"]]
     if document["excluded"]:
         entries.append((EXCLUDED, f'{len(document["excluded"])} unfuseable (run alone)'))
     for k, (group, label) in enumerate(entries):
         y = top + k * 18
-        lines.append(f'<rect x="{legend_x}" y="{y}" width="12" height="12" fill="{group_colour(group)}" '
+        lines.append(f'<rect x="{legend_x:g}" y="{y}" width="12" height="12" fill="{colours[group]}" '
                      f'stroke="{"#c00" if group == EXCLUDED else "#555"}"/>'
-                     f'<text x="{legend_x + 18}" y="{y + 10}">{escape(label)}</text>')
+                     f'<text x="{legend_x + 18:g}" y="{y + 10}">{escape(label)}</text>')
     total_width = legend_x + LEGEND_WIDTH
-    total_height = top + max(height, len(entries) * 18 + MARGIN)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_width}" height="{total_height}" '
-            f'viewBox="0 0 {total_width} {total_height}"><style>{_SVG_STYLE}</style>'
+    total_height = top + max(height, len(entries) * 18 + 12)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_width:g}" height="{total_height:g}" '
+            f'viewBox="0 0 {total_width:g} {total_height:g}"><style>{_SVG_STYLE}</style>'
             f'<rect width="100%" height="100%" fill="white"/>{"".join(lines)}'
             f'<g transform="translate(0,{top})">{drawing}</g></svg>\n')
 
@@ -329,27 +260,34 @@ body {{ font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #222; }}
 header {{ padding: 12px 20px; background: #f4f4f4; border-bottom: 1px solid #ddd; }}
 h1 {{ font-size: 18px; margin: 0 0 4px; }}
 main {{ display: flex; gap: 16px; padding: 12px 20px; align-items: flex-start; }}
-#drawing {{ flex: 0 1 auto; min-width: 240px; overflow: auto; max-height: 88vh; border: 1px solid #ddd; }}
-#side {{ flex: 1 1 55%; max-height: 88vh; overflow: auto; }}
+#drawing {{ flex: 1 1 auto; min-width: 300px; overflow: auto; max-height: 90vh; border: 1px solid #ddd; }}
+#network {{ display: block; width: 100%; height: auto; }}
+#side {{ flex: 0 1 600px; min-width: 380px; max-width: 45vw; max-height: 90vh; overflow: auto; }}
+#find {{ display: flex; gap: 6px; align-items: center; margin-bottom: 8px; }}
+#search {{ flex: 1; font: inherit; padding: 2px 6px; }}
+#search-status {{ color: #a00; font-size: 12px; }}
 table {{ border-collapse: collapse; width: 100%; margin-bottom: 12px; }}
-th, td {{ padding: 2px 6px; border-bottom: 1px solid #eee; text-align: left; }}
+th, td {{ padding: 2px 4px; border-bottom: 1px solid #eee; text-align: left; }}
+#groups {{ font-size: 13px; }}
 td.num {{ text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }}
 #groups tbody tr {{ cursor: pointer; }}
 #groups tbody tr.selected {{ background: #fff3c4; }}
 .swatch {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; border: 1px solid #888; }}
-.bar {{ width: 90px; height: 10px; background: #eee; }}
+.bar {{ width: 60px; height: 10px; background: #eee; }}
 .bar div {{ height: 100%; background: #4a7fb5; }}
 .bar.dram div {{ background: #c0703a; }}
-.node rect {{ stroke: #555; stroke-width: 1; }}
+svg text {{ font: 11px sans-serif; text-anchor: middle; pointer-events: none; }}
+.group rect, .node rect {{ stroke: #555; stroke-width: 1; }}
 .node.excluded rect {{ stroke: #c00; stroke-dasharray: 4 2; stroke-width: 1.5; }}
-.node text {{ font-size: 11px; text-anchor: middle; pointer-events: none; }}
-.node {{ cursor: pointer; }}
-.edge {{ fill: none; stroke: #aaa; stroke-width: 1; }}
-.edge.inside {{ stroke: #555; stroke-width: 2; }}
-svg.focus .node {{ opacity: 0.25; }}
-svg.focus .node.on {{ opacity: 1; }}
-svg.focus .node.on rect {{ stroke: #000; stroke-width: 2.5; }}
-#details {{ background: #f8f8f8; border: 1px solid #ddd; padding: 6px 10px; min-height: 4em; margin-bottom: 12px; }}
+.group, .node {{ cursor: pointer; }}
+.edge {{ fill: none; stroke: #999; stroke-width: 1; }}
+.edge.inside {{ stroke: #555; stroke-width: 1.5; }}
+svg.focus .group, svg.focus .node {{ opacity: 0.3; }}
+svg.focus .group.on, svg.focus .node.on {{ opacity: 1; }}
+.group.on rect, .node.on rect {{ stroke: #000; stroke-width: 3; }}
+#operators svg {{ display: block; max-width: 100%; height: auto; margin-bottom: 8px; border: 1px solid #eee; }}
+#operators svg[hidden] {{ display: none; }}
+#details {{ background: #f8f8f8; border: 1px solid #ddd; padding: 6px 10px; min-height: 4em; margin-bottom: 8px; }}
 #details .schedule {{ font: 11px monospace; margin-top: 6px; white-space: pre-wrap; overflow-wrap: anywhere; }}
 </style>
 </head>
@@ -363,7 +301,12 @@ plan format version {version}</div>
 <main>
 <div id="drawing">{svg}</div>
 <div id="side">
-<div id="details">Hover over an operator for its details; click one, or a group row, to highlight its group.</div>
+<div id="find"><input id="search" list="names" placeholder="find an operator or group by name"
+aria-label="find an operator or group by name"><span id="search-status"></span></div>
+<datalist id="names">{names}</datalist>
+<div id="details">One box per group, as wide as its DRAM traffic; grey boxes are unfuseable operators.
+Click a group, or its row below, for its operators and schedule.</div>
+<div id="operators">{expansions}</div>
 <table id="totals"><tbody>{totals}</tbody></table>
 <table id="groups">
 <thead><tr><th>group</th><th>ops</th><th colspan="2">buffer use (F_beta) of the buffer</th>
@@ -381,13 +324,28 @@ plan format version {version}</div>
   var data = JSON.parse(document.getElementById("plan-data").textContent);
   var svg = document.getElementById("network");
   var details = document.getElementById("details");
+  var search = document.getElementById("search");
+  var status = document.getElementById("search-status");
+  var byName = {{}};
+  Object.keys(data.nodes).forEach(function (id) {{ byName[data.nodes[id].name] = id; }});
   function text(parent, tag, value) {{
     var element = document.createElement(tag);
     element.textContent = value;
     parent.appendChild(element);
     return element;
   }}
-  function show(id) {{
+  function groupHeading(group) {{
+    var cost = data.groups[String(group)];
+    return "group " + group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B";
+  }}
+  function schedule(group) {{
+    var lines = (data.groups[String(group)] || [0, 0, []])[2];
+    if (!lines.length) {{ return; }}
+    var list = text(details, "div", "");
+    list.className = "schedule";
+    lines.forEach(function (line) {{ text(list, "div", line); }});
+  }}
+  function showNode(id) {{
     var node = data.nodes[id];
     details.textContent = "";
     text(details, "strong", node.name);
@@ -397,42 +355,99 @@ plan format version {version}</div>
     if (node.group < 0) {{
       text(details, "div", "unfuseable: does not fit the buffer alone, run by itself");
     }} else {{
-      var cost = data.groups[String(node.group)];
-      text(details, "div", "group " + node.group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B");
+      text(details, "div", groupHeading(node.group));
       schedule(node.group);
     }}
   }}
-  function schedule(group) {{
-    var lines = (data.groups[String(group)] || [0, 0, []])[2];
-    if (!lines.length) {{ return; }}
-    var list = text(details, "div", "");
-    list.className = "schedule";
-    lines.forEach(function (line) {{ text(list, "div", line); }});
+  function showGroup(group) {{
+    details.textContent = "";
+    text(details, "strong", groupHeading(group));
+    schedule(group);
   }}
-  function select(group) {{
-    var on = svg.classList.contains("focus") && svg.dataset.group === String(group);
-    svg.classList.toggle("focus", !on);
-    svg.dataset.group = on ? "" : String(group);
-    svg.querySelectorAll(".node").forEach(function (element) {{
-      element.classList.toggle("on", !on && element.dataset.group === String(group));
-    }});
-    document.querySelectorAll("#groups tbody tr").forEach(function (row) {{
-      row.classList.toggle("selected", !on && row.dataset.group === String(group));
+  function mark(selector, key, value, css) {{
+    document.querySelectorAll(selector).forEach(function (element) {{
+      element.classList.toggle(css || "on", value !== null && element.dataset[key] === value);
     }});
   }}
-  svg.querySelectorAll(".node").forEach(function (element) {{
-    element.addEventListener("mouseenter", function () {{ show(element.dataset.node); }});
-    element.addEventListener("click", function () {{ show(element.dataset.node); select(element.dataset.group); }});
+  // Select a group (its box, its row, its operators), or an unfuseable operator; null clears.
+  function select(group, node) {{
+    svg.classList.toggle("focus", group !== null);
+    svg.dataset.group = group === null ? "" : group;
+    mark("#network .group", "group", node === null ? group : null);
+    mark("#network .node", "node", node);
+    mark("#groups tbody tr", "group", group, "selected");
+    document.querySelectorAll("#operators svg").forEach(function (drawing) {{
+      drawing.toggleAttribute("hidden", group === null || drawing.dataset.group !== group);  // an SVG has no .hidden
+    }});
+    mark("#operators .node", "node", node);
+  }}
+  function toggleGroup(group) {{
+    if (svg.dataset.group === group && !svg.querySelector(".node.on")) {{
+      select(null, null);
+      return;
+    }}
+    select(group, null);
+    showGroup(group);
+  }}
+  function chooseNode(id) {{
+    var group = String(data.nodes[id].group);
+    select(group, group === "-1" ? id : null);
+    mark("#operators .node", "node", id);
+    showNode(id);
+  }}
+  // Scroll the drawing, and only the drawing, to centre the element.
+  function reveal(element) {{
+    if (!element) {{ return; }}
+    var frame = document.getElementById("drawing");
+    var box = element.getBoundingClientRect(), view = frame.getBoundingClientRect();
+    frame.scrollTop += box.top - view.top - (view.height - box.height) / 2;
+    frame.scrollLeft += box.left - view.left - (view.width - box.width) / 2;
+  }}
+  function find(query) {{
+    var wanted = query.trim();
+    status.textContent = "";
+    if (!wanted) {{ return; }}
+    var id = byName[wanted];
+    if (id === undefined) {{
+      var lower = wanted.toLowerCase();
+      id = Object.keys(data.nodes).find(function (key) {{
+        return data.nodes[key].name.toLowerCase().indexOf(lower) >= 0;
+      }});
+    }}
+    var number = /^(group\\s*)?(\\d+)$/i.exec(wanted);
+    if (number && data.groups[number[2]] && byName[wanted] === undefined) {{
+      select(number[2], null);
+      showGroup(number[2]);
+      reveal(svg.querySelector('.group[data-group="' + number[2] + '"]'));
+      return;
+    }}
+    if (id === undefined) {{
+      status.textContent = "no operator or group matches";
+      return;
+    }}
+    chooseNode(id);
+    var group = String(data.nodes[id].group);
+    reveal(group === "-1" ? svg.querySelector('.node[data-node="' + id + '"]')
+                          : svg.querySelector('.group[data-group="' + group + '"]'));
+  }}
+  svg.querySelectorAll(".group").forEach(function (element) {{
+    element.addEventListener("click", function () {{ toggleGroup(element.dataset.group); }});
+  }});
+  document.querySelectorAll(".node").forEach(function (element) {{
+    element.addEventListener("mouseenter", function () {{ showNode(element.dataset.node); }});
+    element.addEventListener("click", function () {{ chooseNode(element.dataset.node); }});
   }});
   document.querySelectorAll("#groups tbody tr").forEach(function (row) {{
     row.addEventListener("click", function () {{
-      select(row.dataset.group);
-      details.textContent = "";
-      var cost = data.groups[row.dataset.group];
-      text(details, "strong", "group " + row.dataset.group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B");
-      schedule(row.dataset.group);
+      toggleGroup(row.dataset.group);
+      reveal(svg.querySelector('.group[data-group="' + row.dataset.group + '"]'));
     }});
   }});
+  search.addEventListener("change", function () {{ find(search.value); }});
+  search.addEventListener("keydown", function (event) {{
+    if (event.key === "Enter") {{ find(search.value); }}
+  }});
+  window.fuseplanFind = find;
   document.body.dataset.ready = "yes";
 }})();
 </script>
