@@ -51,11 +51,23 @@ def _write(path: Path, content: str | bytes | None) -> Path:
 
 
 def _unreadable(path: Path, content: str | bytes) -> Path:
-    if os.geteuid() == 0:
-        pytest.skip("root reads files whatever their mode")
     _write(path, content)
-    path.chmod(0)
+    path.chmod(0)  # root reads it all the same: _refused_to_root stands in for the kernel then
     return path
+
+
+def _refused_to_root(monkeypatch, path: Path) -> None:
+    """Opening ``path`` fails as it does for a user without read permission (the mode does not stop root)."""
+    import builtins
+
+    real_open = builtins.open
+
+    def open_unless_refused(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and Path(file).resolve() == path.resolve():
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", open_unless_refused)
 
 
 def _model_corpus(plan_document: dict) -> dict[str, Callable[[Path], Path]]:
@@ -272,11 +284,13 @@ def assert_one_error_line(result: Outcome, case: str, cap: bool = True) -> None:
         assert CAPS[case] in lines[0], (case, lines[0])
 
 
-def _check(cli, inputs, tmp_path, role: str, command: int, kind: str) -> None:
+def _check(cli, inputs, tmp_path, monkeypatch, role: str, command: int, kind: str) -> None:
     directory = tmp_path / "case"
     directory.mkdir()
     (directory / "tiny.yaml").write_text(SWEEP)
     hostile = _corpus(role, inputs)[kind](directory)
+    if kind == "unreadable" and os.geteuid() == 0:
+        _refused_to_root(monkeypatch, hostile)
     args = _commands(inputs["plan"])[role][command](hostile, directory)
     result = cli(*args)
     # `sweep summarize` finds no finished cell before it would read the index
@@ -286,9 +300,9 @@ def _check(cli, inputs, tmp_path, role: str, command: int, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", [(role, kind) for role in ROLES for kind in KINDS[role]], ids=" / ".join)
-def test_the_first_command_reading_each_kind_of_file(cli, inputs, tmp_path, kind):
+def test_the_first_command_reading_each_kind_of_file(cli, inputs, tmp_path, monkeypatch, kind):
     role, case = kind
-    _check(cli, inputs, tmp_path, role, 0, case)
+    _check(cli, inputs, tmp_path, monkeypatch, role, 0, case)
 
 
 @pytest.mark.slow
@@ -297,9 +311,9 @@ def test_the_first_command_reading_each_kind_of_file(cli, inputs, tmp_path, kind
                                   for kind in KINDS[role]
                                   if (role, command, kind) != ("sweep directory", 1, "empty directory")],  # a fine --out
                          ids=lambda c: f"{c[0]} / {c[1]} / {c[2]}")
-def test_every_command_reading_each_kind_of_file(cli, inputs, tmp_path, case):
+def test_every_command_reading_each_kind_of_file(cli, inputs, tmp_path, monkeypatch, case):
     role, command, kind = case
-    _check(cli, inputs, tmp_path, role, command, kind)
+    _check(cli, inputs, tmp_path, monkeypatch, role, command, kind)
 
 
 # -- outputs --------------------------------------------------------------------------------------------------
