@@ -1,7 +1,7 @@
 """Every command that reads a file, fed hostile files: each ends with exactly one ``error:`` line and exit status 2.
 
 The corpus holds, per kind of input file (a model, a plan, a hardware description, a sweep configuration, a
-dataset directory, a sweep directory), empty, truncated and binary files, a directory where a file belongs,
+dataset directory, classifier weights, a sweep directory), empty, truncated and binary files, a directory where a file belongs,
 an unreadable file, and the hostile contents of its format: huge and cyclic ONNX graphs, JSON with wrong types,
 NaN or deep nesting, YAML alias bombs. Outputs that equal an input or lie in a missing directory complete it.
 Runs are in process (``fuseplan.cli.run``); one command per kind of file is in the fast set, every command that
@@ -156,6 +156,18 @@ def _dataset_corpus(meta: dict) -> dict[str, Callable[[Path], Path]]:
     }
 
 
+def _weights_corpus(plan_document: dict) -> dict[str, Callable[[Path], Path]]:
+    shipped = (zoo.path("squeezenet").parents[2] / "explain" / "weights" / "gnn-lbdf.pt").read_bytes()
+    return {
+        "empty": lambda d: _write(d / "w.pt", b""),
+        "truncated": lambda d: _write(d / "w.pt", shipped[: len(shipped) // 2]),
+        "binary garbage": lambda d: _write(d / "w.pt", _garbage()),
+        "a JSON file": lambda d: _write(d / "w.pt", json.dumps(plan_document)),
+        "a directory": lambda d: _write(d / "w.pt", None),
+        "unreadable": lambda d: _unreadable(d / "w.pt", shipped),
+    }
+
+
 def _sweep_dir_corpus() -> dict[str, Callable[[Path], Path]]:
     def directory(files: dict[str, str | bytes | None]) -> Callable[[Path], Path]:
         def make(d: Path) -> Path:
@@ -177,7 +189,7 @@ def _sweep_dir_corpus() -> dict[str, Callable[[Path], Path]]:
 
 # -- which commands read which file ----------------------------------------------------------------------------
 # Each maps the hostile file and a scratch directory to the arguments; the first is the fast set's.
-def _commands(plan: Path) -> dict[str, list[Callable[[Path, Path], list]]]:
+def _commands(plan: Path, dataset: Path = Path("dataset")) -> dict[str, list[Callable[[Path, Path], list]]]:
     return {
         "model": [
             lambda f, d: ["inspect", f],
@@ -216,6 +228,11 @@ def _commands(plan: Path) -> dict[str, list[Callable[[Path, Path], list]]]:
             lambda f, d: ["classifier", "train", "--dataset", f, "--epochs", "1", "-o", d / "gnn.pt"],
             lambda f, d: ["classifier", "train-explainers", "--dataset", f, "--output-dir", d / "explainers"],
         ],
+        "weights": [
+            lambda f, d: ["classifier", "evaluate", "--weights", f, "--dataset", dataset],
+            lambda f, d: ["classifier", "train-explainers", "--weights", f, "--dataset", dataset,
+                          "--output-dir", d / "explainers"],
+        ],
         "sweep directory": [
             lambda f, d: ["sweep", "summarize", f],
             lambda f, d: ["sweep", "run", d / "tiny.yaml", "--out", f, "--jobs", "1"],
@@ -249,6 +266,7 @@ def _corpus(role: str, inputs: dict) -> dict[str, Callable[[Path], Path]]:
         "sweep config": lambda: _yaml_corpus(SWEEP, SWEEP.replace("seeds: [0]", "seeds: {zero: 0}"),
                                              SWEEP.replace("budgets: [10]", "budgets: [.nan]")),
         "dataset": lambda: _dataset_corpus(inputs["meta"]),
+        "weights": lambda: _weights_corpus(inputs["plan_document"]),
         "sweep directory": _sweep_dir_corpus,
     }[role]()
 
@@ -258,7 +276,8 @@ CAPS = {"deep nesting": "more than 64 levels", "deep meta.json": "more than 64 l
         "deep index": "more than 64 levels", "billion laughs": "more than 1,000,000 values",
         "2^40-element input": "element cap", "2^80-element input": "element cap"}
 
-ROLES = ("model", "plan", "hardware", "sweep config", "dataset", "sweep directory")
+ROLES = ("model", "plan", "hardware", "sweep config", "dataset", "weights", "sweep directory")
+SLOW_ROLES = ("weights",)  # torch
 KINDS = {
     "model": ("empty", "truncated", "binary garbage", "a JSON file", "2^40-element input", "2^80-element input",
               "cyclic graph",
@@ -269,6 +288,7 @@ KINDS = {
                  "a directory", "unreadable"),
     "dataset": ("empty directory", "empty meta.json", "binary meta.json", "meta.json of wrong types",
                 "NaN in meta.json", "deep meta.json", "meta.json a directory", "garbage arrays", "a file"),
+    "weights": ("empty", "truncated", "binary garbage", "a JSON file", "a directory", "unreadable"),
     "sweep directory": ("empty directory", "binary index", "index of wrong types", "NaN index", "deep index",
                         "a file"),
 }
@@ -291,7 +311,7 @@ def _check(cli, inputs, tmp_path, monkeypatch, role: str, command: int, kind: st
     hostile = _corpus(role, inputs)[kind](directory)
     if kind == "unreadable" and os.geteuid() == 0:
         _refused_to_root(monkeypatch, hostile)
-    args = _commands(inputs["plan"])[role][command](hostile, directory)
+    args = _commands(inputs["plan"], inputs["dataset"])[role][command](hostile, directory)
     result = cli(*args)
     # `sweep summarize` finds no finished cell before it would read the index
     assert_one_error_line(result, kind, cap=(role, command) != ("sweep directory", 0))
@@ -299,7 +319,8 @@ def _check(cli, inputs, tmp_path, monkeypatch, role: str, command: int, kind: st
     assert left in ([], ["sweep"], ["dataset"]) or role == "sweep directory", left  # no output claims success
 
 
-@pytest.mark.parametrize("kind", [(role, kind) for role in ROLES for kind in KINDS[role]], ids=" / ".join)
+@pytest.mark.parametrize("kind", [pytest.param((role, kind), marks=pytest.mark.slow if role in SLOW_ROLES else ())
+                                  for role in ROLES for kind in KINDS[role]], ids=" / ".join)
 def test_the_first_command_reading_each_kind_of_file(cli, inputs, tmp_path, monkeypatch, kind):
     role, case = kind
     _check(cli, inputs, tmp_path, monkeypatch, role, 0, case)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fuseplan.cost import label_version
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.files import atomic_file, read_input
 from fuseplan.explain.dataset import BUFFERS_KB, GroupSet
 from fuseplan.explain.features import FEATURE_VERSION, N_FEATURES, OP_VOCABULARY, buffer_features
@@ -294,7 +294,7 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights"
     try:
         blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file
-        raise FuseplanError(f"{path}: not a fuseplan {what} file ({str(exc).splitlines()[0][:120]})") from None
+        raise FuseplanError(f"{path}: not a fuseplan {what} file ({first_line(exc)[:120]})") from None
     if not isinstance(blob, dict) or blob.get("format") != file_format:
         raise FuseplanError(f"{path}: not a fuseplan {what} file")
     if blob.get("scheme") != scheme:
@@ -325,6 +325,6 @@ def load_classifier(scheme: str, path: Path | None = None):
     try:
         model.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise FuseplanError(f"{path}: weights do not match the classifier ({str(exc).splitlines()[0][:120]})") from None
+        raise FuseplanError(f"{path}: weights do not match the classifier ({first_line(exc)[:120]})") from None
     model.eval()
     return model, blob.get("info", {})

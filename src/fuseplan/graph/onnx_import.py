@@ -29,7 +29,7 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.files import read_input
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, operator_macs, row_geometry
@@ -70,7 +70,7 @@ def read_model(path: str | Path) -> onnx.ModelProto:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf raises several unrelated types
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = first_line(exc)
         raise FuseplanError(f"{path}: not a readable ONNX model ({reason})") from None
     if not model.graph.node or not model.graph.output:
         raise FuseplanError(f"{path}: not a readable ONNX model (no graph, or an empty or truncated one)")

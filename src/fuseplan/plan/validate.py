@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fuseplan.cost import make_cost_model
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.graph.ir import CompGraph
 from fuseplan.plan.io import PlanFile
 from fuseplan.plan.plan import Plan
@@ -100,7 +100,7 @@ def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> lis
     try:
         hardware = Hardware.model_validate(doc["hardware"])
     except ValueError as exc:
-        return [f"the recorded hardware is not a valid description ({str(exc).splitlines()[0]})"]
+        return [f"the recorded hardware is not a valid description ({first_line(exc)})"]
     expected = Estimator(cost, hardware).totals(plan.groups, problem.excluded)
     reasons = []
     for key in ("macs", "energy_joules", "latency_seconds"):
