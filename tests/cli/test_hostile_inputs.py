@@ -1,9 +1,9 @@
 """Every command that reads a file, fed hostile files: each ends with exactly one ``error:`` line and exit status 2.
 
 The corpus holds, per kind of input file (a model, a plan, a hardware description, a sweep configuration, a
-dataset directory, classifier weights, a sweep directory), empty, truncated and binary files, a directory where a file belongs,
-an unreadable file, and the hostile contents of its format: huge and cyclic ONNX graphs, JSON with wrong types,
-NaN or deep nesting, YAML alias bombs. Outputs that equal an input or lie in a missing directory complete it.
+dataset directory, classifier weights, a sweep directory), empty, truncated and binary files, a directory where
+a file belongs, an unreadable file, and the hostile contents of its format: huge and cyclic ONNX graphs, JSON
+with wrong types, NaN or deep nesting, YAML alias bombs. Outputs that equal an input or lie in a missing directory complete it.
 Runs are in process (``fuseplan.cli.run``); one command per kind of file is in the fast set, every command that
 takes the file in the slow one. Where a cap stops the input, the message names the cap.
 """
@@ -387,3 +387,11 @@ def test_hostile_files_end_a_real_process_in_one_line(tmp_path):
                               timeout=300)
         assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1, \
             (args, done.stderr)
+
+
+def test_a_latency_cache_that_is_a_directory_is_refused_before_the_search(cli, tmp_path):
+    result = cli("rewrite", "squeezenet", "-o", tmp_path / "out.onnx", "--objective", "latency", "--latency-cache",
+                 tmp_path)
+    assert_one_error_line(result, "latency cache")
+    assert "is a directory; give a file name for the latency cache" in result.stderr
+    assert list(tmp_path.iterdir()) == []

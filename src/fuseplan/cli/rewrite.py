@@ -89,6 +89,8 @@ def rewrite(
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, name = model_path(model)
     check_outputs([("rewritten model", output)], [source])
+    if latency_cache is not None and latency_cache.is_dir():  # refused now, not when it is written after the search
+        raise FuseplanError(f"{latency_cache}: is a directory; give a file name for the latency cache")
     source_model = read_rewritable(source)
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
