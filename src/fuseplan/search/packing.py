@@ -1,0 +1,293 @@
+"""Lower bounds that need no candidates: sets too big for any group, and the tensors that must cut them.
+
+Start from the all-fused bound (:meth:`CostModel.dram_lower_bound`): each
+connected component of fuseable operators priced as one group, ignoring the
+buffer. A plan moves at least as much, tensor by tensor: no tensor is
+written or read fewer times. Call a tensor *cut* by a plan when its producer
+and some fuseable consumer lie in different groups; a cut tensor moves at
+least its *penalty* more than in the all-fused bound: its size (read back)
+when that bound writes it anyway, twice its size (written and read) when it
+does not. So a plan moves at least the all-fused bound plus the penalties
+of the tensors it cuts.
+
+Now take a connected set ``S`` of fuseable operators whose buffer floor
+(:meth:`CostModel.buffer_floor`) reaches the buffer: no fitting group holds
+it, so some tensor *inside* it (made by a member, read by a member) is cut,
+or else its members, joined by those tensors, would share a group. Any
+weights ``z_S >= 0`` on such sets with ``sum of z_S over the sets holding t
+<= penalty(t)`` for every tensor ``t`` (a *packing*) then bound every plan:
+``sum z_S <= sum over S of z_S * (cut tensors inside S) = sum over cut t of
+(sum of z_S over S holding t) <= sum over cut t of penalty(t)``.
+
+:func:`cut_lower_bound` packs sets with disjoint inside tensors, cut
+greedily from the topological order, each weighted by its cheapest inside
+tensor. :func:`packing_lower_bound` finds better packings by linear
+programming: its dual is the covering problem (weights ``y`` on tensors,
+least ``sum penalty * y`` with ``sum of y over the inside of S >= 1`` for
+every set), and new sets are grown from every operator towards tensors
+light under the last ``y``. Any family of sets gives a valid packing, so
+how the sets are found never matters for the proof; only whether each
+truly reaches the buffer floor, which is checked with
+:meth:`CostModel.buffer_floor` itself. The final packing is rounded down to
+integers and scaled until every tensor's constraint holds in integers.
+
+These bounds hold for every plan whatever the candidates, so they serve
+where the candidate enumeration is cut short and the linear relaxation over
+the candidates proves nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fuseplan.plan.problem import FusionProblem
+from fuseplan.search.candidates import GrowingFloor
+
+#: Rounds of growing sets and solving the covering problem, at most.
+MAX_ROUNDS = 40
+#: Sets kept per round at most (the most violated first): bounds the linear program's growth.
+SETS_PER_ROUND = 2000
+
+
+def cut_penalties(problem: FusionProblem) -> dict[int, int]:
+    """Per tensor made by a fuseable operator and read by one: the least DRAM bytes cutting it adds to
+    the all-fused bound (see the module docstring)."""
+    cost = problem.cost
+    tables = cost.tables
+    b = cost.bytes_per_element
+    fuseable = frozenset(problem.fuseable)
+    component_of: dict[int, frozenset[int]] = {}
+    for component in cost.fuseable_components():
+        for v in component:
+            component_of[v] = component
+    penalty: dict[int, int] = {}
+    for v in sorted(fuseable):
+        component = component_of[v]
+        for t in problem.graph.nodes[v].outputs:
+            if tables.tensor_consumers[t] & fuseable:
+                moved = tables.tensor_is_output[t] or not tables.tensor_consumers[t] <= component
+                penalty[t] = b * tables.tensor_numel[t] * (1 if moved else 2)
+    return penalty
+
+
+def inside_tensors(problem: FusionProblem, group: frozenset[int]) -> set[int]:
+    """Tensors made by a member of ``group`` and read by another member."""
+    tables = problem.cost.tables
+    return {t for u in group for t in problem.graph.nodes[u].outputs if tables.tensor_consumers[t] & group}
+
+
+def greedy_cut_sets(problem: FusionProblem) -> list[frozenset[int]]:
+    """Connected sets whose buffer floor reaches the buffer, with disjoint inside tensors: the component of
+    the growing run of operators (in label order) whose floor first reaches it, then a new run."""
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    found: list[frozenset[int]] = []
+    run: list[int] = []
+    for v in range(len(graph)):
+        if v not in problem.fuseable:
+            continue
+        run.append(v)
+        for part in graph.components(run):
+            if v not in part or cost.buffer_floor(part) < beta:
+                continue
+            if inside_tensors(problem, part):
+                found.append(part)
+                run = []
+            break
+    return found
+
+
+def cut_lower_bound(problem: FusionProblem) -> int:
+    """The all-fused bound plus, for each of :func:`greedy_cut_sets`, its cheapest inside tensor's penalty
+    (a packing of sets with disjoint inside tensors; see the module docstring)."""
+    penalty = cut_penalties(problem)
+    extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in greedy_cut_sets(problem))
+    return problem.cost.dram_lower_bound() + extra
+
+
+@dataclass
+class Packing:
+    """A proven lower bound from a packing of sets too big for the buffer."""
+
+    bound: int  # the all-fused bound plus the packing's integer weights: no valid plan moves less
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class _SetGrower:
+    """Grows connected sets of fuseable operators until their buffer floor reaches the buffer, each step
+    taking the neighbour that adds the least weight of new inside tensors (then the one that raises the
+    floor most), and shrinks them to the members that weigh."""
+
+    def __init__(self, problem: FusionProblem, penalty: dict[int, int]) -> None:
+        self.problem = problem
+        self.floor = GrowingFloor(problem)
+        graph = problem.graph
+        tables = problem.cost.tables
+        fuseable = frozenset(problem.fuseable)
+        # Per operator: the internal tensors it makes (with their fuseable readers as a bitmask) and the
+        # internal tensors it reads (with their producers).
+        self.made: list[list[tuple[int, int]]] = [[] for _ in graph.nodes]
+        self.read: list[list[tuple[int, int]]] = [[] for _ in graph.nodes]
+        for t in penalty:
+            producer = graph.tensors[t].producer
+            readers = 0
+            for c in tables.tensor_consumers[t] & fuseable:
+                readers |= 1 << c
+                self.read[c].append((t, producer))
+            self.made[producer].append((t, readers))
+        self.neighbours = [[u for u in graph.neighbours[v] if u in fuseable] for v in range(len(graph))]
+        self.readers_of = {t: readers for v in problem.fuseable for t, readers in self.made[v]}
+
+    def new_inside(self, u: int, mask: int) -> list[int]:
+        """Tensors that become inside when ``u`` joins the set ``mask``."""
+        fresh = [t for t, readers in self.made[u] if readers & mask]
+        for t, producer in self.read[u]:
+            if mask >> producer & 1 and not self.readers_of[t] & mask:
+                fresh.append(t)
+        return fresh
+
+    def grow(self, seed: int, weight: dict[int, float]) -> frozenset[int] | None:
+        """A connected set from ``seed`` whose floor reaches the buffer, light under ``weight``; ``None``
+        when the seed's connected fuseable operators all together stay under it."""
+        floor = self.floor
+        mask = 1 << seed
+        members = [seed]
+        own = floor.terms[seed]
+        rows = floor.extra_rows(seed, 0)
+        frontier = set(self.neighbours[seed])
+        while not (floor.b * (own + rows) >= floor.beta and floor.reaches(own, rows, tuple(members))):
+            if not frontier:
+                return None
+            best_key, best = None, -1
+            for u in frontier:
+                key = (sum(weight[t] for t in self.new_inside(u, mask)),
+                       -(floor.grown_terms(own, u) - own + floor.extra_rows(u, mask)), u)
+                if best_key is None or key < best_key:
+                    best_key, best = key, u
+            rows += floor.extra_rows(best, mask)
+            own = floor.grown_terms(own, best)
+            mask |= 1 << best
+            members.append(best)
+            frontier.discard(best)
+            frontier.update(u for u in self.neighbours[best] if not mask >> u & 1)
+        return self.shrink(frozenset(members), weight)
+
+    def shrink(self, group: frozenset[int], weight: dict[int, float]) -> frozenset[int]:
+        """``group`` less members whose inside tensors weigh, heaviest first, while it stays connected and
+        its floor reaches the buffer."""
+        problem = self.problem
+        graph, cost, beta = problem.graph, problem.cost, problem.buffer_bytes
+        inside = inside_tensors(problem, group)
+        heft = {v: 0.0 for v in group}
+        for t in inside:
+            heft[graph.tensors[t].producer] += weight[t] + 1e-9
+            for c in problem.cost.tables.tensor_consumers[t] & group:
+                heft[c] += weight[t] + 1e-9
+        for v in sorted(group, key=lambda v: (-heft[v], v)):
+            if heft[v] <= 0:
+                break
+            smaller = group - {v}
+            if smaller and graph.is_connected(smaller) and cost.buffer_floor(smaller) >= beta:
+                group = smaller
+        return group
+
+
+def packing_lower_bound(problem: FusionProblem, max_rounds: int = MAX_ROUNDS,
+                        deadline: float | None = None) -> Packing | None:
+    """The best packing the rounds find (module docstring), never below :func:`cut_lower_bound`; ``None``
+    without OR-Tools. Past ``deadline`` (a ``time.perf_counter()`` time) it keeps the packing it has."""
+    try:
+        from ortools.linear_solver import pywraplp
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    started = time.perf_counter()
+    penalty = cut_penalties(problem)
+    all_fused = problem.cost.dram_lower_bound()
+    greedy = greedy_cut_sets(problem)
+    if not penalty:
+        return Packing(all_fused, {"sets": 0, "rounds": 0})
+    grower = _SetGrower(problem, penalty)
+    tensors = sorted(penalty)
+    scale = max(penalty.values())  # the LP in units of the largest penalty, for the solver's tolerances
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    y = {t: solver.NumVar(0.0, solver.infinity(), "") for t in tensors}
+    objective = solver.Objective()
+    for t in tensors:
+        objective.SetCoefficient(y[t], penalty[t] / scale)
+    objective.SetMinimization()
+    sets: dict[frozenset[int], tuple[list[int], Any]] = {}  # set -> (its inside tensors, its constraint)
+
+    def add(group: frozenset[int]) -> None:
+        inside = sorted(inside_tensors(problem, group))
+        row = solver.Constraint(1.0, solver.infinity())
+        for t in inside:
+            row.SetCoefficient(y[t], 1.0)
+        sets[group] = (inside, row)
+
+    for group in greedy:
+        add(group)
+    weight = {t: penalty[t] / scale for t in tensors}  # first round: light means cheap to cut
+    seeds = sorted(problem.fuseable)
+    rounds = 0
+    lp_value = 0.0
+    while rounds < max_rounds:
+        rounds += 1
+        found: list[tuple[float, frozenset[int]]] = []
+        for seed in seeds:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            group = grower.grow(seed, weight)
+            if group is None or group in sets:
+                continue
+            inside = inside_tensors(problem, group)
+            if not inside or cost_floor_misses(problem, group):
+                continue
+            covered = sum(weight[t] for t in inside)
+            if rounds == 1 or covered < 1 - 1e-6:
+                found.append((covered, group))
+        found.sort(key=lambda pair: pair[0])
+        fresh = 0
+        for _covered, group in found[:SETS_PER_ROUND]:
+            if group not in sets:
+                add(group)
+                fresh += 1
+        if not sets:
+            break
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            break
+        lp_value = objective.Value() * scale
+        weight = {t: max(0.0, y[t].solution_value()) for t in tensors}
+        if (not fresh and rounds > 1) or deadline is not None and time.perf_counter() > deadline:
+            break
+    packed = _integer_packing(sets, penalty, scale) if sets else 0
+    greedy_extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in greedy)
+    return Packing(all_fused + max(packed, greedy_extra),
+                   {"sets": len(sets), "rounds": rounds, "lp_bytes": round(all_fused + lp_value),
+                    "seconds": round(time.perf_counter() - started, 3)})
+
+
+def cost_floor_misses(problem: FusionProblem, group: frozenset[int]) -> bool:
+    """Whether ``group``'s buffer floor, computed by the cost model itself, stays under the buffer (the
+    grower's running floor is only a guide: the proof rests on this check)."""
+    return problem.cost.buffer_floor(group) < problem.buffer_bytes
+
+
+def _integer_packing(sets: dict[frozenset[int], tuple[list[int], Any]], penalty: dict[int, int],
+                     scale: float) -> int:
+    """The covering problem's duals as an integer packing: each set's weight in bytes rounded down, all
+    scaled down together until no tensor carries more than its penalty; their sum."""
+    weights = {group: int(max(0.0, row.dual_value()) * scale) for group, (_inside, row) in sets.items()}
+    for _ in range(64):
+        load: dict[int, int] = {}
+        for group, w in weights.items():
+            if w:
+                for t in sets[group][0]:
+                    load[t] = load.get(t, 0) + w
+        over = [(penalty[t], carried) for t, carried in load.items() if carried > penalty[t]]
+        if not over:
+            return sum(weights.values())
+        shrink = min(p / carried for p, carried in over)
+        weights = {group: int(w * shrink) for group, w in weights.items()}
+    return 0  # pragma: no cover - each pass removes every excess or rounds further down
