@@ -366,7 +366,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     the groups of the interval plans of the interval DP's orders still give
     valid plans: the same formulations then find the best plan built from
     them (usually no worse than the interval DP's), which is not proven
-    optimal, and the proven bound is :func:`cut_lower_bound`. The outcome's
+    optimal, and the proven bound is the packing of sets too big for the
+    buffer (:func:`fuseplan.search.packing.packing_lower_bound`, never below
+    :func:`~fuseplan.search.packing.cut_lower_bound`). The outcome's
     ``bound_source`` says which bound was the best. ``on_status`` hears after
     each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
     ``time.perf_counter()`` time) the enumeration and the searches stop as at
@@ -433,6 +435,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         if packing is not None:
             stats["packing"] = {"bound_bytes": packing.bound, **packing.stats}
             dram_bounds.append((packing.bound, "cut packing"))
+            report("cut packing", outcome.dram, objective.bound_from_dram(packing.bound))
         bounds = []
         outcome.method = f"restricted {outcome.method}"
     dram_bound, dram_source = max(dram_bounds, key=lambda pair: pair[0])
