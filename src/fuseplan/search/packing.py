@@ -50,6 +50,8 @@ MAX_ROUNDS = 40
 #: Sets grown, over all rounds, at most: a counted limit, so the bound repeats exactly (on GoogLeNet, LBDF,
 #: 2MB, 29 rounds grow 4,023; on a generated network of 1,005 operators, 256KB, 8 rounds grow 7,128).
 MAX_GROWTHS = 40_000
+#: Operators per block packed on its own (:func:`packing_lower_bound`).
+BLOCK = 500
 #: Sets kept per round at most (the most violated first): bounds the linear program's growth.
 SETS_PER_ROUND = 2000
 
@@ -160,9 +162,10 @@ class _SetGrower:
                 fresh.append(t)
         return fresh
 
-    def grow(self, seed: int, weight: dict[int, float]) -> tuple[frozenset[int] | None, list[int]]:
+    def grow(self, seed: int, weight: dict[int, float],
+             within: frozenset[int]) -> tuple[frozenset[int] | None, list[int]]:
         """A connected set from ``seed`` whose floor reaches the buffer, light under ``weight`` (``None``
-        when the seed's connected fuseable operators all together stay under it), and the operators it
+        when the seed's connected operators in ``within`` all together stay under it), and the operators it
         was grown to before shrinking: only the weights of tensors they make or read were consulted."""
         floor = self.floor
         mask = 1 << seed
@@ -176,7 +179,8 @@ class _SetGrower:
                     u)
 
         for u in self.neighbours[seed]:
-            keys[u] = key(u)
+            if u in within:
+                keys[u] = key(u)
         while not (floor.b * (own + rows) >= floor.beta and floor.reaches(own, rows, tuple(members))):
             if not keys:
                 return None, members
@@ -191,7 +195,7 @@ class _SetGrower:
                 if u in keys:
                     keys[u] = key(u)
             for u in self.neighbours[best]:
-                if not mask >> u & 1 and u not in keys:
+                if not mask >> u & 1 and u not in keys and u in within:
                     keys[u] = key(u)
         return self.shrink(mask, members, own, rows, weight), members
 
@@ -235,11 +239,19 @@ class _SetGrower:
 
 
 def packing_lower_bound(problem: FusionProblem, max_rounds: int = MAX_ROUNDS, max_growths: int = MAX_GROWTHS,
-                        deadline: float | None = None) -> Packing | None:
+                        deadline: float | None = None, block: int = BLOCK) -> Packing | None:
     """The best packing the rounds find (module docstring), never below :func:`cut_lower_bound`; ``None``
-    without OR-Tools. The rounds stop when no new set is found, after ``max_rounds``, once ``max_growths``
-    sets have been grown, or past ``deadline`` (a ``time.perf_counter()`` time); the packing is whatever
-    they had found by then."""
+    without OR-Tools.
+
+    The fuseable operators are cut, in label order, into blocks of ``block``
+    (the last may be up to twice that), each packed on its own with sets
+    inside it: their inside tensors are disjoint, so the packings add up,
+    and a block's weights change only with its own rounds, so a block done
+    grows nothing more. A block's rounds stop when no new set is found, after
+    ``max_rounds``, once its share of ``max_growths`` (by size) has been
+    grown, or past ``deadline`` (a ``time.perf_counter()`` time); its packing
+    is whatever they had found by then.
+    """
     try:
         from ortools.linear_solver import pywraplp
     except ImportError:  # pragma: no cover - depends on the environment
@@ -248,11 +260,40 @@ def packing_lower_bound(problem: FusionProblem, max_rounds: int = MAX_ROUNDS, ma
     penalty = cut_penalties(problem)
     all_fused = problem.cost.dram_lower_bound()
     greedy = greedy_cut_sets(problem)
+    greedy_extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in greedy)
     if not penalty:
         return Packing(all_fused, {"sets": 0, "rounds": 0})
     grower = _SetGrower(problem, penalty)
-    tensors = sorted(penalty)
-    scale = max(penalty.values())  # the LP in units of the largest penalty, for the solver's tolerances
+    operators = sorted(problem.fuseable)
+    cuts = list(range(0, len(operators), block))
+    if len(cuts) > 1 and len(operators) - cuts[-1] < block:
+        cuts.pop()  # a short last block joins the one before
+    blocks = [operators[first:last] for first, last in zip(cuts, [*cuts[1:], len(operators)])]
+    packed = 0
+    stats = {"sets": 0, "rounds": 0, "grown": 0, "blocks": len(blocks), "lp_bytes": all_fused}
+    for members in blocks:
+        inside = frozenset(members)
+        share = max(1, max_growths * len(members) // len(operators))
+        block_packed, block_stats = _pack_block(problem, grower, penalty, inside,
+                                                [g for g in greedy if g <= inside], max_rounds, share, deadline,
+                                                pywraplp)
+        packed += block_packed
+        stats["sets"] += block_stats["sets"]
+        stats["rounds"] = max(stats["rounds"], block_stats["rounds"])
+        stats["grown"] += block_stats["grown"]
+        stats["lp_bytes"] += block_stats["lp_bytes"]
+    stats["seconds"] = round(time.perf_counter() - started, 3)
+    return Packing(all_fused + max(packed, greedy_extra), stats)
+
+
+def _pack_block(problem: FusionProblem, grower: _SetGrower, penalty: dict[int, int], block: frozenset[int],
+                greedy: list[frozenset[int]], max_rounds: int, max_growths: int, deadline: float | None,
+                pywraplp: Any) -> tuple[int, dict[str, Any]]:
+    """The integer packing of sets inside ``block`` (see :func:`packing_lower_bound`) and how it went."""
+    tensors = sorted(t for t in penalty if problem.graph.tensors[t].producer in block)
+    if not tensors:
+        return 0, {"sets": 0, "rounds": 0, "grown": 0, "lp_bytes": 0}
+    scale = max(penalty[t] for t in tensors)  # the LP in units of the largest penalty, for the solver's tolerances
     solver = pywraplp.Solver.CreateSolver("GLOP")
     y = {t: solver.NumVar(0.0, solver.infinity(), "") for t in tensors}
     objective = solver.Objective()
@@ -280,14 +321,14 @@ def packing_lower_bound(problem: FusionProblem, max_rounds: int = MAX_ROUNDS, ma
     while rounds < max_rounds:
         rounds += 1
         found: list[tuple[float, frozenset[int]]] = []
-        for seed in sorted(problem.fuseable):
+        for seed in sorted(block):
             if grown >= max_growths or deadline is not None and time.perf_counter() > deadline:
                 break
             if seed in consulted and not consulted[seed] & changed:
                 continue
-            group, reached = grower.grow(seed, weight)
+            group, reached = grower.grow(seed, weight, block)
             grown += 1
-            consulted[seed] = {t for v in reached for t in touched[v] if t in penalty}
+            consulted[seed] = {t for v in reached for t in touched[v] if t in weight}
             if group is None or group in sets:
                 continue
             inside = inside_tensors(problem, group)
@@ -313,10 +354,7 @@ def packing_lower_bound(problem: FusionProblem, max_rounds: int = MAX_ROUNDS, ma
                                                                   and time.perf_counter() > deadline):
             break
     packed = _integer_packing(sets, penalty, scale) if sets else 0
-    greedy_extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in greedy)
-    return Packing(all_fused + max(packed, greedy_extra),
-                   {"sets": len(sets), "rounds": rounds, "grown": grown, "lp_bytes": round(all_fused + lp_value),
-                    "seconds": round(time.perf_counter() - started, 3)})
+    return packed, {"sets": len(sets), "rounds": rounds, "grown": grown, "lp_bytes": round(lp_value)}
 
 
 def cost_floor_misses(problem: FusionProblem, group: frozenset[int]) -> bool:
