@@ -22,7 +22,10 @@ KB = 1024
 def test_the_packing_bound_is_below_brute_force_and_above_the_greedy_cut(graph, scheme, buffer_bytes):
     problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes))
     packing = packing_lower_bound(problem)
-    assert cut_lower_bound(problem) <= packing.bound <= brute_force(problem)
+    optimum = brute_force(problem)
+    assert cut_lower_bound(problem) <= packing.bound <= optimum
+    in_blocks = packing_lower_bound(problem, block=3)  # blocks of 3 operators, each packed on its own
+    assert cut_lower_bound(problem) <= in_blocks.bound <= optimum
 
 
 @pytest.mark.parametrize("name,kb", [("squeezenet", 64), ("resnet50", 256), ("vgg16", 1024), ("mobilenet_v2", 64)])
@@ -33,6 +36,20 @@ def test_the_packing_bound_is_below_zoo_optima_and_beats_the_greedy_cut(zoo_grap
     assert optimum.optimal
     assert cut_lower_bound(problem) <= packing.bound <= optimum.dram
     assert packing.stats["sets"] >= len(greedy_cut_sets(problem))
+
+
+def test_blocks_and_limits_keep_the_bound_proven_and_repeatable(zoo_graphs):
+    problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["mobilenet_v2"], 64 * KB))
+    optimum = solve_exact(problem).dram
+    whole = packing_lower_bound(problem)
+    assert whole.stats["blocks"] == 1 and packing_lower_bound(problem).bound == whole.bound
+    in_blocks = packing_lower_bound(problem, block=20)
+    assert in_blocks.stats["blocks"] > 3
+    stopped = packing_lower_bound(problem, max_growths=10)
+    assert stopped.stats["grown"] <= 10
+    for bound in (in_blocks.bound, stopped.bound):
+        assert cut_lower_bound(problem) <= bound <= optimum
+    assert whole.bound <= optimum
 
 
 def test_greedy_cut_sets_reach_the_buffer_and_cut_disjoint_tensors(zoo_graphs):
