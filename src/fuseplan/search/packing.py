@@ -53,6 +53,10 @@ SEEDS_PER_ROUND = 100
 #: Sets grown, over all blocks and rounds, at most: a counted limit, so the bound repeats exactly. GoogLeNet
 #: (LBDF, 2MB) grows 2,739 before no seed is stale; a generated network of 1,005 operators (256KB), 6,436.
 MAX_GROWTHS = 20_000
+#: Members a grown set may reach before it is given up: sets that large hold many inside tensors, so weigh
+#: little in a packing, and growing them costs most (GoogLeNet under LBDF at 2MB grows sets of up to 79
+#: members; a generated network of 1,005 operators under BRR at 256KB, up to 436 without this limit).
+MAX_MEMBERS = 128
 #: Operators per block packed on its own (:func:`packing_lower_bound`).
 BLOCK = 500
 #: Sets kept per round at most (the most violated first): bounds the linear program's growth.
@@ -168,7 +172,8 @@ class _SetGrower:
     def grow(self, seed: int, weight: dict[int, float],
              within: frozenset[int]) -> tuple[frozenset[int] | None, list[int]]:
         """A connected set from ``seed`` whose floor reaches the buffer, light under ``weight`` (``None``
-        when the seed's connected operators in ``within`` all together stay under it), and the operators it
+        when the seed's connected operators in ``within`` all together stay under it, or when it passes
+        :data:`MAX_MEMBERS`), and the operators it
         was grown to before shrinking: only the weights of tensors they make or read were consulted."""
         floor = self.floor
         mask = 1 << seed
@@ -185,7 +190,7 @@ class _SetGrower:
             if u in within:
                 keys[u] = key(u)
         while not (floor.b * (own + rows) >= floor.beta and floor.reaches(own, rows, tuple(members))):
-            if not keys:
+            if not keys or len(members) >= MAX_MEMBERS:
                 return None, members
             best = min(keys, key=keys.__getitem__)
             del keys[best]
