@@ -16,10 +16,7 @@ from tests.search.test_exact import brute_force
 KB = 1024
 
 
-@settings(max_examples=60, deadline=None)
-@given(random_dags(min_nodes=2, max_nodes=8, activations=True), st.sampled_from(["lbdf", "brr"]),
-       st.sampled_from([2 * KB, 3 * KB, 6 * KB, 12 * KB]))
-def test_the_packing_bound_is_below_brute_force_and_above_the_greedy_cut(graph, scheme, buffer_bytes):
+def check_against_brute_force(graph, scheme, buffer_bytes):
     problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes))
     packing = packing_lower_bound(problem)
     optimum = brute_force(problem)
@@ -28,13 +25,29 @@ def test_the_packing_bound_is_below_brute_force_and_above_the_greedy_cut(graph, 
     assert cut_lower_bound(problem) <= in_blocks.bound <= optimum
 
 
-@pytest.mark.parametrize("name,kb", [("squeezenet", 64), ("resnet50", 256), ("vgg16", 1024), ("mobilenet_v2", 64)])
+@settings(max_examples=15, deadline=None)
+@given(random_dags(min_nodes=2, max_nodes=7, activations=True), st.sampled_from(["lbdf", "brr"]),
+       st.sampled_from([2 * KB, 3 * KB, 6 * KB, 12 * KB]))
+def test_the_packing_bound_is_below_brute_force_and_above_the_greedy_cut(graph, scheme, buffer_bytes):
+    check_against_brute_force(graph, scheme, buffer_bytes)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(random_dags(min_nodes=2, max_nodes=8, activations=True), st.sampled_from(["lbdf", "brr"]),
+       st.sampled_from([2 * KB, 3 * KB, 6 * KB, 12 * KB]))
+def test_the_packing_bound_is_below_brute_force_on_more_graphs(graph, scheme, buffer_bytes):
+    check_against_brute_force(graph, scheme, buffer_bytes)
+
+
+@pytest.mark.parametrize("name,kb", [("squeezenet", 64), ("resnet50", 256), ("mobilenet_v2", 64)])
 def test_the_packing_bound_is_below_zoo_optima_and_beats_the_greedy_cut(zoo_graphs, name, kb):
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs[name], kb * KB))
     packing = packing_lower_bound(problem)
     optimum = solve_exact(problem)
     assert optimum.optimal
-    assert cut_lower_bound(problem) <= packing.bound <= optimum.dram
+    # measured: 2.18 -> 4.37 MB (squeezenet), 6.74 -> 10.45 MB (resnet50), 2.21 -> 3.60 MB (mobilenet_v2)
+    assert cut_lower_bound(problem) < packing.bound <= optimum.dram
     assert packing.stats["sets"] >= len(greedy_cut_sets(problem))
 
 
