@@ -114,9 +114,11 @@ class GrowingFloor:
         self.by_max = cost.floor_combine == "max"
         tables = cost.tables
         self.row_numel = cost.floor_row_elements
+        operators = range(len(problem.graph))
         self.window = [tuple((t, max(1, min(int(k), tables.tensor_rows[t]))) for t, k, _s, _r in tables.node_inputs[v])
-                       for v in range(len(problem.graph))]
-        self.touched = [{t for t, _r in self.window[v]} | set(tables.node_outputs[v]) for v in range(len(problem.graph))]
+                       for v in operators]
+        # per operator: the tensors whose floor rows its joining may change
+        self.touched = [{t for t, _r in self.window[v]} | set(tables.node_outputs[v]) for v in operators]
         self.readers = [tuple((c, r) for c in tables.tensor_consumers[t] for tt, r in self.window[c] if tt == t)
                         for t in range(len(self.row_numel))]
         self.producer = [problem.graph.tensors[t].producer for t in range(len(self.row_numel))]

@@ -174,8 +174,8 @@ class _SetGrower:
              within: frozenset[int]) -> tuple[frozenset[int] | None, list[int]]:
         """A connected set from ``seed`` whose floor reaches the buffer, light under ``weight`` (``None``
         when the seed's connected operators in ``within`` all together stay under it, or when it passes
-        :data:`MAX_MEMBERS`), and the operators it
-        was grown to before shrinking: only the weights of tensors they make or read were consulted."""
+        :data:`MAX_MEMBERS`), and the operators it was grown to before shrinking: only the weights of
+        tensors they make or read were consulted."""
         floor = self.floor
         mask = 1 << seed
         members = [seed]
@@ -184,8 +184,8 @@ class _SetGrower:
         keys: dict[int, tuple[float, float, int]] = {}  # per frontier operator: how light, then how big a step
 
         def key(u: int) -> tuple[float, float, int]:
-            return (sum(weight[t] for t in self.new_inside(u, mask)), -(floor.terms[u] + floor.extra_rows(u, mask)),
-                    u)
+            light = sum(weight[t] for t in self.new_inside(u, mask))
+            return light, -(floor.terms[u] + floor.extra_rows(u, mask)), u
 
         for u in self.neighbours[seed]:
             if u in within:
@@ -226,7 +226,7 @@ class _SetGrower:
                 break
             kept.discard(v)
             smaller = mask & ~(1 << v)
-            less_own = max(floor.terms[u] for u in kept) if floor.by_max else own - floor.terms[v]
+            less_own = max((floor.terms[u] for u in kept), default=0) if floor.by_max else own - floor.terms[v]
             less_rows = rows - floor.extra_rows(v, smaller)
             if kept and floor.reaches(less_own, less_rows, tuple(kept)) and self._connected(smaller, kept):
                 mask, own, rows = smaller, less_own, less_rows
