@@ -13,7 +13,8 @@ from fuseplan.plan import FusionProblem
 from fuseplan.plan.plan import Plan
 from fuseplan.search import IntervalDP, make_search, minimize
 from fuseplan.search.candidates import enumerate_candidates
-from fuseplan.search.exact import cut_lower_bound, downset_search, partition_search, solve_exact
+from fuseplan.search.exact import downset_search, partition_search, solve_exact
+from fuseplan.search.packing import cut_lower_bound, packing_lower_bound
 from fuseplan.split import make_splitter
 from tests.dags import branchy_network, random_dags
 
@@ -128,7 +129,8 @@ def test_stopped_searches_report_a_proven_bound(zoo_graphs):
     restricted = solve_exact(problem, max_sets=300)
     assert not restricted.optimal and restricted.method.startswith("restricted")
     assert problem.check(restricted.plan) == [] and restricted.dram >= optimum
-    assert restricted.lower_bound == cut_lower_bound(problem) <= optimum
+    assert restricted.lower_bound == max(cut_lower_bound(problem), packing_lower_bound(problem).bound) <= optimum
+    assert restricted.bound_source in ("cut bound", "cut packing", "all fused")
 
 
 @pytest.mark.parametrize("scheme", ["lbdf", pytest.param("brr", marks=pytest.mark.slow)])
@@ -162,7 +164,9 @@ def test_auto_on_a_network_too_large_to_prove_still_gives_a_bounded_valid_plan()
     assert problem.check(result.plan) == []
     assert not result.details["optimal"]
     assert result.details["exact"]["method"].startswith("restricted")
-    assert cut_lower_bound(problem) == result.details["lower_bound_bytes"] < result.cost.dram
+    assert cut_lower_bound(problem) < packing_lower_bound(problem).bound == result.details["lower_bound_bytes"]
+    assert result.details["lower_bound_source"] == "cut packing"
+    assert result.details["lower_bound_bytes"] < result.cost.dram
 
 
 # BRR's run takes about 25 s: the full suite only.

@@ -94,6 +94,67 @@ class Candidates:
         return len(self.masks)
 
 
+class GrowingFloor:
+    """:meth:`CostModel.buffer_floor` kept as a set grows one operator at a time: the operators' terms
+    (summed or maxed) and the feature elements of the floor rows, apart.
+
+    A tensor's floor rows are the widest window a member reads it through (at
+    least 1), each counting the scheme's ``floor_row_elements``. Where
+    ``b * (own + rows)`` reaches the buffer, the scheme's ``lone_floor`` (a set
+    that may still grow into a lone operator's group) has the last word
+    (:meth:`reaches`).
+    """
+
+    def __init__(self, problem: FusionProblem) -> None:
+        cost = problem.cost
+        self.cost = cost
+        self.beta = problem.buffer_bytes
+        self.b = cost.bytes_per_element
+        self.terms = cost.floor_terms()
+        self.by_max = cost.floor_combine == "max"
+        tables = cost.tables
+        self.row_numel = cost.floor_row_elements
+        operators = range(len(problem.graph))
+        self.window = [tuple((t, max(1, min(int(k), tables.tensor_rows[t]))) for t, k, _s, _r in tables.node_inputs[v])
+                       for v in operators]
+        # per operator: the tensors whose floor rows its joining may change
+        self.touched = [{t for t, _r in self.window[v]} | set(tables.node_outputs[v]) for v in operators]
+        self.readers = [tuple((c, r) for c in tables.tensor_consumers[t] for tt, r in self.window[c] if tt == t)
+                        for t in range(len(self.row_numel))]
+        self.producer = [problem.graph.tensors[t].producer for t in range(len(self.row_numel))]
+
+    def floor_rows(self, t: int, mask: int) -> int:
+        """Floor rows of tensor ``t`` for the set ``mask`` (0 if the set does not touch it)."""
+        producer = self.producer[t]
+        rows = 1 if producer is not None and mask >> producer & 1 else 0
+        for c, r in self.readers[t]:
+            if mask >> c & 1 and r > rows:
+                rows = r
+        return rows
+
+    def extra_rows(self, u: int, mask: int) -> float:
+        """Feature elements the floor gains when ``u`` joins the set ``mask``."""
+        grown = mask | (1 << u)
+        extra = 0
+        for t in self.touched[u]:
+            gain = self.floor_rows(t, grown) - self.floor_rows(t, mask)
+            if gain:
+                extra += gain * self.row_numel[t]
+        return extra
+
+    def grown_terms(self, own: int, u: int) -> int:
+        """The operator terms of a set with terms ``own`` once ``u`` joins it."""
+        return max(own, self.terms[u]) if self.by_max else own + self.terms[u]
+
+    def reaches(self, own: int, rows: float, members: tuple[int, ...]) -> bool:
+        """Whether the floor of ``members`` (whose terms and rows are ``own`` and ``rows``) reaches the
+        buffer: no fitting group holds them."""
+        if self.b * (own + rows) < self.beta:
+            return False
+        lone = self.cost.lone_floor(members)
+        return lone is None or self.b * lone >= self.beta
+
+
 @dataclass
 class _Growth:
     """Where the enumeration from one seed stands: sets to visit, sets visited but not yet grown (when a
@@ -128,38 +189,9 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         for u in graph.neighbours[v]:
             neighbour_mask[v] |= 1 << u
         neighbour_mask[v] &= fuseable_mask
-    # The buffer floor (CostModel.buffer_floor), kept incrementally: operator terms summed or maxed, and
-    # feature rows. A tensor's floor rows are the widest window a member reads it through (at least 1),
-    # each counting the scheme's floor_row_elements. Where that reaches the buffer, the scheme's
-    # lone_floor (a set that may still grow into a lone operator's group) has the last word.
+    floor = GrowingFloor(problem)
+    terms, by_max, extra_rows = floor.terms, floor.by_max, floor.extra_rows
     b = cost.bytes_per_element
-    terms = cost.floor_terms()
-    by_max = cost.floor_combine == "max"
-    tables = cost.tables
-    row_numel = cost.floor_row_elements
-    window = [tuple((t, max(1, min(int(k), tables.tensor_rows[t]))) for t, k, _s, _r in tables.node_inputs[v])
-              for v in range(len(graph))]
-    readers = [tuple((c, r) for c, ins in ((c, window[c]) for c in tables.tensor_consumers[t])
-                     for tt, r in ins if tt == t) for t in range(len(row_numel))]
-    producer = [graph.tensors[t].producer for t in range(len(row_numel))]
-
-    def floor_rows(t: int, mask: int) -> int:
-        """Floor rows of tensor ``t`` for the set ``mask`` (0 if the set does not touch it)."""
-        rows = 1 if producer[t] is not None and mask >> producer[t] & 1 else 0
-        for c, r in readers[t]:
-            if mask >> c & 1 and r > rows:
-                rows = r
-        return rows
-
-    def extra_rows(u: int, mask: int) -> float:
-        """Feature elements the floor gains when ``u`` joins the set ``mask``."""
-        grown = mask | (1 << u)
-        extra = 0
-        for t in {t for t, _r in window[u]} | set(tables.node_outputs[u]):
-            gain = floor_rows(t, grown) - floor_rows(t, mask)
-            if gain:
-                extra += gain * row_numel[t]
-        return extra
     price = cost.price  # uncached: most visited sets are never priced again
 
     def grow(m: int, allowance: float, growth: _Growth | None = None) -> tuple[_Growth, int, bool]:
@@ -192,10 +224,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                     continue  # not convex: a path leaves the set and comes back
                 grown_own = max(own, terms[u]) if by_max else own + terms[u]
                 grown_rows = rows + extra_rows(u, mask)
-                if b * (grown_own + grown_rows) >= beta:
-                    lone = cost.lone_floor((*members, u))
-                    if lone is None or b * lone >= beta:
-                        continue
+                if b * (grown_own + grown_rows) >= beta and floor.reaches(grown_own, grown_rows, (*members, u)):
+                    continue
                 queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
                               grown_own, grown_rows))
 

@@ -56,6 +56,7 @@ from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.interval_dp import candidate_orders
+from fuseplan.search.packing import cut_lower_bound, packing_lower_bound
 from fuseplan.search.relaxation import Relaxation, linear_relaxation
 from fuseplan.units import format_bytes
 
@@ -351,51 +352,6 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
                          "seconds": round(time.perf_counter() - start_time, 3)})
 
 
-def cut_lower_bound(problem: FusionProblem) -> int:
-    """A proven lower bound on plan DRAM that accounts for the buffer, cheaply.
-
-    Start from the all-fused bound (:meth:`CostModel.dram_lower_bound`):
-    fusing each connected component of fuseable operators whole. A plan can
-    only move more, tensor by tensor. Now take a connected set ``S`` of
-    operators whose :meth:`CostModel.buffer_floor` reaches the buffer: no
-    fitting group contains it, so some edge inside ``S`` joins two groups,
-    and the tensor on that edge is written and read back, at least ``|t|``
-    more than in the all-fused bound (``2|t|`` when that bound moves it not
-    at all). Sets whose inside tensors are disjoint add up. The sets are cut
-    greedily from the topological order: the component of the growing run
-    of operators whose floor first reaches the buffer, then a new run.
-    """
-    graph, cost = problem.graph, problem.cost
-    beta = problem.buffer_bytes
-    b = cost.bytes_per_element
-    tables = cost.tables
-    component_of: dict[int, frozenset[int]] = {}
-    for component in cost.fuseable_components():
-        for v in component:
-            component_of[v] = component
-
-    def penalty(t: int, component: frozenset[int]) -> int:
-        moved = tables.tensor_is_output[t] or not tables.tensor_consumers[t] <= component
-        return b * tables.tensor_numel[t] * (1 if moved else 2)
-
-    extra = 0
-    run: list[int] = []
-    for v in range(len(graph)):
-        if v not in problem.fuseable:
-            continue
-        run.append(v)
-        for part in graph.components(run):
-            if v not in part or cost.buffer_floor(part) < beta:
-                continue
-            inside = {t for u in part for t in graph.nodes[u].outputs
-                      if tables.tensor_consumers[t] & part}
-            if inside:
-                extra += min(penalty(t, component_of[v]) for t in inside)
-                run = []
-            break
-    return cost.dram_lower_bound() + extra
-
-
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
                 solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None,
                 relax: bool = True,
@@ -410,7 +366,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     the groups of the interval plans of the interval DP's orders still give
     valid plans: the same formulations then find the best plan built from
     them (usually no worse than the interval DP's), which is not proven
-    optimal, and the proven bound is :func:`cut_lower_bound`. The outcome's
+    optimal, and the proven bound is the packing of sets too big for the
+    buffer (:func:`fuseplan.search.packing.packing_lower_bound`, never below
+    :func:`~fuseplan.search.packing.cut_lower_bound`). The outcome's
     ``bound_source`` says which bound was the best. ``on_status`` hears after
     each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
     ``time.perf_counter()`` time) the enumeration and the searches stop as at
@@ -473,6 +431,11 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     if not candidates.complete:  # optimal among the kept candidates only
         outcome.optimal = False
         dram_bounds.append((cut_lower_bound(problem), "cut bound"))
+        packing = packing_lower_bound(problem, deadline=deadline)
+        if packing is not None:
+            stats["packing"] = {"bound_bytes": packing.bound, **packing.stats}
+            dram_bounds.append((packing.bound, "cut packing"))
+            report("cut packing", outcome.dram, objective.bound_from_dram(packing.bound))
         bounds = []
         outcome.method = f"restricted {outcome.method}"
     dram_bound, dram_source = max(dram_bounds, key=lambda pair: pair[0])
