@@ -359,9 +359,10 @@ def cut_lower_bound(problem: FusionProblem) -> int:
     only move more, tensor by tensor. Now take a connected set ``S`` of
     operators whose :meth:`CostModel.buffer_floor` reaches the buffer: no
     fitting group contains it, so some edge inside ``S`` joins two groups,
-    and the tensor on that edge is written and read back, at least ``|t|``
-    more than in the all-fused bound (``2|t|`` when that bound moves it not
-    at all). Sets whose inside tensors are disjoint add up. The sets are cut
+    and the tensor on that edge is written and read back: read, at least
+    what one of its readers touches (:meth:`CostModel.least_read`), more
+    than in the all-fused bound, and written too when that bound moves it
+    not at all. Sets whose inside tensors are disjoint add up. The sets are cut
     greedily from the topological order: the component of the growing run
     of operators whose floor first reaches the buffer, then a new run.
     """
@@ -376,7 +377,7 @@ def cut_lower_bound(problem: FusionProblem) -> int:
 
     def penalty(t: int, component: frozenset[int]) -> int:
         moved = tables.tensor_is_output[t] or not tables.tensor_consumers[t] <= component
-        return b * tables.tensor_numel[t] * (1 if moved else 2)
+        return b * (cost.least_read(t) + (0 if moved else tables.tensor_numel[t]))
 
     extra = 0
     run: list[int] = []
