@@ -90,8 +90,18 @@ class GraphTables:
         )
 
 
-def _lines(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> int:
-    """Bit mask of the lines (rows or columns) of an input that some window of a 2-D sliding window touches."""
+# Axes longer than this are counted as read whole (their bit masks would be too long to be worth it).
+MAX_TOUCHED_LINES = 1 << 16
+
+
+def _lines(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> int | None:
+    """Bit mask of the lines (rows or columns) of an input that the windows of a 2-D sliding window touch;
+    ``None`` where they touch every line."""
+    if dilation == 1 and kernel >= stride:  # the windows overlap or abut: one run of lines
+        first, stop = max(0, -pad), min(size_in, (size_out - 1) * stride - pad + kernel)
+        if first == 0 and stop >= size_in:
+            return None
+        return ((1 << max(0, stop - first)) - 1) << first
     mask = 0
     for y in range(size_out):
         base = y * stride - pad
@@ -99,19 +109,27 @@ def _lines(size_in: int, size_out: int, kernel: int, stride: int, dilation: int,
             line = base + i * dilation
             if 0 <= line < size_in:
                 mask |= 1 << line
-    return mask
+    return None if mask == (1 << size_in) - 1 else mask
 
 
-def _window_rows(kernel: float, stride: float, reach: float, out_rows: int, height: int) -> int:
+def _window_rows(kernel: float, stride: float, reach: float, out_rows: int, height: int) -> int | None:
     """Bit mask of the input rows the windows of a row geometry touch (output row ``r`` reads rows
-    ``[stride * r + reach - kernel + 1, stride * r + reach]``, clipped to the input)."""
+    ``[stride * r + reach - kernel + 1, stride * r + reach]``, clipped to the input); ``None`` where they
+    touch every row."""
+    def span(r: int) -> tuple[int, int]:
+        return (max(0, floor(stride * r + reach - kernel + 1 + 1e-9)),
+                min(height, floor(stride * r + reach + 1e-9) + 1))
+
+    if stride <= kernel:  # each window starts at most one row past the end of the one before: one run
+        (first, _), (_, stop) = span(0), span(out_rows - 1)
+        spans = [(first, stop)]
+    else:
+        spans = [span(r) for r in range(out_rows)]
     mask = 0
-    for r in range(out_rows):
-        start = max(0, floor(stride * r + reach - kernel + 1 + 1e-9))
-        end = min(height, floor(stride * r + reach + 1e-9) + 1)
+    for start, end in spans:
         if start < end:
             mask |= ((1 << (end - start)) - 1) << start
-    return mask
+    return None if mask == (1 << height) - 1 else mask
 
 
 def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] | None, ...]:
@@ -121,7 +139,9 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
     A 2-D convolution or pooling touches the rows and columns its windows
     reach (a 1x1 convolution of stride 2 a quarter of its input: what the
     lone-operator mapper reads); any other operator that is not a barrier the
-    rows its row geometry reaches, every column; a barrier all of it.
+    rows its row geometry reaches, every column; a barrier all of it. A
+    tensor with more than :data:`MAX_TOUCHED_LINES` rows or columns counts
+    as read whole.
     """
     found: list[dict[int, tuple[int, int] | None] | None] = [None] * len(graph.tensors)
     whole: set[tuple[int, int]] = set()  # (tensor, reader) where one of the reader's windows touches all of it
@@ -132,7 +152,7 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
         geometry = conv_geometry(graph, v)
         for t, kernel, stride, reach in node.windows:
             shape = graph.tensors[t].shape
-            if len(shape) < 4 or node.is_barrier:
+            if len(shape) < 4 or node.is_barrier or max(shape[-2:]) > MAX_TOUCHED_LINES:
                 whole.add((t, v))
                 continue
             height, width = shape[-2], shape[-1]
@@ -141,10 +161,12 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
                 rows = _lines(height, g.h_out, g.kh, g.sh, g.dh, g.pad_top)
                 cols = _lines(width, g.w_out, g.kw, g.sw, g.dw, g.pad_left)
             else:
-                rows, cols = _window_rows(kernel, stride, reach, out_rows, height), (1 << width) - 1
-            if rows == (1 << height) - 1 and cols == (1 << width) - 1:
+                rows, cols = _window_rows(kernel, stride, reach, out_rows, height), None
+            if rows is None and cols is None:
                 whole.add((t, v))
                 continue
+            rows = (1 << height) - 1 if rows is None else rows
+            cols = (1 << width) - 1 if cols is None else cols
             readers = found[t]
             if readers is None:
                 readers = found[t] = dict.fromkeys(graph.tensors[t].consumers)
