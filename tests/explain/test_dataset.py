@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from fuseplan.cost import make_cost_model
+from fuseplan.cost import label_version, make_cost_model
 from fuseplan.errors import FuseplanError
 from fuseplan.explain.dataset import BUFFERS_KB, build_dataset, load_dataset
 from fuseplan.explain.features import N_FEATURES, N_SIZES, N_STATIC, OP_VOCABULARY, group_features
@@ -76,11 +76,13 @@ def test_bad_dataset_directories(tmp_path, small_dataset):
     (stale / "meta.json").write_text(json.dumps({**unversioned, "schemes": schemes}))
     with pytest.raises(FuseplanError, match="cost-model version 1; .* rebuild the dataset"):
         load_dataset(stale, "lbdf")
-    # a dataset of version 2 (one version for all schemes): LBDF labels still hold, BRR ones do not
+    # a dataset of version 2 (one version for all schemes): BRR's labels changed in version 3, LBDF's in 5
     (stale / "meta.json").write_text(json.dumps({**unversioned, "schemes": schemes, "cost_model_version": 2}))
-    assert meta["schemes"]["lbdf"]["cost_model_version"] == 2
+    assert meta["schemes"]["lbdf"]["cost_model_version"] == label_version("lbdf") == 5
     with pytest.raises(FuseplanError, match="BRR labels priced by cost-model version 2; .* rebuild"):
         load_dataset(stale, "brr")
+    with pytest.raises(FuseplanError, match="LBDF labels priced by cost-model version 2; .* rebuild"):
+        load_dataset(stale, "lbdf")
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "meta.json").write_text(json.dumps(meta))

@@ -15,6 +15,7 @@ from fuseplan.search import make_search, minimize  # noqa: E402
 from fuseplan.split import SPLITTERS, make_splitter  # noqa: E402
 from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
 from tests.conftest import ZOO  # noqa: E402
+from tests.explain.stale import NEEDS_CURRENT_LBDF_WEIGHTS  # noqa: E402
 
 
 def _invalid_group(problem: FusionProblem, size: int = 14) -> frozenset[int]:
@@ -27,9 +28,17 @@ def _invalid_group(problem: FusionProblem, size: int = 14) -> frozenset[int]:
     raise AssertionError("no invalid group found")
 
 
+# Explainers and splitters that run without the shipped classifier weights.
+WITHOUT_WEIGHTS = frozenset({"random", "oracle"})
+
+
+def _marks(name: str, slow: bool) -> list:
+    return ([pytest.mark.slow] if slow else []) + ([] if name in WITHOUT_WEIGHTS else [NEEDS_CURRENT_LBDF_WEIGHTS])
+
+
 def _slow_gnnexplainer(names):
     """GNNExplainer optimises a mask per group: its cases run in the full suite only."""
-    return [pytest.param(n, marks=pytest.mark.slow) if n == "gnnexplainer" else n for n in names]
+    return [pytest.param(n, marks=_marks(n, n == "gnnexplainer")) for n in names]
 
 
 @pytest.mark.parametrize("name", _slow_gnnexplainer(EXPLAINERS))
@@ -49,7 +58,7 @@ def _splitter_grid():
     for search in ("rs", "ls", "nsga2"):
         for splitter in SPLITTERS:
             slow = splitter == "gnnexplainer" or (search != "rs" and splitter not in ("random", "oracle"))
-            yield pytest.param(splitter, search, marks=pytest.mark.slow) if slow else (splitter, search)
+            yield pytest.param(splitter, search, marks=_marks(splitter, slow))
 
 
 @pytest.mark.parametrize("splitter,search", list(_splitter_grid()))
@@ -67,6 +76,7 @@ def test_every_splitter_in_every_search(zoo_graphs, splitter, search):
             assert 0.0 <= result.details["rectify_rate"] <= 1.0
 
 
+@NEEDS_CURRENT_LBDF_WEIGHTS
 def test_why_on_a_zoo_model_and_a_user_file(tmp_path):
     from fuseplan.graph import load_graph
 

@@ -10,6 +10,7 @@ import pytest
 from fuseplan.cost import make_cost_model
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.schedule import ROWS, Schedule
+from fuseplan.schedule.lone import lone_schedule
 from fuseplan.search import make_search, minimize
 from fuseplan.simulate.run import TOLERANCE, _one_tile_of_whole_rows, simulate, simulate_alone
 from fuseplan.split import make_splitter
@@ -107,3 +108,35 @@ def test_brr_groups_of_one_tile_that_hold_whole_rows_run_as_priced():
             _assert_agrees(outcome, schedule)
             run += 1
     assert run >= 3
+
+
+def test_a_strided_1x1_convolution_reads_the_quarter_of_its_input_it_touches():
+    graph, values = prepared("resnet18")
+    cost = make_cost_model("lbdf", graph, 64 * 1024)
+    down = next(n for n in graph.nodes if n.name == "/layer3/layer3.0/downsample/downsample.0/Conv")
+    conv1 = next(n for n in graph.nodes if n.name == "/layer3/layer3.0/conv1/Conv")
+    x = graph.tensors[down.inputs[0]]
+    assert conv1.inputs[0] == x.index
+    alone = cost.schedule(frozenset({down.index}))
+    (read,) = [use.dram_reads for use in alone.tensors if use.tensor == x.index]
+    assert read * 4 == x.numel  # every other row and column of an even height and width
+    assert alone.dram == lone_schedule(graph, down.index, (), cost.buffer_bytes, 1).dram  # as the mapper reads it
+    _assert_agrees(simulate_alone(graph, alone, values, cost.buffer_bytes - 1), alone)
+    # with the 3x3 convolution beside it, the group touches (and reads) every row and column
+    pair = cost.schedule(frozenset({down.index, conv1.index}))
+    (read,) = [use.dram_reads for use in pair.tensors if use.tensor == x.index]
+    assert read == x.numel
+    _assert_agrees(simulate_alone(graph, pair, values, 1024 * 1024), pair)
+
+
+@pytest.mark.slow  # about 11 s: deeplabv3's values at 513x513
+def test_deeplab_upsampling_resize_runs_as_priced():
+    # half_pixel bilinear 65 -> 513 rows: output row r reads from row floor(S * r + (S - 1) / 2)
+    graph, values = prepared("deeplabv3_mobilenet_v3_large")
+    cost = make_cost_model("lbdf", graph, 64 * 1024)
+    resize = next(n for n in graph.nodes if n.name == "/model/Resize")
+    producer = graph.tensors[resize.inputs[0]].producer
+    group = frozenset({producer, resize.index})
+    assert cost.fits(group)
+    schedule = cost.schedule(group)
+    _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)

@@ -21,6 +21,11 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    unfuseable operators, BRR's groups of one operator), the in-place
 #    operators on an unfuseable operator's output ride with it, and BRR's
 #    F_beta is what its row tiles hold. Labels unchanged (label_version).
+# 5: LBDF: the rows a Resize reads follow the ONNX definition (a half_pixel
+#    upsampling reads from one row earlier than the old window, so F_beta,
+#    and the labels, of groups holding a Resize change), and a group reads
+#    only the rows and columns of each input that its readers touch, as the
+#    lone-operator mapper does (a 1x1 stride-2 convolution a quarter).
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 
 
@@ -32,14 +37,14 @@ def _scheme(scheme: str) -> type[CostModel]:
 
 
 def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 3, BRR 4): sweep cells and
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 5, BRR 4): sweep cells and
     proven optima priced under an earlier one are stale."""
     return _scheme(scheme).version
 
 
 def label_version(scheme: str) -> int:
     """The cost-model version in which the ``F_beta`` that ``scheme``'s datasets record (priced with a 1-byte
-    buffer, the least any schedule of a group holds) last changed (LBDF 2, BRR 3): datasets and classifier
+    buffer, the least any schedule of a group holds) last changed (LBDF 5, BRR 3): datasets and classifier
     weights labelled under it stay valid."""
     return _scheme(scheme).label_version
 

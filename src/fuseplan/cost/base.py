@@ -17,13 +17,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from math import prod
+from math import floor, prod
 from typing import Any, ClassVar, NamedTuple
 
 from fuseplan.errors import FuseplanError
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import Schedule
-from fuseplan.schedule.lone import lone_schedule, riders
+from fuseplan.schedule.lone import conv_geometry, lone_schedule, riders
 
 Group = frozenset[int]
 
@@ -53,6 +53,10 @@ class GraphTables:
     tensor_numel: tuple[int, ...]
     tensor_consumers: tuple[frozenset[int], ...]
     tensor_is_output: tuple[bool, ...]
+    # per tensor: None when every reader touches all of it; else reader -> (rows, columns) it touches, as
+    # bit masks (None for a reader touching all of it)
+    tensor_partial_reads: tuple[dict[int, tuple[int, int] | None] | None, ...] = ()
+    tensor_cols: tuple[int, ...] = ()  # the last axis (columns of a row)
 
     @classmethod
     def from_graph(cls, graph: CompGraph) -> GraphTables:
@@ -81,7 +85,97 @@ class GraphTables:
             tensor_numel=tuple(numel),
             tensor_consumers=tuple([t.consumer_set for t in tensors]),
             tensor_is_output=tuple(t.is_model_output for t in tensors),
+            tensor_partial_reads=partial_reads(graph),
+            tensor_cols=tuple(t.shape[-1] if t.shape else 1 for t in tensors),
         )
+
+
+# Axes longer than this are counted as read whole (their bit masks would be too long to be worth it).
+MAX_TOUCHED_LINES = 1 << 16
+
+
+def _lines(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> int | None:
+    """Bit mask of the lines (rows or columns) of an input that the windows of a 2-D sliding window touch;
+    ``None`` where they touch every line."""
+    if dilation == 1 and kernel >= stride:  # the windows overlap or abut: one run of lines
+        first, stop = max(0, -pad), min(size_in, (size_out - 1) * stride - pad + kernel)
+        if first == 0 and stop >= size_in:
+            return None
+        return ((1 << max(0, stop - first)) - 1) << first
+    mask = 0
+    for y in range(size_out):
+        base = y * stride - pad
+        for i in range(kernel):
+            line = base + i * dilation
+            if 0 <= line < size_in:
+                mask |= 1 << line
+    return None if mask == (1 << size_in) - 1 else mask
+
+
+def _window_rows(kernel: float, stride: float, reach: float, out_rows: int, height: int) -> int | None:
+    """Bit mask of the input rows the windows of a row geometry touch (output row ``r`` reads rows
+    ``[stride * r + reach - kernel + 1, stride * r + reach]``, clipped to the input); ``None`` where they
+    touch every row."""
+    def span(r: int) -> tuple[int, int]:
+        return (max(0, floor(stride * r + reach - kernel + 1 + 1e-9)),
+                min(height, floor(stride * r + reach + 1e-9) + 1))
+
+    if stride <= kernel:  # each window starts at most one row past the end of the one before: one run
+        (first, _), (_, stop) = span(0), span(out_rows - 1)
+        spans = [(first, stop)]
+    else:
+        spans = [span(r) for r in range(out_rows)]
+    mask = 0
+    for start, end in spans:
+        if start < end:
+            mask |= ((1 << (end - start)) - 1) << start
+    return None if mask == (1 << height) - 1 else mask
+
+
+def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] | None, ...]:
+    """Per tensor, the rows and columns each reader touches where some reader skips some
+    (:attr:`GraphTables.tensor_partial_reads`).
+
+    A 2-D convolution or pooling touches the rows and columns its windows
+    reach (a 1x1 convolution of stride 2 a quarter of its input: what the
+    lone-operator mapper reads); any other operator that is not a barrier the
+    rows its row geometry reaches, every column; a barrier all of it. A
+    tensor with more than :data:`MAX_TOUCHED_LINES` rows or columns counts
+    as read whole.
+    """
+    found: list[dict[int, tuple[int, int] | None] | None] = [None] * len(graph.tensors)
+    whole: set[tuple[int, int]] = set()  # (tensor, reader) where one of the reader's windows touches all of it
+    for v, node in enumerate(graph.nodes):
+        if not node.outputs:
+            continue
+        out_rows = graph.tensors[node.outputs[0]].rows
+        geometry = conv_geometry(graph, v)
+        for t, kernel, stride, reach in node.windows:
+            shape = graph.tensors[t].shape
+            if len(shape) < 4 or node.is_barrier or max(shape[-2:]) > MAX_TOUCHED_LINES:
+                whole.add((t, v))
+                continue
+            height, width = shape[-2], shape[-1]
+            if geometry is not None:
+                g = geometry
+                rows = _lines(height, g.h_out, g.kh, g.sh, g.dh, g.pad_top)
+                cols = _lines(width, g.w_out, g.kw, g.sw, g.dw, g.pad_left)
+            else:
+                rows, cols = _window_rows(kernel, stride, reach, out_rows, height), None
+            if rows is None and cols is None:
+                whole.add((t, v))
+                continue
+            rows = (1 << height) - 1 if rows is None else rows
+            cols = (1 << width) - 1 if cols is None else cols
+            readers = found[t]
+            if readers is None:
+                readers = found[t] = dict.fromkeys(graph.tensors[t].consumers)
+            known = readers.get(v)
+            readers[v] = (rows, cols) if known is None else (known[0] | rows, known[1] | cols)
+    for t, v in whole:
+        if found[t] is not None:
+            found[t][v] = None
+    return tuple(found)
 
 
 class CostModel(ABC):
@@ -367,6 +461,11 @@ class CostModel(ABC):
         tensor crossing the boundary of the fuseable set is moved at least once).
         """
         return sum(self.dram_ignoring_buffer(component) for component in self.fuseable_components())
+
+    def least_read(self, t: int) -> int:
+        """Elements of tensor ``t`` that any group reading it from DRAM reads at the least: all of it
+        unless a scheme reads only what a group's readers touch."""
+        return self.tables.tensor_numel[t]
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         """``F_D`` of ``group`` as if it fitted the buffer (for bounds)."""

@@ -6,7 +6,8 @@ feature map keeps only the rows its consumers' windows need (see
 rewrites it in place and holds nothing of its own). With ``b`` bytes per element::
 
     F_beta = b * (sum of weights + resident feature rows)
-    F_D    = b * (sum of weights + distinct tensors read from outside
+    F_D    = b * (sum of weights + distinct tensors read from outside (the rows
+                  and columns of each that the group's readers touch)
                   + distinct tensors written for outside consumers or as model outputs)
 
 The equations, assumptions and a worked example are in ``docs/cost-models.md``.
@@ -18,7 +19,7 @@ from functools import cached_property
 from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors
+from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors, read_numel
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
 
@@ -27,19 +28,20 @@ class LBDFCostModel(CostModel):
     """Line-buffer depth-first fusion: all weights resident, features streamed by rows."""
 
     name = "lbdf"
-    version = 3  # operators that do not fit run in the lone-operator mapper's blocking, their riders with them
-    label_version = 2  # in-place element-wise operators
+    version = 5  # a Resize's rows from the ONNX definition; only the touched rows and columns of inputs read
+    label_version = 5  # a Resize's rows from the ONNX definition (F_beta of deeplabv3's Resize groups)
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:
         super().__init__(graph, buffer_bytes, bytes_per_element)
         self.in_place = in_place_operators(graph)
 
     def new_state(self) -> StreamingState:
-        return StreamingState(self.tables, self.in_place)
+        return StreamingState(self.tables, self.in_place, touched_reads=True)
 
     def price(self, group: Group) -> GroupCost:
         state = self.pricing_state(group) if self.incremental else None
-        fp = footprint(self.tables, group, in_place=self.in_place) if state is None else state.footprint()
+        fp = footprint(self.tables, group, in_place=self.in_place, touched_reads=True) if state is None \
+            else state.footprint()
         b = self.bytes_per_element
         return GroupCost(
             buffer=b * (fp.weights + fp.features),
@@ -54,8 +56,14 @@ class LBDFCostModel(CostModel):
         """
         group = frozenset(group)
         rows: dict[int, int] = {}
-        footprint(self.tables, group, rows, self.in_place)
-        return stream_schedule(self.graph, group, rows)
+        reads: dict[int, int] = {}
+        footprint(self.tables, group, rows, self.in_place, touched_reads=True, reads_out=reads)
+        return stream_schedule(self.graph, group, rows, reads)
+
+    def least_read(self, t: int) -> int:
+        # a group reads what its readers of ``t`` touch, at least what one of them touches
+        return min((read_numel(self.tables, t, frozenset((c,))) for c in self.tables.tensor_consumers[t]),
+                   default=self.tables.tensor_numel[t])
 
     def floor_terms(self) -> tuple[int, ...]:
         return self.tables.node_weights  # all weights stay on chip
@@ -67,10 +75,10 @@ class LBDFCostModel(CostModel):
         return tuple(0.0 if gone else float(n) for gone, n in zip(overwritable, self.tables.tensor_row_numel))
 
 
-def stream_schedule(graph: CompGraph, group: Group, rows: dict[int, int]) -> Schedule:
+def stream_schedule(graph: CompGraph, group: Group, rows: dict[int, int], reads: dict[int, int]) -> Schedule:
     """The ``stream`` schedule of ``group``: every weight resident, each tensor holding ``rows`` rows
-    (0: rewritten in place; its height: whole); a tensor made outside is read once, one read outside
-    (or a model output) is written once."""
+    (0: rewritten in place; its height: whole); of a tensor made outside, the ``reads`` elements its
+    readers touch are read once; a tensor read outside (or a model output) is written once."""
     uses = []
     for t in sorted(rows):
         tensor = graph.tensors[t]
@@ -80,7 +88,7 @@ def stream_schedule(graph: CompGraph, group: Group, rows: dict[int, int]) -> Sch
         row_numel = tensor.numel // height
         external = tensor.producer not in group
         written = not external and held != 0 and (tensor.is_model_output or not set(tensor.consumers) <= group)
-        uses.append(TensorUse(t, holding, held, held * row_numel, tensor.numel if external else 0,
+        uses.append(TensorUse(t, holding, held, held * row_numel, reads[t] if external else 0,
                               tensor.numel if written else 0))
     weights = tuple(WeightUse(v, graph.nodes[v].weight_numel, graph.nodes[v].weight_numel)
                     for v in sorted(group) if graph.nodes[v].weight_numel)

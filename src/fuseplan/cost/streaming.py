@@ -4,7 +4,9 @@ A fused group executes as a pipeline over feature-map rows (line-buffer
 depth-first execution). Everything is measured at steady state, in rows of
 each tensor:
 
-* every tensor read from outside the group arrives at row 0;
+* every tensor read from outside the group arrives at row 0; under LBDF
+  only the rows and columns some reader in the group touches come from
+  DRAM (:func:`read_numel`), as the lone-operator mapper reads them;
 * an operator emits output row ``r`` once each input ``t`` holds row
   ``stride * r + reach``; so ``r = min_t (pos(t) - reach) / stride``;
 * consumer ``c`` of tensor ``t`` still needs rows from
@@ -69,6 +71,23 @@ def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[
         for t in graph.tensors
     )
 
+def read_numel(tables: GraphTables, t: int, group: Group) -> int:
+    """Elements of tensor ``t`` that the readers of ``t`` in ``group`` touch: the rows any of them touches
+    times the columns any of them touches, times the rest of a row (all of ``t`` unless every reader skips
+    rows or columns, as a strided 1x1 convolution does; :attr:`GraphTables.tensor_partial_reads`)."""
+    partial = tables.tensor_partial_reads[t]
+    if partial is None:
+        return tables.tensor_numel[t]
+    rows = cols = 0
+    for c in tables.tensor_consumers[t] & group:
+        masks = partial[c]
+        if masks is None:
+            return tables.tensor_numel[t]
+        rows |= masks[0]
+        cols |= masks[1]
+    return rows.bit_count() * cols.bit_count() * (tables.tensor_row_numel[t] // tables.tensor_cols[t])
+
+
 class Footprint(NamedTuple):
     """Element counts of one group's streaming execution."""
 
@@ -81,14 +100,18 @@ class Footprint(NamedTuple):
 
 
 def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None = None,
-              in_place: tuple[bool, ...] | None = None, streamed_out: set[int] | None = None) -> Footprint:
+              in_place: tuple[bool, ...] | None = None, streamed_out: set[int] | None = None,
+              touched_reads: bool = False, reads_out: dict[int, int] | None = None) -> Footprint:
     """Stream ``group`` through the rules in the module docstring.
 
     If ``rows_out`` is given, it receives the resident rows of every tensor
     the group touches (0 for a tensor rewritten in place; for reports and
     tests), and ``streamed_out`` the tensors that hold rows in proportion to
     a tile's height. ``in_place`` flags the operators of
-    :func:`in_place_operators` (none when not given).
+    :func:`in_place_operators` (none when not given). With ``touched_reads``
+    a tensor from outside counts only the elements its readers touch
+    (:func:`read_numel`; LBDF), else all of it (BRR); ``reads_out`` receives
+    the elements read of each.
     """
     node_weights = tables.node_weights
     pos: dict[int, float] = {}
@@ -141,7 +164,10 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
         if rows_out is not None:
             rows_out[t] = rows
         if t in external:
-            inputs_numel += numel[t]
+            read = read_numel(tables, t, group) if touched_reads else numel[t]
+            inputs_numel += read
+            if reads_out is not None:
+                reads_out[t] = read
         elif is_output[t] or not consumers[t] <= group:
             outputs_numel += numel[t]
     return Footprint(
@@ -247,11 +273,13 @@ class StreamingState:
     re-counted per tensor).
     """
 
-    __slots__ = ("tables", "in_place", "members", "pos", "phase", "low", "full", "external", "aliased",
-                 "weights", "counted", "dirty", "features", "line", "inputs", "outputs", "heights")
+    __slots__ = ("tables", "in_place", "touched_reads", "members", "pos", "phase", "low", "full", "external",
+                 "aliased", "weights", "counted", "dirty", "features", "line", "inputs", "outputs", "heights",
+                 "reads")
 
-    def __init__(self, tables: GraphTables, in_place: tuple[bool, ...] | None = None) -> None:
-        self.tables, self.in_place = tables, in_place
+    def __init__(self, tables: GraphTables, in_place: tuple[bool, ...] | None = None,
+                 touched_reads: bool = False) -> None:
+        self.tables, self.in_place, self.touched_reads = tables, in_place, touched_reads
         self.members: frozenset[int] = frozenset()
         self.pos: dict[int, float] = {}
         self.phase: dict[int, int] = {}
@@ -266,6 +294,7 @@ class StreamingState:
         self.dirty: dict[int, None] = {}  # tensors touched since the totals were last brought up to date
         self.features = self.line = self.inputs = self.outputs = 0
         self.heights: dict[int, int] = {}  # height -> how many streamed tensors have it
+        self.reads: dict[int, int] = {}  # tensor from outside -> elements counted read, where not all of it
 
     def grow(self, v: int, members: frozenset[int]) -> None:
         """Add operator ``v`` (after every member) in place, making this the state of ``members`` (the
@@ -308,7 +337,11 @@ class StreamingState:
                 code = 1 << 2 | 2
             self.features += (code >> 2) * row_numel[t]
             if t in external:  # a tensor is read from DRAM from the first time it is touched on
-                self.inputs += numel[t]
+                if self.touched_reads and tables.tensor_partial_reads[t] is not None:
+                    read = self.reads[t] = read_numel(tables, t, group)
+                    self.inputs += read
+                else:
+                    self.inputs += numel[t]
             elif is_output[t] or not consumers[t] <= group:
                 code |= 1
                 self.outputs += numel[t]
@@ -324,7 +357,7 @@ class StreamingState:
         if code & 1:
             self.outputs -= tables.tensor_numel[t]
         elif t in self.external:
-            self.inputs -= tables.tensor_numel[t]
+            self.inputs -= self.reads.pop(t) if t in self.reads else tables.tensor_numel[t]
         if code & 2:
             self.line -= tables.tensor_numel[t]
             height = tables.tensor_rows[t]

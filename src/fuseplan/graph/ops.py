@@ -20,6 +20,7 @@ reported with a warning.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from math import floor
 from typing import Any
 
 from fuseplan.graph.ir import RowGeometry
@@ -137,6 +138,63 @@ def _windowed(op_type: str, attrs: Mapping[str, Any], in_shape: Sequence[int], o
     return _window(kernel, stride, dilation, pad_top)
 
 
+def _text(attrs: Mapping[str, Any], name: str, default: str) -> str:
+    value = attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def resize_window(op_type: str, attrs: Mapping[str, Any], in_rows: int, out_rows: int) -> RowGeometry:
+    """The input rows each output row of a Resize (or Upsample) reads, from the ONNX Resize definition.
+
+    Output row ``r`` samples input coordinate ``x = S * r + offset``
+    (``S = in_rows / out_rows`` and ``offset = (S - 1) / 2`` for
+    ``half_pixel``; ``S = (in_rows - 1) / (out_rows - 1)`` and no offset for
+    ``align_corners``; ``offset = 0`` for ``asymmetric``, which Upsample
+    uses), with the scale taken from the shapes. Linear interpolation reads
+    rows ``floor(x)`` and ``floor(x) + 1``, cubic ``floor(x) - 1`` to
+    ``floor(x) + 2``, nearest the one row its rounding picks; rows outside
+    the input are clamped to its edge. So a window of ``kernel`` rows ending
+    at ``floor(x + reach - offset)`` is exact. Nearest's rounding modes become
+    a floor: ``x`` is a multiple of ``1 / (2 * out_rows)``, so ``ceil(v) =
+    floor(v + 1 - d)`` for any ``0 < d < 1 / (2 * out_rows)``. Crop-and-resize (``tf_crop_and_resize``, whose rows depend
+    on a region of interest) and antialiased downsampling (whose filter
+    widens with the scale) are priced as barriers: the whole input.
+    """
+    barrier = RowGeometry(barrier=True)
+    mode = _text(attrs, "mode", "nearest")
+    transform = "asymmetric" if op_type == "Upsample" else _text(attrs, "coordinate_transformation_mode",
+                                                                  "half_pixel")
+    if transform == "tf_crop_and_resize" or (int(attrs.get("antialias", 0)) and in_rows > out_rows):
+        return barrier
+    if out_rows == 1 and transform in ("align_corners", "pytorch_half_pixel"):
+        stride, offset = float(in_rows), 0.0  # the one output row samples row 0 (any stride: r is 0)
+    elif transform == "align_corners":
+        stride, offset = (in_rows - 1) / (out_rows - 1), 0.0
+    elif transform == "asymmetric":
+        stride, offset = in_rows / out_rows, 0.0
+    else:  # half_pixel, half_pixel_symmetric (the same with the scale taken from the shapes), pytorch_half_pixel
+        stride = in_rows / out_rows
+        offset = (stride - 1.0) / 2.0
+    below = 1.0 / (4.0 * out_rows)  # less than the step of x, more than rounding error
+    if mode == "nearest":
+        rounding = _text(attrs, "nearest_mode", "round_prefer_floor")
+        shift = {"floor": 0.0, "ceil": 1.0 - below, "round_prefer_ceil": 0.5,
+                 "round_prefer_floor": 0.5 - below}.get(rounding)
+        if shift is None:
+            return barrier
+        reach = offset + shift
+        # the row picked may lie outside the input (a floor at the top of an upsampling, a rounding up at
+        # its bottom), clamped to the edge row; a window one row longer on that side covers the edge row
+        below_first = floor(reach + 1e-9) < 0
+        past_last = floor(stride * (out_rows - 1) + reach + 1e-9) > in_rows - 1
+        return RowGeometry(kernel=1.0 + below_first + past_last, stride=stride, reach=reach + below_first)
+    if mode in ("linear", "bilinear"):
+        return RowGeometry(kernel=2.0, stride=stride, reach=offset + 1.0)
+    if mode == "cubic":
+        return RowGeometry(kernel=4.0, stride=stride, reach=offset + 2.0)
+    return barrier
+
+
 def row_geometry(
     op_type: str,
     attrs: Mapping[str, Any],
@@ -179,13 +237,10 @@ def row_geometry(
             return scaled(), True
         return (barrier,) * n, True
     if op_type in RESIZING:
-        mode = attrs.get("mode", "nearest")
-        if isinstance(mode, bytes):
-            mode = mode.decode()
-        kernel = {"nearest": 1.0, "linear": 2.0, "bilinear": 2.0, "cubic": 4.0}.get(mode, 2.0)
         if len(in_shapes[0]) < 4:
             return (barrier,) * n, True
-        return scaled(kernel=kernel, reach=kernel - 1.0), True
+        window = resize_window(op_type, attrs, _rows(in_shapes[0]), out_rows)
+        return (window,) + scaled()[1:], True
     if op_type in PADDING:
         rank = len(in_shapes[0])
         if rank < 4:

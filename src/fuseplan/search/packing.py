@@ -5,9 +5,10 @@ connected component of fuseable operators priced as one group, ignoring the
 buffer. A plan moves at least as much, tensor by tensor: no tensor is
 written or read fewer times. Call a tensor *cut* by a plan when its producer
 and some fuseable consumer lie in different groups; a cut tensor moves at
-least its *penalty* more than in the all-fused bound: its size (read back)
-when that bound writes it anyway, twice its size (written and read) when it
-does not. So a plan moves at least the all-fused bound plus the penalties
+least its *penalty* more than in the all-fused bound: what the least of
+its readers reads back (:meth:`CostModel.least_read`: a strided reader
+touches only some rows and columns), plus its size (written) when that
+bound does not write it. So a plan moves at least the all-fused bound plus the penalties
 of the tensors it cuts.
 
 Now take a connected set ``S`` of fuseable operators whose buffer floor
@@ -81,7 +82,7 @@ def cut_penalties(problem: FusionProblem) -> dict[int, int]:
         for t in problem.graph.nodes[v].outputs:
             if tables.tensor_consumers[t] & fuseable:
                 moved = tables.tensor_is_output[t] or not tables.tensor_consumers[t] <= component
-                penalty[t] = b * tables.tensor_numel[t] * (1 if moved else 2)
+                penalty[t] = b * (cost.least_read(t) + (0 if moved else tables.tensor_numel[t]))
     return penalty
 
 

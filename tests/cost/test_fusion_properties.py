@@ -1,0 +1,175 @@
+"""Properties of fusion under both cost models: fusing never moves more than the operators apart, splitting a
+convolution never makes it cheaper, and in-place operators ride with an operator that does not fit alone.
+
+Hypothesis draws are derandomized (a fixed sequence of examples), so these tests cannot flake.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuseplan.cost import CostModel, make_cost_model
+from fuseplan.cost.streaming import in_place_operators
+from fuseplan.graph import CompGraph
+from fuseplan.schedule.lone import lone_schedule
+from tests.conftest import BUFFERS_KB, ZOO
+from tests.cost.test_properties import grow_group
+from tests.dags import random_dags
+
+KB = 1024
+
+
+def deterministic(examples: int) -> settings:
+    """Hypothesis settings drawing a fixed sequence of ``examples`` examples."""
+    return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def apart(cost: CostModel, v: int) -> int:
+    """DRAM bytes of the best schedule of operator ``v`` run by itself: its group of one where that fits, or
+    the lone-operator mapper's least-DRAM blocking that fits, whichever moves less."""
+    best = cost.dram(frozenset((v,))) if cost.fits(frozenset((v,))) else None
+    blocked = lone_schedule(cost.graph, v, (), cost.buffer_bytes, cost.bytes_per_element)
+    if blocked is not None and (best is None or cost.bytes_per_element * blocked.dram < best):
+        best = cost.bytes_per_element * blocked.dram
+    assert best is not None, f"{cost.graph.nodes[v].name} runs nowhere alone"
+    return best
+
+
+def fitting_groups(graph: CompGraph, cost: CostModel, rng: random.Random, tries: int) -> list[frozenset[int]]:
+    """Convex, connected groups of two or more fuseable operators that fit, grown at random, and one pair
+    of an operator and its successor that fits (found in a random order), so that the list is never empty
+    where any such pair exists."""
+    fuseable = set(cost.fuseable)
+    found = []
+    for _ in range(tries):
+        group = frozenset(grow_group(graph, rng, rng.randint(2, 12)))
+        if len(group) > 1 and group <= fuseable and graph.is_convex(group) and cost.fits(group):
+            found.append(group)
+    order = sorted(fuseable)
+    rng.shuffle(order)
+    for v in order:
+        pair = next((frozenset((v, s)) for s in sorted(graph.successors[v]) if s in fuseable
+                     and graph.is_convex(frozenset((v, s))) and cost.fits(frozenset((v, s)))), None)
+        if pair is not None:
+            found.append(pair)
+            break
+    return found
+
+
+def _fusing_checks(zoo_graphs, scheme: str, name: str, buffer_kb: int, seed: int) -> tuple[int, list[str]]:
+    graph = zoo_graphs[name]
+    cost = make_cost_model(scheme, graph, buffer_kb * KB)
+    groups = fitting_groups(graph, cost, random.Random(seed), 20)
+    worse = [f"{sorted(graph.nodes[v].name for v in g)}: {cost.dram(g)} > {sum(apart(cost, v) for v in g)}"
+             for g in groups if cost.dram(g) > sum(apart(cost, v) for v in g)]
+    return len(groups), worse
+
+
+@deterministic(15)
+@given(name=st.sampled_from(ZOO), buffer_kb=st.sampled_from(BUFFERS_KB), seed=st.integers(0, 2**32 - 1))
+def test_a_lbdf_group_never_moves_more_than_its_operators_apart(zoo_graphs, name, buffer_kb, seed):
+    checked, worse = _fusing_checks(zoo_graphs, "lbdf", name, buffer_kb, seed)
+    assert checked > 0
+    assert not worse
+
+
+@deterministic(40)
+@given(graph=random_dags(activations=True), buffer_kb=st.sampled_from((16, 32, 64)), seed=st.integers(0, 1000))
+def test_a_lbdf_group_of_a_random_graph_never_moves_more_than_its_operators_apart(graph, buffer_kb, seed):
+    cost = make_cost_model("lbdf", graph, buffer_kb * KB)
+    for group in fitting_groups(graph, cost, random.Random(seed), 10):
+        assert cost.dram(group) <= sum(apart(cost, v) for v in group)
+
+
+# Measured on the zoo (20 tries at each of the 5 buffers, seed 0: 887 fitting groups): 99 BRR groups move
+# more than their operators apart, deeplabv3's ASPP Concat and its branches, squeeze-and-excite poolings
+# of efficientnet and mobilenet_v2's classifier among them: BRR prices a group by its row tiles and channel
+# passes, which a group of one operator may avoid by running in the lone-operator mapper's blocking.
+@pytest.mark.xfail(strict=False, reason="BRR: 99 of 887 zoo groups move more than their operators apart")
+@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_b3"])
+def test_a_brr_group_never_moves_more_than_its_operators_apart(zoo_graphs, name):
+    worse = []
+    for kb in BUFFERS_KB:
+        worse += _fusing_checks(zoo_graphs, "brr", name, kb, 0)[1]
+    assert not worse
+
+
+def _ride_chain(graph: CompGraph, v: int, in_place: tuple[bool, ...]) -> list[int]:
+    """The operators that apply in place to ``v``'s output, one after another: each the only reader of the
+    tensor before it, in place, with one input and an output of the same shape."""
+    chain, t = [], graph.nodes[v].outputs[0]
+    while not graph.tensors[t].is_model_output and len(graph.tensors[t].consumers) == 1:
+        u = graph.tensors[t].consumers[0]
+        node = graph.nodes[u]
+        if not in_place[u] or len(node.inputs) != 1 or graph.tensors[node.outputs[0]].shape != graph.tensors[t].shape:
+            break
+        chain.append(u)
+        t = node.outputs[0]
+    return chain
+
+
+# LBDF only: BRR, which streams weights, finds no unfuseable operator with an in-place reader in these
+# models from 16KB to 128KB; both schemes share CostModel.riding.
+@pytest.mark.parametrize("scheme", ["lbdf"])
+def test_the_in_place_operators_on_an_unfuseable_output_ride_with_it(zoo_graphs, scheme):
+    rode = 0
+    for name, kb in [(name, kb) for name in ("resnet18", "mobilenet_v2", "vgg16", "efficientnet_b0")
+                     for kb in (64, 256, 1024)]:
+        graph = zoo_graphs[name]
+        in_place = in_place_operators(graph)
+        cost = make_cost_model(scheme, graph, kb * KB)
+        too_big = [v for v in cost.unfuseable if v not in cost.riding]
+        expected = {u: v for v in too_big for u in _ride_chain(graph, v, in_place)}
+        assert cost.riding == expected
+        for v in too_big:
+            assert not cost.fits(frozenset((v,)))
+            chain = _ride_chain(graph, v, in_place)
+            schedule = cost.alone_schedule(v)
+            assert set(chain) <= set(schedule.operators)
+            # the blocks are written once, after the last rider: the output of the chain, not v's own
+            last = graph.nodes[chain[-1] if chain else v].outputs[0]
+            written = {use.tensor for use in schedule.tensors if use.dram_writes}
+            assert last in written and (not chain or graph.nodes[v].outputs[0] not in written)
+        for u in expected:
+            assert u in cost.unfuseable and cost.alone_dram(u) == 0
+        rode += len(expected)
+    assert rode > 0
+
+
+# 243 splits of squeezenet, resnet18 and mobilenet_v2 at 64KB, 256KB and 1MB were checked under each scheme
+# (none cheaper than the whole); the fast set keeps two of these cases.
+@pytest.mark.parametrize("name, buffer_kb, scheme", [
+    ("squeezenet", 64, "lbdf"), ("resnet18", 256, "brr"),
+    pytest.param("squeezenet", 64, "brr", marks=pytest.mark.slow),
+    pytest.param("resnet18", 256, "lbdf", marks=pytest.mark.slow)])
+def test_splitting_a_convolution_by_output_channels_never_lowers_its_price(name, buffer_kb, scheme):
+    ir = pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+    from fuseplan.graph.onnx_import import graph_from_model, model_path, prepare_model, read_model
+    from fuseplan.passes.rewrite import apply_in_place, load_rules
+
+    path, label = model_path(name)
+    model = prepare_model(read_model(path), label)[0]
+    original = graph_from_model(model, label, passes=[])
+    cost = make_cost_model(scheme, original, buffer_kb * KB)
+    by_name = {node.name: node.index for node in original.nodes}
+    working = ir.from_proto(model)
+    sites = load_rules()["split-conv-by-channels"].sites(working)
+    rng = random.Random(0)
+    checked = 0
+    for site in rng.sample(sites, min(6, len(sites))):
+        copy = working.clone()
+        conv = next(node.name for node in copy.graph if node.outputs[0].name in site)
+        apply_in_place(copy, "split-conv-by-channels", site)
+        split = graph_from_model(ir.to_proto(copy), label, passes=[])
+        parts = [node.index for node in split.nodes if node.name.startswith(f"{conv}_part")]
+        assert len(parts) == 2
+        split_cost = make_cost_model(scheme, split, buffer_kb * KB)
+        whole = apart(cost, by_name[conv])
+        assert sum(apart(split_cost, v) for v in parts) >= whole, conv
+        checked += 1
+    assert checked == min(6, len(sites))
