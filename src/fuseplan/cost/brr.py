@@ -106,9 +106,29 @@ def _entry_modes(v: int, bits: dict[int, int], input_producers, blockable) -> in
     return m
 
 
-def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable) -> int:
+def tall_readers(graph: CompGraph) -> tuple[tuple[int, ...], ...]:
+    """Per tensor: the operators that read it through a window taller than its stride (``K > S``).
+
+    Such a reader's next window shares ``K - S`` rows with this one, of every
+    channel: a buffer that keeps one channel block of those rows has dropped
+    the other blocks' before the next row tile reads them.
+    """
+    found: list[list[int]] = [[] for _ in graph.tensors]
+    for node in graph.nodes:
+        for t, kernel, stride, _reach in node.windows:
+            if kernel > stride and node.index not in found[t]:
+                found[t].append(node.index)
+    return tuple(map(tuple, found))
+
+
+def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
+                  tall: tuple[tuple[int, ...], ...]) -> int:
     """The entries (bit 0 full, bit 1 partial) under which tensor ``t`` may be held a channel block at a
-    time, given the group's mode bits."""
+    time, given the group's mode bits: none where a reader in the group takes a window taller than its
+    stride (:func:`tall_readers`), which needs rows of every channel from one tile to the next."""
+    for c in tall[t]:
+        if c in bits:
+            return 0
     ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
     if not ok:
         return 0
@@ -132,6 +152,7 @@ class ModeTables(NamedTuple):
     weight_block: tuple[int, ...]
     block_share: tuple[float, ...]  # per tensor: min(1, k / C)
     producer: tuple[int | None, ...]  # per tensor
+    tall_readers: tuple[tuple[int, ...], ...]  # per tensor: :func:`tall_readers`
 
 
 class BRRCostModel(CostModel):
@@ -160,6 +181,7 @@ class BRRCostModel(CostModel):
         # a blockable operator flips.
         self._single_producer = tuple(p[0] if len(p) == 1 else -1 for p in self._input_producers)
         self._mode_flip = tuple(3 if b else 0 for b in self.blockable)
+        self._tall_readers = tall_readers(graph)
         # Share of a tensor one channel block is: min(1, k / C).
         self._block_share = tuple(
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
@@ -194,9 +216,10 @@ class BRRCostModel(CostModel):
         blockable = self.blockable
         consumers = self.tables.tensor_consumers
         block_share = self._block_share
+        tall = self._tall_readers
         share: dict[int, float] = {}
         for t in tensors:
-            if block_share[t] >= 1.0 or mode.get(producer[t], False):
+            if block_share[t] >= 1.0 or mode.get(producer[t], False) or any(c in mode for c in tall[t]):
                 continue
             if all(mode[c] == blockable[c] for c in consumers[t] if c in mode):
                 share[t] = block_share[t]
@@ -234,7 +257,7 @@ class BRRCostModel(CostModel):
         features_full = features_partial = 0
         line_full = line_partial = 0.0
         for t in narrow:
-            ok = _held_entries(t, bits, producer, consumers, blockable)
+            ok = _held_entries(t, bits, producer, consumers, blockable, self._tall_readers)
             if not ok:
                 continue
             share = block_share[t]
@@ -321,7 +344,7 @@ class BRRCostModel(CostModel):
     def mode_tables(self) -> ModeTables:
         # built when first priced, after any subclass has set its tables (weight blocks, say)
         return ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
-                          self._weight_block, self._block_share, self._producer)
+                          self._weight_block, self._block_share, self._producer, self._tall_readers)
 
     def new_state(self) -> BRRState:
         return BRRState(self.tables, self.in_place, self.mode_tables)
@@ -435,7 +458,8 @@ class BRRCostModel(CostModel):
         of its producer's. These ties form trees over the blockable
         operators; in each, the operators at even depth run partial or those
         at odd depth do, so the floor keeps the larger of the two savings
-        per tree, and every saving of a tensor whose producer is tied to none.
+        per tree, and every saving of a tensor whose producer is tied to none. A tensor read by a member
+        through a window taller than its stride saves nothing in any larger group (it is held whole).
         """
         tables = self.tables
         members = group if isinstance(group, (set, frozenset)) else set(group)
@@ -454,13 +478,14 @@ class BRRCostModel(CostModel):
                     parent[v] = anchor[source]
             else:
                 anchor[v] = anchor[source] if tied else None
+        tall = self._tall_readers
         floor = 0.0
         saving: dict[int, float] = {}
         for t, r in rows.items():
             r = max(1, r)
             floor += r * whole[t]
             gain = r * (whole[t] - least[t])
-            if gain <= 0:
+            if gain <= 0 or any(c in members for c in tall[t]):  # held whole in every larger group too
                 continue
             p = producer[t]
             a = anchor.get(p) if p is not None else None
@@ -572,7 +597,7 @@ class BRRState(StreamingState):
                     self.saved_full -= old >> 2
                 if old & 2:
                     self.saved_partial -= old >> 2
-            ok = _held_entries(t, bits, producer, consumers, blockable)
+            ok = _held_entries(t, bits, producer, consumers, blockable, modes.tall_readers)
             saved, line = 0, 0.0
             if ok:
                 whole = (counted[t] >> 2) * row_numel[t]

@@ -182,16 +182,27 @@ class TileRun:
                 self.roles[v] = self._role(v, self.by_block)
                 if self.roles[v] != ACCUMULATE:
                     self.by_block.update(t for t in graph.nodes[v].outputs if t in self.in_place or t in self.block)
-        # a cluster's operators after a full one (or after an operator outside it) run in a later block loop:
-        # they need the accumulated sums, complete only after the last block
+        # a cluster's operators after a full one run in a later block loop: they need the accumulated sums,
+        # complete only after the last block; so do those after an operator outside the cluster that depends
+        # on the cluster's earlier loop. ``upstream[v]``: per cluster, the latest loop of it that v depends on.
         level: dict[int, int] = {}
+        upstream: dict[int, dict[int, int]] = {}
         for v in self.schedule.operators:
+            producers = [p for t in graph.nodes[v].inputs if (p := graph.tensors[t].producer) in level]
+            reach: dict[int, int] = {}
+            for p in producers:
+                for cluster, loop in upstream[p].items():
+                    reach[cluster] = max(reach.get(cluster, 0), loop)
             level[v] = 0
-            for t in graph.nodes[v].inputs:
-                p = graph.tensors[t].producer
-                if p in level:
-                    crossing = self.roles.get(p) == ACCUMULATE or (v in blocked_ops and p not in blocked_ops)
-                    level[v] = max(level[v], level[p] + crossing)
+            if v in blocked_ops:
+                cluster = find(v)
+                for p in producers:
+                    if p in blocked_ops and find(p) == cluster:
+                        level[v] = max(level[v], level[p] + (self.roles.get(p) == ACCUMULATE))
+                    elif cluster in upstream[p]:
+                        level[v] = max(level[v], upstream[p][cluster] + 1)
+                reach[cluster] = max(reach.get(cluster, 0), level[v])
+            upstream[v] = reach
         groups: dict[tuple[int, int], list[int]] = {}
         for v in self.schedule.operators:
             key = (find(v), level[v]) if v in blocked_ops else (-1 - v, 0)
@@ -490,8 +501,7 @@ class TileRun:
             if node.op_type != "Conv" or len(self.graph.tensors[node.outputs[0]].shape) != 4:
                 raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
             return ACCUMULATE if blocked_input else PRODUCE
-        if not blocked_input:
-            raise Unsupported(f"{node.op_type} {node.name} sits in a block cluster with no input by blocks")
+        # without an input by blocks, it makes block j of its output from channels j of its whole input
         if node.op_type == "Conv":
             group = int(node.attributes.get("group", 1))
             if group != self._channels(node.inputs[0]) or group != self._channels(node.outputs[0]):
