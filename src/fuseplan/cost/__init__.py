@@ -21,6 +21,13 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    unfuseable operators, BRR's groups of one operator), the in-place
 #    operators on an unfuseable operator's output ride with it, and BRR's
 #    F_beta is what its row tiles hold. Labels unchanged (label_version).
+# 5: BRR only: a tensor that a member of the group reads through a window
+#    taller than its stride (a 3x3 convolution or pooling at stride 1, say) is
+#    held with all its channels, never one channel block at a time: the next
+#    row tile reads K - S of its rows again in every channel, which a block
+#    buffer has dropped (the simulator found the rows missing). Labels change
+#    too (one-row tiles hold those channels), so BRR datasets and classifier
+#    weights labelled under version 3 are stale.
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 
 
@@ -32,14 +39,14 @@ def _scheme(scheme: str) -> type[CostModel]:
 
 
 def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 3, BRR 4): sweep cells and
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 3, BRR 5): sweep cells and
     proven optima priced under an earlier one are stale."""
     return _scheme(scheme).version
 
 
 def label_version(scheme: str) -> int:
     """The cost-model version in which the ``F_beta`` that ``scheme``'s datasets record (priced with a 1-byte
-    buffer, the least any schedule of a group holds) last changed (LBDF 2, BRR 3): datasets and classifier
+    buffer, the least any schedule of a group holds) last changed (LBDF 2, BRR 5): datasets and classifier
     weights labelled under it stay valid."""
     return _scheme(scheme).label_version
 

@@ -159,8 +159,8 @@ class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 4  # groups of one operator priced by the lone-operator mapper; F_beta what the row tiles hold
-    label_version = 3  # one input channel at a time in a lone convolution's output blocks
+    version = 5  # a tensor read through a window taller than its stride is held with all its channels
+    label_version = 5  # the same: one-row tiles hold more where such a tensor was held a channel block at a time
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
