@@ -132,3 +132,31 @@ def test_brr_fast_path_agrees_with_the_definition(zoo_graphs):
                 assert saved == sum(whole[t] - ceil(whole[t] * s) for t, s in held.items())
                 assert per_row == pytest.approx(sum(graph.tensors[t].numel * (1.0 - s)
                                                     for t, s in held.items() if t in streamed))
+
+
+def test_brr_never_holds_a_block_of_a_tensor_read_through_a_taller_window(zoo_graphs):
+    """A tensor a member reads through a window taller than its stride is held with all its channels (the next
+    tile needs its last rows in every channel); tensors read only through windows no taller hold blocks."""
+    import random
+
+    from tests.cost.test_properties import grow_group
+
+    blocks = 0
+    for name in ("resnet50", "mobilenet_v2", "efficientnet_b0"):
+        graph = zoo_graphs[name]
+        brr = BRRCostModel(graph, 64 * KB)
+        rng = random.Random(11)
+        for _ in range(30):
+            group = frozenset(grow_group(graph, rng, rng.randint(2, 12)))
+            schedule = brr.schedule(group)
+            if schedule.kind != "row-tiles":
+                continue
+            for use in schedule.tensors:
+                if not 0 < use.elements < use.rows * graph.tensors[use.tensor].row_numel:
+                    continue
+                blocks += 1
+                for c in graph.tensors[use.tensor].consumers:
+                    if c in group:
+                        assert all(k <= s for t, k, s, _r in graph.nodes[c].windows if t == use.tensor), \
+                            (name, graph.nodes[c].name)
+    assert blocks > 100  # the rule leaves channel blocks where they are sound
