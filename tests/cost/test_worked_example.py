@@ -127,7 +127,7 @@ def test_brr_fast_path_agrees_with_the_definition(zoo_graphs):
                 assert not narrow or not any(brr.blockable[v] for v in group)
                 continue
             for entry, (saved, per_row) in ((True, savings[:2]), (False, savings[2:])):
-                held = brr.held_channels(group, brr.modes(group, entry), narrow)
+                held = brr.held_channels(group, brr.modes(group, entry), narrow, rows)
                 whole = {t: rows[t] * graph.tensors[t].row_numel for t in held}
                 assert saved == sum(whole[t] - ceil(whole[t] * s) for t, s in held.items())
                 assert per_row == pytest.approx(sum(graph.tensors[t].numel * (1.0 - s)
