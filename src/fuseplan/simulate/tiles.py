@@ -20,9 +20,11 @@ cost model is consulted):
   input comes a block at a time adds block ``j``'s share into every output
   channel (*full*, its output rows held whole while the sums accumulate);
   an operator without weights, a depthwise convolution, pooling and resizing
-  work on block ``j`` alone. Operators of a cluster that read what a full
-  convolution accumulates (complete only after the last block) run in a
-  later block loop of the same step. A tensor read from DRAM a block at a
+  work on block ``j`` alone (channels ``j`` of an input that comes whole).
+  Operators of a cluster that read what a full convolution accumulates
+  (complete only after the last block), or what an operator outside the
+  cluster makes from the cluster's earlier block loop, run in a later block
+  loop of the same step. A tensor read from DRAM a block at a
   time is read block ``j``'s rows when block ``j`` starts. When block ``j``
   starts, a block-held buffer keeps only block ``j``: rows of other blocks
   are gone. Which operators run partial or full is thus read from the
@@ -43,8 +45,9 @@ cost model is consulted):
 A reader that needs rows of a block the buffer no longer holds raises
 :class:`~fuseplan.simulate.kernels.MissingRows` naming the tensor, the block
 and the elements missing: the schedule held a tensor a block at a time where
-its reader's window spans rows of an earlier step (``K > S``), whose other
-channels were dropped. With ``keep_halo=True`` the run keeps, of a
+its reader's window spans rows of an earlier step (``K > S``), or a reader
+lags a step behind, and the other channels of those rows were dropped (BRR
+holds such tensors whole since cost-model version 5). With ``keep_halo=True`` the run keeps, of a
 block-held tensor, every channel of the rows its readers need after the step
 (the overlap of their windows): what a correct schedule holds more, counted
 in the buffer. Operators the loop nest has no block kernel for raise
