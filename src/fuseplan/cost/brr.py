@@ -12,7 +12,10 @@ output channels. Along a path of convolutions the group alternates:
 Operators without weights (pooling, element-wise ops, concatenation,
 depthwise convolutions) pass their input's mode on (full if any input is
 full). The group's entry convolutions start full or partial; both choices
-are priced and the one that moves less DRAM is kept. With ``b`` bytes per
+are priced and the one that moves less DRAM is kept. A tensor is held one
+block at a time only where the next step of the row tiles needs none of its
+rows: no reader in the group takes a window taller than its stride, and it
+keeps no rows for a reader that lags behind; otherwise all its channels. With ``b`` bytes per
 element, ``F`` the resident feature elements of the rows the streaming
 analysis keeps (each tensor counted with the channels its mode holds),
 ``L`` the extra elements per extra row in a tile, ``H`` the rows of the
