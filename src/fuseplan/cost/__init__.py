@@ -21,12 +21,15 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    unfuseable operators, BRR's groups of one operator), the in-place
 #    operators on an unfuseable operator's output ride with it, and BRR's
 #    F_beta is what its row tiles hold. Labels unchanged (label_version).
-# 5: BRR only: a tensor that a member of the group reads through a window
-#    taller than its stride (a 3x3 convolution or pooling at stride 1, say) is
-#    held with all its channels, never one channel block at a time: the next
-#    row tile reads K - S of its rows again in every channel, which a block
-#    buffer has dropped (the simulator found the rows missing). Labels change
-#    too (one-row tiles hold those channels), so BRR datasets and classifier
+# 5: BRR only. A tensor is held one channel block at a time only where the
+#    next step of the row tiles needs none of its rows in other channels:
+#    every reader in the group takes windows of one row no taller than its
+#    stride (not a 3x3 convolution, whose next window shares K - S rows, nor a
+#    2x2 stride-2 pooling, whose window straddles a step that made an odd
+#    row), and it keeps no more rows than its readers' widest window (none
+#    for a lagging reader such as a skip connection's sum); otherwise all its
+#    channels (the simulator found the rows missing). Labels change too
+#    (one-row tiles hold those channels), so BRR datasets and classifier
 #    weights labelled under version 3 are stale.
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 

@@ -14,8 +14,9 @@ depthwise convolutions) pass their input's mode on (full if any input is
 full). The group's entry convolutions start full or partial; both choices
 are priced and the one that moves less DRAM is kept. A tensor is held one
 block at a time only where the next step of the row tiles needs none of its
-rows: no reader in the group takes a window taller than its stride, and it
-keeps no rows for a reader that lags behind; otherwise all its channels. With ``b`` bytes per
+rows: every reader in the group takes windows of one row, no taller than
+its stride, and it keeps no rows for a reader that lags behind; otherwise
+all its channels. With ``b`` bytes per
 element, ``F`` the resident feature elements of the rows the streaming
 analysis keeps (each tensor counted with the channels its mode holds),
 ``L`` the extra elements per extra row in a tile, ``H`` the rows of the
@@ -119,16 +120,19 @@ def reader_windows(graph: CompGraph) -> tuple[dict[int, float], ...]:
 
 
 def tall_readers(graph: CompGraph) -> tuple[tuple[int, ...], ...]:
-    """Per tensor: the operators that read it through a window taller than its stride (``K > S``).
+    """Per tensor: the operators that read it through a window of more than one row, or taller than its
+    stride (``K > 1`` or ``K > S``: an upsampling reads each row twice).
 
-    Such a reader's next window shares ``K - S`` rows with this one, of every
-    channel: a buffer that keeps one channel block of those rows has dropped
-    the other blocks' before the next row tile reads them.
+    Such a reader's window may span two steps of the row tiles: where it is
+    taller than its stride the next window shares ``K - S`` rows with this
+    one; where it is as tall (a 2x2 pooling at stride 2) a step that makes an
+    odd row leaves it for the next step. Either way the next step needs rows
+    of every channel, which a buffer that keeps one channel block has dropped.
     """
     found: list[list[int]] = [[] for _ in graph.tensors]
     for node in graph.nodes:
         for t, kernel, stride, _reach in node.windows:
-            if kernel > stride and node.index not in found[t]:
+            if (kernel > 1 or kernel > stride) and node.index not in found[t]:
                 found[t].append(node.index)
     return tuple(map(tuple, found))
 
@@ -137,8 +141,8 @@ def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
                   tall: tuple[tuple[int, ...], ...], windows: tuple[dict[int, float], ...], rows: int) -> int:
     """The entries (bit 0 full, bit 1 partial) under which tensor ``t``, holding ``rows`` rows, may be held a
     channel block at a time, given the group's mode bits: none where a reader in the group takes a window
-    taller than its stride (:func:`tall_readers`), or where ``t`` holds more rows than its readers' widest
-    window (rows kept for a reader that lags behind, such as the sum of a skip connection): both need rows
+    of more than one row or taller than its stride (:func:`tall_readers`), or where ``t`` holds more rows
+    than its readers' widest window (rows kept for a reader that lags behind, such as the sum of a skip connection): both need rows
     of every channel from one step of the tiles to the next."""
     for c in tall[t]:
         if c in bits:
@@ -180,7 +184,7 @@ class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 5  # a tensor read through a window taller than its stride is held with all its channels
+    version = 5  # a tensor read through windows of more than one row is held with all its channels
     label_version = 5  # the same: one-row tiles hold more where such a tensor was held a channel block at a time
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
@@ -234,8 +238,8 @@ class BRRCostModel(CostModel):
         time (read from DRAM, or made by a partial operator), every reader
         in the group takes one block at a time (a full convolution, it
         accumulates over input blocks, or a partial operator without weights),
-        and the next step of the tiles needs none of its rows: no reader in
-        the group takes a window taller than its stride, and it holds no more
+        and the next step of the tiles needs none of its rows: every reader in
+        the group takes windows of one row (:func:`tall_readers`), and it holds no more
         rows (``rows``: the streaming analysis's, found when not given) than
         its readers' widest window.
         """
@@ -494,7 +498,8 @@ class BRRCostModel(CostModel):
         operators; in each, the operators at even depth run partial or those
         at odd depth do, so the floor keeps the larger of the two savings
         per tree, and every saving of a tensor whose producer is tied to none. A tensor read by a member
-        through a window taller than its stride saves nothing in any larger group (it is held whole).
+        through a window of more than one row (:func:`tall_readers`) saves nothing in any larger group (it
+        is held whole).
         """
         tables = self.tables
         members = group if isinstance(group, (set, frozenset)) else set(group)
