@@ -8,7 +8,8 @@ onnxruntime's values of its inputs, through :mod:`fuseplan.simulate.tiles`
 Per group: whether it runs as priced (simulated DRAM equal to F_D, peak at
 most F_beta, outputs within 1e-4), the finding where it does not, whether
 it holds channel blocks and whether a block-held tensor has a reader whose
-window spans more rows than its stride. For each finding the same schedule
+window spans more rows than its stride, and whether the group moves more DRAM
+than its operators each priced alone (``apart_dram``). For each finding the same schedule
 runs again with the halo kept (every channel of the rows a block-held
 tensor's readers need across steps and block loops) in an unbounded buffer:
 its peak is what F_beta should have been, and whether that is under the
@@ -164,6 +165,9 @@ def run_group(graph, cost, group, values, origin: str) -> dict | None:
            "finding": outcome.finding, "skipped": outcome.skipped,
            "block_held_tensors": len(block_held(graph, schedule)),
            "block_held_with_windowed_reader": windowed_readers(graph, schedule)}
+    # fusing should never move more DRAM than the same operators each run by itself in its best schedule
+    row["apart_dram"] = sum(cost.dram(frozenset((v,))) for v in schedule.operators)
+    row["group_dram"] = cost.dram(group)
     row["halo_estimate"] = halo_estimate(graph, schedule)
     estimated = cost.bytes_per_element * (schedule.on_chip + row["halo_estimate"])
     row["fits_with_halo_estimate"] = estimated < cost.buffer_bytes
@@ -231,6 +235,10 @@ def summary(rows: list[dict]) -> dict:
         "halo_extra_over_priced": {"median": float(np.median([r["halo"]["extra_elements"] / r["priced_on_chip"]
                                                               for r in findings if "peak" in r.get("halo", {})]))
                                    if halo else None},
+        "moves_more_than_apart": sum(r.get("group_dram", 0) > r.get("apart_dram", 0) for r in rows),
+        "more_than_apart_excess": {"median": float(np.median(more)) if (more := [
+            r["group_dram"] / r["apart_dram"] - 1 for r in rows if r.get("group_dram", 0) > r.get("apart_dram", 0)])
+            else None, "max": max(more, default=None)},
         "dense_roles_checked": sum(r["dense_roles_checked"] for r in rows),
         "dense_roles_agreeing_with_modes": sum(r["dense_roles_agreeing_with_modes"] for r in rows),
     }

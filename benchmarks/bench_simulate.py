@@ -19,6 +19,7 @@ resolution (the 5-minute target). Results: ``benchmarks/results/simulate.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import subprocess
 import sys
@@ -150,18 +151,30 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-resnet50", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--keep-other-schemes", action="store_true",
+                        help="keep the set-ups of --out priced by schemes not in --schemes (each row records the "
+                             "commit and cost-model version that made it)")
     args = parser.parse_args()
     import os
 
     load = [os.getloadavg()]
     rows = [row for name in args.models
             for row in run_setup(name, args.size, args.schemes, args.buffers_kb, args.random, args.seed)]
+    commit = _commit()
+    for row in rows:
+        row.update(commit=commit, cost_model_version=COST_MODEL_VERSION)
     timings = time_full_resnet50(args.seed) if args.time_resnet50 else []
+    if args.keep_other_schemes and args.out.exists():
+        earlier = json.loads(args.out.read_text())
+        kept = [{"commit": earlier["commit"], "cost_model_version": earlier["cost_model_version"], **row}
+                for row in earlier["setups"] if row["scheme"] not in args.schemes]
+        rows = kept + rows
+        timings = timings or earlier.get("resnet50_full_resolution", [])
     load.append(os.getloadavg())
     total = {part: {key: sum(row[part][key] for row in rows) for key in ("schedules", "run", "agree", "dram_exact",
                                                                         "peak_within_price")}
              for part in ("plan", "random_groups")}
-    write_results({"benchmark": "simulate", **machine(), "commit": _commit(), "cost_model_version": COST_MODEL_VERSION,
+    write_results({"benchmark": "simulate", **machine(), "commit": commit, "cost_model_version": COST_MODEL_VERSION,
                    "load_average": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[-1]]},
                    "size": args.size, "seed": args.seed, "totals": total, "setups": rows,
                    "resnet50_full_resolution": timings}, args.out)

@@ -76,3 +76,15 @@ def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
     data = sample_dataset({model: zoo_graphs[model]}, scheme, {model: 120}, seed=12345)
     result = gnn.evaluate(classifier, gnn.SampleBatches(data))
     assert result.samples == 600 and result.accuracy >= 0.9
+
+
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+def test_shipped_weights_of_other_labels_are_named_stale(monkeypatch, scheme):
+    # once a scheme's labels change, loading the weights shipped for it says they are stale and what to do
+    from fuseplan.cost import SCHEMES
+
+    shipped = torch.load(gnn.shipped_weights(scheme), weights_only=True)["cost_model_version"]
+    monkeypatch.setattr(SCHEMES[scheme], "label_version", shipped + 1)
+    with pytest.raises(FuseplanError, match=f"version {shipped}; .* version {shipped + 1} does: the weights shipped "
+                                            "with this fuseplan are stale: train new ones"):
+        gnn.load_classifier(scheme)

@@ -26,6 +26,17 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    and the labels, of groups holding a Resize change), and a group reads
 #    only the rows and columns of each input that its readers touch, as the
 #    lone-operator mapper does (a 1x1 stride-2 convolution a quarter).
+#    BRR: a tensor is held one channel block at a time only where the
+#    next step of the row tiles needs none of its rows in other channels:
+#    every reader in the group takes windows of one row no taller than its
+#    stride (not a 3x3 convolution, whose next window shares K - S rows, nor a
+#    2x2 stride-2 pooling, whose window straddles a step that made an odd
+#    row), and it keeps no more rows than its readers' widest window (none
+#    for a lagging reader such as a skip connection's sum); otherwise all its
+#    channels (the simulator found the rows missing). Labels change too
+#    (one-row tiles hold those channels), so BRR datasets and classifier
+#    weights labelled under version 3 are stale. (BRR shares the Resize
+#    geometry, which changes its F_beta of deeplabv3's upsampling groups.)
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 
 
@@ -37,14 +48,14 @@ def _scheme(scheme: str) -> type[CostModel]:
 
 
 def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 5, BRR 4): sweep cells and
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 5, BRR 5): sweep cells and
     proven optima priced under an earlier one are stale."""
     return _scheme(scheme).version
 
 
 def label_version(scheme: str) -> int:
     """The cost-model version in which the ``F_beta`` that ``scheme``'s datasets record (priced with a 1-byte
-    buffer, the least any schedule of a group holds) last changed (LBDF 5, BRR 3): datasets and classifier
+    buffer, the least any schedule of a group holds) last changed (LBDF 5, BRR 5): datasets and classifier
     weights labelled under it stay valid."""
     return _scheme(scheme).label_version
 

@@ -12,7 +12,11 @@ output channels. Along a path of convolutions the group alternates:
 Operators without weights (pooling, element-wise ops, concatenation,
 depthwise convolutions) pass their input's mode on (full if any input is
 full). The group's entry convolutions start full or partial; both choices
-are priced and the one that moves less DRAM is kept. With ``b`` bytes per
+are priced and the one that moves less DRAM is kept. A tensor is held one
+block at a time only where the next step of the row tiles needs none of its
+rows: every reader in the group takes windows of one row, no taller than
+its stride, and it keeps no rows for a reader that lags behind; otherwise
+all its channels. With ``b`` bytes per
 element, ``F`` the resident feature elements of the rows the streaming
 analysis keeps (each tensor counted with the channels its mode holds),
 ``L`` the extra elements per extra row in a tile, ``H`` the rows of the
@@ -106,9 +110,49 @@ def _entry_modes(v: int, bits: dict[int, int], input_producers, blockable) -> in
     return m
 
 
-def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable) -> int:
-    """The entries (bit 0 full, bit 1 partial) under which tensor ``t`` may be held a channel block at a
-    time, given the group's mode bits."""
+def reader_windows(graph: CompGraph) -> tuple[dict[int, float], ...]:
+    """Per tensor: its readers, each with the rows of its tallest window over it."""
+    found: list[dict[int, float]] = [{} for _ in graph.tensors]
+    for node in graph.nodes:
+        for t, kernel, _stride, _reach in node.windows:
+            found[t][node.index] = max(kernel, found[t].get(node.index, 0.0))
+    return tuple(found)
+
+
+def tall_readers(graph: CompGraph) -> tuple[tuple[int, ...], ...]:
+    """Per tensor: the operators that read it through a window of more than one row, or taller than its
+    stride (``K > 1`` or ``K > S``: an upsampling reads each row twice).
+
+    Such a reader's window may span two steps of the row tiles: where it is
+    taller than its stride the next window shares ``K - S`` rows with this
+    one; where it is as tall (a 2x2 pooling at stride 2) a step that makes an
+    odd row leaves it for the next step. Either way the next step needs rows
+    of every channel, which a buffer that keeps one channel block has dropped.
+    """
+    found: list[list[int]] = [[] for _ in graph.tensors]
+    for node in graph.nodes:
+        for t, kernel, stride, _reach in node.windows:
+            if (kernel > 1 or kernel > stride) and node.index not in found[t]:
+                found[t].append(node.index)
+    return tuple(map(tuple, found))
+
+
+def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
+                  tall: tuple[tuple[int, ...], ...], windows: tuple[dict[int, float], ...], rows: int) -> int:
+    """The entries (bit 0 full, bit 1 partial) under which tensor ``t``, holding ``rows`` rows, may be held a
+    channel block at a time, given the group's mode bits: none where a reader in the group takes a window
+    of more than one row or taller than its stride (:func:`tall_readers`), or where ``t`` holds more rows
+    than its readers' widest window (rows kept for a reader that lags behind, such as the sum of a skip connection): both need rows
+    of every channel from one step of the tiles to the next."""
+    for c in tall[t]:
+        if c in bits:
+            return 0
+    widest = 1.0
+    for c, k in windows[t].items():
+        if k > widest and c in bits:
+            widest = k
+    if rows > widest:
+        return 0
     ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
     if not ok:
         return 0
@@ -132,14 +176,16 @@ class ModeTables(NamedTuple):
     weight_block: tuple[int, ...]
     block_share: tuple[float, ...]  # per tensor: min(1, k / C)
     producer: tuple[int | None, ...]  # per tensor
+    tall_readers: tuple[tuple[int, ...], ...]  # per tensor: :func:`tall_readers`
+    reader_windows: tuple[dict[int, float], ...]  # per tensor: :func:`reader_windows`
 
 
 class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 4  # groups of one operator priced by the lone-operator mapper; F_beta what the row tiles hold
-    label_version = 3  # one input channel at a time in a lone convolution's output blocks
+    version = 5  # a tensor read through windows of more than one row is held with all its channels
+    label_version = 5  # the same: one-row tiles hold more where such a tensor was held a channel block at a time
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
@@ -160,6 +206,8 @@ class BRRCostModel(CostModel):
         # a blockable operator flips.
         self._single_producer = tuple(p[0] if len(p) == 1 else -1 for p in self._input_producers)
         self._mode_flip = tuple(3 if b else 0 for b in self.blockable)
+        self._tall_readers = tall_readers(graph)
+        self._reader_windows = reader_windows(graph)
         # Share of a tensor one channel block is: min(1, k / C).
         self._block_share = tuple(
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
@@ -182,21 +230,32 @@ class BRRCostModel(CostModel):
                 mode[v] = any(inner) if inner else FULL
         return mode
 
-    def held_channels(self, group: Group, mode: dict[int, bool], tensors) -> dict[int, float]:
+    def held_channels(self, group: Group, mode: dict[int, bool], tensors,
+                      rows: dict[int, int] | None = None) -> dict[int, float]:
         """Share of its channels each of ``tensors`` holds on chip, where less than all.
 
         A tensor holds one block of channels when it arrives a block at a
-        time (read from DRAM, or made by a partial operator) and every reader
-        in the group takes one block at a time: a full convolution (it
-        accumulates over input blocks) or a partial operator without weights.
+        time (read from DRAM, or made by a partial operator), every reader
+        in the group takes one block at a time (a full convolution, it
+        accumulates over input blocks, or a partial operator without weights),
+        and the next step of the tiles needs none of its rows: every reader in
+        the group takes windows of one row (:func:`tall_readers`), and it holds no more
+        rows (``rows``: the streaming analysis's, found when not given) than
+        its readers' widest window.
         """
+        if rows is None:
+            rows = {}
+            footprint(self.tables, frozenset(group), rows, self.in_place)
         producer = self._producer
         blockable = self.blockable
         consumers = self.tables.tensor_consumers
         block_share = self._block_share
+        tall, windows = self._tall_readers, self._reader_windows
         share: dict[int, float] = {}
         for t in tensors:
-            if block_share[t] >= 1.0 or mode.get(producer[t], False):
+            if block_share[t] >= 1.0 or mode.get(producer[t], False) or any(c in mode for c in tall[t]):
+                continue
+            if rows[t] > max([1.0, *(k for c, k in windows[t].items() if c in mode)]):
                 continue
             if all(mode[c] == blockable[c] for c in consumers[t] if c in mode):
                 share[t] = block_share[t]
@@ -234,7 +293,8 @@ class BRRCostModel(CostModel):
         features_full = features_partial = 0
         line_full = line_partial = 0.0
         for t in narrow:
-            ok = _held_entries(t, bits, producer, consumers, blockable)
+            ok = _held_entries(t, bits, producer, consumers, blockable, self._tall_readers, self._reader_windows,
+                               rows[t])
             if not ok:
                 continue
             share = block_share[t]
@@ -279,7 +339,8 @@ class BRRCostModel(CostModel):
         fp = footprint(self.tables, group, rows, self.in_place, streamed)
         entry = None if chosen == "row tiles" else chosen.endswith("full")
         share = ({} if entry is None
-                 else self.held_channels(group, self.modes(group, entry), [t for t in rows if self._block_share[t] < 1]))
+                 else self.held_channels(group, self.modes(group, entry), [t for t in rows if self._block_share[t] < 1],
+                                         rows))
         features, line = 0, fp.line * fp.reference_rows
         uses = []
         for t in sorted(rows):
@@ -321,7 +382,8 @@ class BRRCostModel(CostModel):
     def mode_tables(self) -> ModeTables:
         # built when first priced, after any subclass has set its tables (weight blocks, say)
         return ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
-                          self._weight_block, self._block_share, self._producer)
+                          self._weight_block, self._block_share, self._producer, self._tall_readers,
+                          self._reader_windows)
 
     def new_state(self) -> BRRState:
         return BRRState(self.tables, self.in_place, self.mode_tables)
@@ -435,7 +497,9 @@ class BRRCostModel(CostModel):
         of its producer's. These ties form trees over the blockable
         operators; in each, the operators at even depth run partial or those
         at odd depth do, so the floor keeps the larger of the two savings
-        per tree, and every saving of a tensor whose producer is tied to none.
+        per tree, and every saving of a tensor whose producer is tied to none. A tensor read by a member
+        through a window of more than one row (:func:`tall_readers`) saves nothing in any larger group (it
+        is held whole).
         """
         tables = self.tables
         members = group if isinstance(group, (set, frozenset)) else set(group)
@@ -454,13 +518,14 @@ class BRRCostModel(CostModel):
                     parent[v] = anchor[source]
             else:
                 anchor[v] = anchor[source] if tied else None
+        tall = self._tall_readers
         floor = 0.0
         saving: dict[int, float] = {}
         for t, r in rows.items():
             r = max(1, r)
             floor += r * whole[t]
             gain = r * (whole[t] - least[t])
-            if gain <= 0:
+            if gain <= 0 or any(c in members for c in tall[t]):  # held whole in every larger group too
                 continue
             p = producer[t]
             a = anchor.get(p) if p is not None else None
@@ -572,7 +637,8 @@ class BRRState(StreamingState):
                     self.saved_full -= old >> 2
                 if old & 2:
                     self.saved_partial -= old >> 2
-            ok = _held_entries(t, bits, producer, consumers, blockable)
+            ok = _held_entries(t, bits, producer, consumers, blockable, modes.tall_readers, modes.reader_windows,
+                               counted[t] >> 2)
             saved, line = 0, 0.0
             if ok:
                 whole = (counted[t] >> 2) * row_numel[t]

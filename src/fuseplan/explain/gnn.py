@@ -315,9 +315,11 @@ def load_classifier(scheme: str, path: Path | None = None):
                             f"this fuseplan uses version {FEATURE_VERSION}")
     # Labels are the cost models' verdicts: weights learned under other models predict other verdicts.
     if blob.get("cost_model_version", 1) != label_version(scheme):
+        stale = ("the weights shipped with this fuseplan are stale: train new ones (fuseplan classifier train) and "
+                 "pass them with --weights" if path == shipped_weights(scheme) else "retrain (fuseplan classifier train)")
         raise FuseplanError(f"{path}: weights learned labels of cost-model version {blob.get('cost_model_version', 1)}; "
                             f"this fuseplan labels {scheme.upper()} groups as version {label_version(scheme)} does: "
-                            "retrain (fuseplan classifier train)")
+                            + stale)
     model = build_model()
     state = blob.get("state_dict")
     if not isinstance(state, Mapping):

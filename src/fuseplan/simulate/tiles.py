@@ -20,9 +20,11 @@ cost model is consulted):
   input comes a block at a time adds block ``j``'s share into every output
   channel (*full*, its output rows held whole while the sums accumulate);
   an operator without weights, a depthwise convolution, pooling and resizing
-  work on block ``j`` alone. Operators of a cluster that read what a full
-  convolution accumulates (complete only after the last block) run in a
-  later block loop of the same step. A tensor read from DRAM a block at a
+  work on block ``j`` alone (channels ``j`` of an input that comes whole).
+  Operators of a cluster that read what a full convolution accumulates
+  (complete only after the last block), or what an operator outside the
+  cluster makes from the cluster's earlier block loop, run in a later block
+  loop of the same step. A tensor read from DRAM a block at a
   time is read block ``j``'s rows when block ``j`` starts. When block ``j``
   starts, a block-held buffer keeps only block ``j``: rows of other blocks
   are gone. Which operators run partial or full is thus read from the
@@ -43,8 +45,9 @@ cost model is consulted):
 A reader that needs rows of a block the buffer no longer holds raises
 :class:`~fuseplan.simulate.kernels.MissingRows` naming the tensor, the block
 and the elements missing: the schedule held a tensor a block at a time where
-its reader's window spans rows of an earlier step (``K > S``), whose other
-channels were dropped. With ``keep_halo=True`` the run keeps, of a
+its reader's window spans rows of an earlier step (``K > S``), or a reader
+lags a step behind, and the other channels of those rows were dropped (BRR
+holds such tensors whole since cost-model version 5). With ``keep_halo=True`` the run keeps, of a
 block-held tensor, every channel of the rows its readers need after the step
 (the overlap of their windows): what a correct schedule holds more, counted
 in the buffer. Operators the loop nest has no block kernel for raise
@@ -182,16 +185,27 @@ class TileRun:
                 self.roles[v] = self._role(v, self.by_block)
                 if self.roles[v] != ACCUMULATE:
                     self.by_block.update(t for t in graph.nodes[v].outputs if t in self.in_place or t in self.block)
-        # a cluster's operators after a full one (or after an operator outside it) run in a later block loop:
-        # they need the accumulated sums, complete only after the last block
+        # a cluster's operators after a full one run in a later block loop: they need the accumulated sums,
+        # complete only after the last block; so do those after an operator outside the cluster that depends
+        # on the cluster's earlier loop. ``upstream[v]``: per cluster, the latest loop of it that v depends on.
         level: dict[int, int] = {}
+        upstream: dict[int, dict[int, int]] = {}
         for v in self.schedule.operators:
+            producers = [p for t in graph.nodes[v].inputs if (p := graph.tensors[t].producer) in level]
+            reach: dict[int, int] = {}
+            for p in producers:
+                for cluster, loop in upstream[p].items():
+                    reach[cluster] = max(reach.get(cluster, 0), loop)
             level[v] = 0
-            for t in graph.nodes[v].inputs:
-                p = graph.tensors[t].producer
-                if p in level:
-                    crossing = self.roles.get(p) == ACCUMULATE or (v in blocked_ops and p not in blocked_ops)
-                    level[v] = max(level[v], level[p] + crossing)
+            if v in blocked_ops:
+                cluster = find(v)
+                for p in producers:
+                    if p in blocked_ops and find(p) == cluster:
+                        level[v] = max(level[v], level[p] + (self.roles.get(p) == ACCUMULATE))
+                    elif cluster in upstream[p]:
+                        level[v] = max(level[v], upstream[p][cluster] + 1)
+                reach[cluster] = max(reach.get(cluster, 0), level[v])
+            upstream[v] = reach
         groups: dict[tuple[int, int], list[int]] = {}
         for v in self.schedule.operators:
             key = (find(v), level[v]) if v in blocked_ops else (-1 - v, 0)
@@ -490,8 +504,7 @@ class TileRun:
             if node.op_type != "Conv" or len(self.graph.tensors[node.outputs[0]].shape) != 4:
                 raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
             return ACCUMULATE if blocked_input else PRODUCE
-        if not blocked_input:
-            raise Unsupported(f"{node.op_type} {node.name} sits in a block cluster with no input by blocks")
+        # without an input by blocks, it makes block j of its output from channels j of its whole input
         if node.op_type == "Conv":
             group = int(node.attributes.get("group", 1))
             if group != self._channels(node.inputs[0]) or group != self._channels(node.outputs[0]):
