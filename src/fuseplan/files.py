@@ -99,7 +99,23 @@ def check_output(path: str | Path, what: str = "output") -> Path:
         raise FuseplanError(f"cannot write the {what} {path}: directory {parent} {reason}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise FuseplanError(f"cannot write the {what} {path}: directory {parent} is not writable")
+    if path.exists() and not path.stat().st_mode & 0o222:
+        # Replacing a file its owner made read-only would undo that choice (and root's access() says yes to
+        # anything), so it is refused, as cp refuses without -f.
+        raise FuseplanError(f"{path}: is read-only; make it writable or choose another path for the {what}")
+    _probe_directory(path, what)
     return path
+
+
+def _probe_directory(path: Path, what: str) -> None:
+    """Create and remove a temporary file beside ``path``: what ``access()`` cannot tell (``/proc``, a read-only
+    mount, a full disk) is found before the work, not when the output is written."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as exc:
+        raise FuseplanError(f"cannot write the {what} {path}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def check_output_dir(path: str | Path, what: str = "output directory") -> Path:

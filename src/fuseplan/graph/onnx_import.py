@@ -290,6 +290,21 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
     )
 
 
+def graph_from_torch(module: Any, example_inputs: Any, *, name: str | None = None,
+                     input_names: Sequence[str] | None = None,
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
+    """The computation graph of ``module`` run on ``example_inputs``, ready to plan (exported by
+    :func:`fuseplan.graph.torch_import.export_torch`).
+
+    >>> graph = graph_from_torch(model, torch.zeros(1, 3, 224, 224))   # doctest: +SKIP
+    >>> FusionProblem(make_cost_model("lbdf", graph, 256 * 1024))      # doctest: +SKIP
+    """
+    from fuseplan.graph.torch_import import export_torch
+
+    model = export_torch(module, example_inputs, input_names=input_names)
+    return graph_from_model(model, name=name or type(module).__name__, input_shapes=input_shapes)
+
+
 def model_path(source: str | Path) -> tuple[Path, str]:
     """The file behind a model argument (an ONNX path, a zoo name, or ``path/to/module.py:factory``,
     exported once with torch's exporter, see :mod:`fuseplan.graph.torch_import`) and the model's name."""

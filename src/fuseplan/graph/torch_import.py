@@ -26,15 +26,13 @@ import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from fuseplan.errors import FuseplanError
-from fuseplan.graph.ir import CompGraph
-from fuseplan.graph.onnx_import import graph_from_model
 
 #: ``MODEL`` arguments of this form name a factory in a Python file.
 FACTORY_PATTERN = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -125,18 +123,6 @@ def save_torch_onnx(module: Any, example_inputs: Any, path: str | Path, *, exter
         with atomic_file(path) as handle:
             handle.write(program.model_proto.SerializeToString())
     return path
-
-
-def graph_from_torch(module: Any, example_inputs: Any, *, name: str | None = None,
-                     input_names: Sequence[str] | None = None,
-                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
-    """The computation graph of ``module`` run on ``example_inputs``, ready to plan.
-
-    >>> graph = graph_from_torch(model, torch.zeros(1, 3, 224, 224))   # doctest: +SKIP
-    >>> FusionProblem(make_cost_model("lbdf", graph, 256 * 1024))      # doctest: +SKIP
-    """
-    model = export_torch(module, example_inputs, input_names=input_names)
-    return graph_from_model(model, name=name or type(module).__name__, input_shapes=input_shapes)
 
 
 def load_factory(spec: str) -> tuple[Any, tuple, str]:

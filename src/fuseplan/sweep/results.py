@@ -21,8 +21,8 @@ from typing import Any
 
 from fuseplan.cost import SCHEMES
 from fuseplan.files import read_input
-from fuseplan.sweep.reproduce import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
-                                      table2_paper, table34_paper)
+from fuseplan.sweep.paper import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
+                                  table2_paper, table34_paper)
 
 AGREEMENT = 0.75
 EXPLAINERS = PAPER_SPLITTERS[1:]
