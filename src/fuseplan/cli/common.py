@@ -116,6 +116,17 @@ def plan_hardware(spec: str, plan_file):
     return accelerator.with_overrides(buffer_bytes, width)
 
 
+def named_inputs(model: str | None = None, hardware: str | None = None, *paths: Path | None) -> list[Path]:
+    """Every file a command's arguments name for reading (the model's, a ``--hardware`` file's, others), for
+    :func:`fuseplan.files.check_outputs`: no output may be any of them."""
+    from fuseplan.graph.onnx_import import named_files
+
+    found = named_files(model) if model is not None else []
+    if hardware is not None and Path(hardware).exists():
+        found.append(Path(hardware))
+    return [*found, *(path for path in paths if path is not None)]
+
+
 def load_model(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     if passes is not None and shapes:  # given shapes replace a recorded pipeline's; the fingerprint still decides

@@ -34,6 +34,7 @@ from typing import NamedTuple
 from fuseplan.cost.base import IN_PLACE_OPS, GraphTables, Group, in_place_operators  # noqa: F401 (re-exported)
 from fuseplan.graph.ir import CompGraph
 
+
 def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[bool, ...]:
     """Per tensor: whether some group may rewrite it in place (hold none of its rows).
 

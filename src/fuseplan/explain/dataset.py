@@ -10,7 +10,6 @@ so one group gives five samples. Building needs no torch; a dataset is one
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fuseplan.cost import COST_MODEL_VERSION, label_version, make_cost_model
+from fuseplan.documents import dumps_json, loads_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_directory, atomic_file, check_input, read_input, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
@@ -200,7 +200,7 @@ def build_dataset(models: Sequence[str], schemes: Sequence[str], out: Path, seed
                 "groups_per_model": {m: int(np.sum(data.model == i)) for i, m in enumerate(data.models)},
                 "valid_share": data.valid_share(), "cost_model_version": label_version(scheme),
             }
-        write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
+        write_text(staging / "meta.json", dumps_json(meta, indent=2) + "\n")
     return meta
 
 
@@ -210,9 +210,9 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
     if not directory.is_dir() or not meta_path.exists():
         raise FuseplanError(f"{directory}: not a dataset directory (no meta.json); build one with `fuseplan dataset build`")
     try:
-        meta = json.loads(read_input(meta_path, "dataset metadata file", MAX_META_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise FuseplanError(f"{meta_path}: corrupt dataset metadata ({type(exc).__name__})") from None
+        meta = loads_json(read_input(meta_path, "dataset metadata file", MAX_META_BYTES), str(meta_path))
+    except FuseplanError as exc:
+        raise FuseplanError(f"corrupt dataset metadata: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise FuseplanError(f"{directory}: not a fuseplan group dataset")
     if meta.get("feature_version") != FEATURE_VERSION or meta.get("vocabulary") != list(OP_VOCABULARY):

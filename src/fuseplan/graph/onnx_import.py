@@ -324,6 +324,20 @@ def model_path(source: str | Path) -> tuple[Path, str]:
     return path, path.stem
 
 
+def named_files(source: str | Path) -> list[Path]:
+    """The files a model argument names, found without exporting anything: the ONNX file, the zoo's file,
+    or the Python file of ``path/to/module.py:factory`` (what no output of a command may overwrite)."""
+    from fuseplan import zoo
+    from fuseplan.graph.torch_import import FACTORY_PATTERN
+
+    match = FACTORY_PATTERN.match(str(source))
+    if match and not Path(source).exists():
+        return [Path(match["file"])]
+    if not Path(source).exists() and str(source) in zoo.names() + zoo.transformer_names():
+        return [zoo.path(str(source))]
+    return [Path(source)]
+
+
 def load_prepared(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   passes: Sequence[Pass] | None = None) -> tuple[onnx.ModelProto, CompGraph]:
     """:func:`load_graph`, and the prepared model the graph was read from (for what needs the model's

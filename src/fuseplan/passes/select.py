@@ -42,6 +42,7 @@ from typing import Any
 
 import onnx
 
+from fuseplan.documents import dumps_json, loads_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.passes.base import run_passes
@@ -416,7 +417,7 @@ def cached_prune(model: onnx.ModelProto, cache_dir: Path | None, names: Sequence
     path = cache_path(cache_dir, architecture_signature(model), names)
     if path.exists():
         try:
-            pruning = Pruning.from_json(json.loads(read_input(path, "pruning cache")))
+            pruning = Pruning.from_json(loads_json(read_input(path, "pruning cache"), str(path)))
             if list(pruning.verdicts) == names:
                 pruning.cached = True
                 return pruning
@@ -424,5 +425,5 @@ def cached_prune(model: onnx.ModelProto, cache_dir: Path | None, names: Sequence
             pass  # a damaged entry is recomputed
     pruning = prune(model, names, on_pass)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(pruning.to_json(), indent=1))
+    write_text(path, dumps_json(pruning.to_json(), indent=1))
     return pruning

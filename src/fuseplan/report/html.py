@@ -11,11 +11,11 @@ highlights that group.
 
 from __future__ import annotations
 
-import json
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.ir import CompGraph
@@ -224,7 +224,7 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
                         if graph.nodes[v].outputs else "none",
                         "group": group_of[v]}
                for v in range(len(graph.nodes))}
-    data = json.dumps({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
+    data = dumps_json({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
                                                                    schedule_lines(g.get("schedule"))]
                                                     for g in document["groups"]}})
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from fuseplan.cost import CostModel, GroupCost, make_cost_model
+from fuseplan.documents import dumps_json, loads_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_input, write_text
 from fuseplan.graph import CompGraph, graph_from_model
@@ -394,9 +395,9 @@ class LatencyObjective(Objective):
         self.times: dict[str, float] = {}
         if self.cache_path.exists():
             try:
-                loaded = json.loads(read_input(self.cache_path, "latency cache"))
+                loaded = loads_json(read_input(self.cache_path, "latency cache"), str(self.cache_path))
                 self.times = {str(k): float(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
-            except (ValueError, TypeError, UnicodeDecodeError):
+            except (ValueError, TypeError, FuseplanError):
                 self.times = {}  # a damaged cache is rebuilt
         self.measured = 0
         self.unmeasurable: dict[str, str] = {}  # configurations onnxruntime cannot run alone -> operator type
@@ -444,7 +445,7 @@ class LatencyObjective(Objective):
         """Write the cache back (atomically), if anything new was measured."""
         if self.measured:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            write_text(self.cache_path, json.dumps(self.times, sort_keys=True) + "\n")
+            write_text(self.cache_path, dumps_json(self.times, sort_keys=True) + "\n")
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "cache": str(self.cache_path), "repeats": self.repeats}

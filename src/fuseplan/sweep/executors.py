@@ -78,6 +78,8 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(self, address: str | None = None, jobs: int | None = None) -> None:
+        if address is not None and address != "auto":
+            check_reachable(address)
         self.address = address
         self.jobs = jobs
 
@@ -114,6 +116,29 @@ class RayExecutor(Executor):
                 else:  # a cluster of the user's keeps running: take back what this run gave it
                     for ref in pending:
                         ray.cancel(ref, force=True)
+
+
+# How long joining a Ray cluster may take to open its port: ray.init itself waits without a bound on an
+# address nothing answers at.
+RAY_CONNECT_SECONDS = 30
+
+
+def check_reachable(address: str, timeout: float = RAY_CONNECT_SECONDS) -> None:
+    """Refuse a Ray ``address`` (``host:port`` or ``ray://host:port``) whose port does not accept a connection
+    within ``timeout`` seconds."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise FuseplanError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except socket.timeout:
+        raise FuseplanError(f"cannot reach the Ray cluster at {address}: no answer within {timeout:g} s") from None
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise FuseplanError(f"cannot reach the Ray cluster at {address}: {reason}") from None
 
 
 @contextmanager

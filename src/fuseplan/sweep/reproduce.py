@@ -10,7 +10,6 @@ unpublished), so absolute DRAM differs; relative improvements compare.
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
@@ -20,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fuseplan.documents import dumps_json, loads_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_file, check_output_dir, read_input, write_bytes, write_text
 from fuseplan.sweep.config import AXES, SweepConfig, parse_config
@@ -275,7 +275,7 @@ def _fig3_sample(extras: dict, out_dir: Path, log: Callable[[str], None]) -> Non
         log(f"fig3: sampling {count} {scheme.upper()} groups per network")
         data = sample_dataset(graphs, scheme, {name: count for name in names}, int(extras.get("seed", 0)))
         meta["schemes"][scheme] = {"valid_share": data.valid_share()}
-    write_text(out_dir / "fig3.json", json.dumps(meta, indent=1) + "\n")
+    write_text(out_dir / "fig3.json", dumps_json(meta, indent=1) + "\n")
 
 
 def fig3_extras(quick: bool) -> dict[str, Any]:
@@ -341,7 +341,7 @@ def render_target(target: str, out: Path, quick: bool, log: Callable[[str], None
         extras = fig3_extras(quick)
         stored = directory / "fig3.json"
         if stored.is_file():
-            meta = json.loads(read_input(stored, "Fig. 3 results"))
+            meta = loads_json(read_input(stored, "Fig. 3 results"), str(stored))
             body = _fig3(meta, extras, directory, paper["fig3"])
             result = TargetResult(target, extras["title"], "", extras=extras, figures=["fig3.png"], fig3=meta)
         else:

@@ -10,7 +10,6 @@ least :data:`AGREEMENT` of the comparisons the paper makes.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections import defaultdict
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.cost import SCHEMES
+from fuseplan.documents import dumps_json, loads_json
 from fuseplan.files import read_input
 from fuseplan.sweep.paper import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
                                   table2_paper, table34_paper)
@@ -382,11 +382,11 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
     path = out / RUNS_FILE
     if path.is_file():
         try:
-            document = json.loads(read_input(path, "reproduce record"))
+            document = loads_json(read_input(path, "reproduce record"), str(path))
             if isinstance(document, dict) and isinstance(document.get("runs"), list):
-                return document["runs"]
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            pass
+                return [run for run in document["runs"] if isinstance(run, dict)]
+        except FuseplanError:
+            pass  # a damaged record is started afresh
     legacy = out / "reproduce.md"
     if legacy.is_file():  # written by versions that kept no reproduce.json: its header names the run
         text = legacy.read_text(encoding="utf-8", errors="replace")
@@ -404,7 +404,7 @@ def record_run(out: Path, run: dict[str, Any]) -> None:
 
     runs = load_runs(out) if (out / RUNS_FILE).is_file() else []
     runs = [r for r in runs if (r.get("started"), r.get("command")) != (run.get("started"), run.get("command"))]
-    write_text(out / RUNS_FILE, json.dumps({"format": "fuseplan-reproduce", "runs": [*runs, run]}, indent=1) + "\n")
+    write_text(out / RUNS_FILE, dumps_json({"format": "fuseplan-reproduce", "runs": [*runs, run]}, indent=1) + "\n")
 
 
 def _runs_text(runs: list[dict[str, Any]], rendered_on: str) -> str:
