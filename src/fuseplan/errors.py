@@ -7,3 +7,12 @@ class FuseplanError(Exception):
     The command-line interface prints ``error: <message>`` and exits with
     status 2; library users catch it like any other exception.
     """
+
+
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7f) if chr(code) not in "\n\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (ESC, NUL, CR, ...) written as ``\\xNN`` escapes, so that names and
+    paths from a user's files cannot move the cursor, recolour or clear a terminal when printed."""
+    return text.translate(_CONTROL)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from fuseplan.cli.signals import searching
 from fuseplan.cost import SCHEMES
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, printable
 from fuseplan.files import external_data_files
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
 from fuseplan.hardware import template_names
@@ -30,9 +30,29 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# No emoji codes: paths such as `module.py:factory:` and node names are printed as given.
-stdout = Console(soft_wrap=True, emoji=False)
-stderr = Console(stderr=True, soft_wrap=True, emoji=False)
+
+
+class UserTextConsole(Console):
+    """A console for text that holds names and paths from the user's files: no emoji codes and no markup unless
+    a print asks for it (a node named ``[/x]`` or ``[bold]`` prints as written), and control characters shown as
+    escapes (:func:`fuseplan.errors.printable`) in every string printed, tables included."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(soft_wrap=True, emoji=False, markup=False, **options)
+
+    def render_str(self, text: str, **options):
+        return super().render_str(printable(text), **options)
+
+
+stdout = UserTextConsole()
+stderr = UserTextConsole(stderr=True)
+
+
+def bold(text: str) -> str:
+    """``text`` in bold, for a print with ``markup=True``: the text itself is escaped, never read as markup."""
+    from rich.markup import escape
+
+    return f"[bold]{escape(text)}[/bold]"
 
 
 def choices(name: str, names: Iterable[str]) -> type[Enum]:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from fuseplan.cli.common import (
-    app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
+    bold, app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
     HardwareOpt, JsonOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, print_table,
     resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model, named_inputs,
 )
@@ -115,8 +115,8 @@ def rewrite(
     if as_json:
         print(dumps_json(report, indent=2))
         return
-    stdout.print(f"[bold]{name}[/bold]: {len(done.result.steps)} substitution(s), objective {objective.value}, "
-                 f"alpha {alpha}, budget {budget}, seed {seed}", highlight=False)
+    stdout.print(f"{bold(name)}: {len(done.result.steps)} substitution(s), objective {objective.value}, "
+                 f"alpha {alpha}, budget {budget}, seed {seed}", highlight=False, markup=True)
     for k, step in enumerate(done.result.steps, 1):
         stdout.print(f"  {k}. {step['rule']} at {', '.join(step['site'])}", highlight=False, markup=False)
     table = Table()

@@ -141,14 +141,19 @@ def load_factory(spec: str) -> tuple[Any, tuple, str]:
     source = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = source
     try:
-        loader.loader.exec_module(source)
-        factory = getattr(source, factory_name, None)
-        if not callable(factory):
-            raise FuseplanError(f"{path} defines no function {factory_name!r}")
-        built = factory()
-    except FuseplanError:
+        # what the user's code prints goes to stderr: stdout may carry the command's JSON
+        with contextlib.redirect_stdout(sys.stderr):
+            loader.loader.exec_module(source)
+            factory = getattr(source, factory_name, None)
+            if not callable(factory):
+                raise FuseplanError(f"{path} defines no function {factory_name!r}")
+            built = factory()
+    except (FuseplanError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # the user's code
+    except SystemExit as exc:  # sys.exit() in the user's code must not end the command silently, or with its status
+        raise FuseplanError(f"{spec}: the module called sys.exit({exc.code!r}) instead of returning "
+                            "(module, example_inputs)") from None
+    except BaseException as exc:  # the user's code: any exception, even GeneratorExit or a BaseException
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
         raise FuseplanError(f"{spec}: {type(exc).__name__}{': ' + first if first else ''}") from None
     finally:

@@ -11,12 +11,12 @@ highlights that group.
 
 from __future__ import annotations
 
-from html import escape
+import html
 from typing import TYPE_CHECKING, Any
 
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, printable
 from fuseplan.files import write_text
 from fuseplan.graph.ir import CompGraph
 from fuseplan.plan.io import PlanFile, plan_document
@@ -33,6 +33,12 @@ NODE_WIDTH, NODE_HEIGHT = 112, 26
 COLUMN, ROW = 128, 56  # spacing of the layered layout
 MARGIN = 16
 EXCLUDED = -1  # the group id of an unfuseable operator
+
+
+def escape(text: str) -> str:
+    """``text`` for HTML and SVG: markup characters escaped and control characters (which XML forbids even
+    escaped) written out as ``\\xNN``."""
+    return html.escape(printable(text))
 
 
 def reprice_plan_file(graph: CompGraph, plan_file: PlanFile,
