@@ -42,7 +42,7 @@ def _check_depth(value: Any, origin: str) -> None:
         item, depth = stack.pop()
         if isinstance(item, (dict, list)):
             if depth > MAX_DEPTH:
-                raise FuseplanError(f"{origin}: nested more than {MAX_DEPTH} levels deep")
+                raise FuseplanError(f"{origin}: nested too deeply (more than {MAX_DEPTH} levels)")
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
@@ -68,7 +68,7 @@ def loads_json(data: bytes | str, origin: str) -> Any:
     except json.JSONDecodeError as exc:
         raise FuseplanError(f"{origin}: invalid JSON ({exc})") from None
     except RecursionError:
-        raise FuseplanError(f"{origin}: nested more than {MAX_DEPTH} levels deep") from None
+        raise FuseplanError(f"{origin}: nested too deeply (more than {MAX_DEPTH} levels)") from None
     except ValueError as exc:  # a number over the integer digit limit, a non-finite one
         raise FuseplanError(f"{origin}: {_number_problem(exc)}") from None
     _check_depth(document, origin)
@@ -100,7 +100,7 @@ def _expanded_size(root: Any, origin: str) -> None:
     while stack:
         node, depth, expanded = stack.pop()
         if depth > MAX_DEPTH:
-            raise FuseplanError(f"{origin}: nested more than {MAX_DEPTH} levels deep")
+            raise FuseplanError(f"{origin}: nested too deeply (more than {MAX_DEPTH} levels)")
         if isinstance(node, yaml.ScalarNode):
             sizes[id(node)] = 1
             continue
@@ -167,7 +167,7 @@ def loads_yaml(text: str | bytes, origin: str) -> Any:
         message = str(exc)
         raise FuseplanError(message if message.startswith(origin) else f"{origin}: {message}") from None
     except RecursionError:
-        raise FuseplanError(f"{origin}: nested more than {MAX_DEPTH} levels deep") from None
+        raise FuseplanError(f"{origin}: nested too deeply (more than {MAX_DEPTH} levels)") from None
     except ValueError as exc:
         raise FuseplanError(f"{origin}: {_number_problem(exc)}") from None
     finally:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,7 @@ def test_a_read_only_output_is_refused_and_kept(cli, tmp_path):
     ("buffer: 256KB\nmac_pj: 1e400\n", "finite"),
     ("buffer: 256KB\nmac_pj: 1.0e+308\n", "outside"),
     ("buffer: 256KB\ndram_bytes_per_second: 1.0e-320\n", "outside"),
-    ("a:\n" + "".join("  " * depth + "- \n" for depth in range(1, 200)), "levels deep"),
+    ("a:\n" + "".join("  " * depth + "- \n" for depth in range(1, 200)), "nested too deeply"),
     ("name: '[/oops]'\nbuffer: 64KB\nbytes_per_element: 0\n", "bytes_per_element"),
 ])
 def test_hostile_hardware_files(cli, tmp_path, text, message):
@@ -103,7 +104,7 @@ def test_a_huge_hardware_file_is_refused_before_parsing(cli, tmp_path):
     ("name: ../escape\nmodels: [squeezenet]\n", "name"),
     ("name: \"a\\0b\"\nmodels: [squeezenet]\n", "name"),
     ("seeds: [" + "9" * 5000 + "]\n", "4300"),
-    ("[" * 500 + "]" * 500, "levels deep"),
+    ("[" * 500 + "]" * 500, "nested too deeply"),
 ])
 def test_hostile_sweep_configs(cli, tmp_path, monkeypatch, text, message):
     monkeypatch.chdir(tmp_path)
@@ -211,12 +212,25 @@ def test_markup_and_escape_sequences_in_names_print_as_written(cli, tmp_path):
     ("import sys\nsys.exit(3)\ndef make():\n    pass\n", "sys.exit(3)"),
     ("def make():\n    raise GeneratorExit('stop')\n", "GeneratorExit"),
     ("def make():\n    raise BaseException('base')\n", "BaseException"),
+    ("import os\ndef make():\n    os._exit(0)\n", "without a model"),
 ])
 def test_a_factory_that_exits_or_raises_is_one_line(cli, tmp_path, body, message):
     pytest.importorskip("torch")
     factory = tmp_path / "mod.py"
     factory.write_text(body)
     assert_one_line_error(cli("plan", f"{factory}:make"), message)
+    cache = Path(os.environ["FUSEPLAN_TORCH_CACHE"])
+    assert not [p for p in cache.iterdir() if p.name.startswith(".") and f"-{os.getpid()}-" in p.name]
+
+
+def test_what_a_factory_prints_keeps_json_output_parseable(cli, tmp_path):
+    pytest.importorskip("torch")
+    factory = tmp_path / "mod.py"
+    factory.write_text("import torch\ndef make():\n    print('building')\n"
+                       "    return torch.nn.Conv2d(3, 4, 3), torch.zeros(1, 3, 8, 8)\n")
+    result = cli("plan", f"{factory}:make", "--search", "dp", "--json")
+    assert result.returncode == 0 and "building" in result.stderr
+    assert json.loads(result.stdout)["model"] == "mod:make"
 
 
 @pytest.mark.parametrize("args", [(), ("sweep",)])
@@ -242,3 +256,45 @@ def test_svg_of_names_with_control_characters_is_well_formed(cli, plan_file, tmp
     svg = tmp_path / "plan.svg"
     assert cli("report", "squeezenet", edited, "--svg", svg).returncode == 0
     xml.dom.minidom.parse(str(svg))
+
+
+# The console script with a hook: when the command line's modules start loading (the import of
+# fuseplan.cli.common), the hook touches a marker and waits; the test sends its signal on seeing the marker,
+# so the signal provably lands during start-up, however slow the machine.
+STARTUP = """
+import importlib.abc, sys, time
+from pathlib import Path
+
+marker = Path(sys.argv[1])
+
+class Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "fuseplan.cli.common":
+            marker.touch()
+            for _ in range(6000):  # the signal handler ends the process during this wait
+                time.sleep(0.05)
+        return None
+
+sys.meta_path.insert(0, Hook())
+sys.argv = ["fuseplan", *sys.argv[2:]]
+from fuseplan.launch import main
+main()
+"""
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["int", "term"])
+def test_a_signal_during_start_up_is_one_line(tmp_path, signum):
+    marker = tmp_path / "loading"
+    process = subprocess.Popen([sys.executable, "-c", STARTUP, str(marker), "zoo"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling for the program's own report, not guessing a duration
+        assert marker.exists(), process.communicate()
+        os.kill(process.pid, signum)
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signum and err == "error: interrupted\n" and out == ""

@@ -125,8 +125,9 @@ def save_torch_onnx(module: Any, example_inputs: Any, path: str | Path, *, exter
     return path
 
 
-def load_factory(spec: str) -> tuple[Any, tuple, str]:
-    """Run the factory of ``path/to/module.py:factory``: ``(module, example_inputs, factory name)``."""
+def load_factory(spec: str, prints: Any = None) -> tuple[Any, tuple, str]:
+    """Run the factory of ``path/to/module.py:factory``: ``(module, example_inputs, factory name)``; what the
+    module prints goes to ``prints`` (default: stderr, as stdout may carry a command's JSON)."""
     match = FACTORY_PATTERN.match(spec)
     if match is None:
         raise FuseplanError(f"{spec!r} is not of the form path/to/module.py:factory")
@@ -141,8 +142,7 @@ def load_factory(spec: str) -> tuple[Any, tuple, str]:
     source = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = source
     try:
-        # what the user's code prints goes to stderr: stdout may carry the command's JSON
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(prints or sys.stderr):
             loader.loader.exec_module(source)
             factory = getattr(source, factory_name, None)
             if not callable(factory):
@@ -170,8 +170,52 @@ EXTERNAL_DATA_ABOVE = 1024**3
 
 def export_factory(spec: str, directory: str | Path) -> Path:
     """Export the model built by ``path/to/module.py:factory`` to ``directory/<factory>.onnx``, its weights
-    inside, or in ``<factory>.onnx.data`` beside it when they pass :data:`EXTERNAL_DATA_ABOVE` bytes."""
-    module, inputs, name = load_factory(spec)
+    inside, or in ``<factory>.onnx.data`` beside it when they pass :data:`EXTERNAL_DATA_ABOVE` bytes.
+
+    The user's module runs in a child Python process: whatever it does (``os._exit``, a crash, printing,
+    torch's exporter logging dozens of lines) cannot end or clutter this command. What the module prints
+    is passed on to stderr; a failure is one :class:`FuseplanError` line.
+    """
+    import subprocess
+
+    directory = Path(directory)
+    error_file = directory / ".error"
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run([sys.executable, "-c", _CHILD, spec, str(directory), str(error_file)], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    if child.stdout:
+        sys.stderr.write(child.stdout)
+    if error_file.is_file():
+        message = error_file.read_text("utf-8", errors="replace").strip()
+        error_file.unlink()
+        raise FuseplanError(message)
+    written = directory / f"{FACTORY_PATTERN.match(spec)['factory']}.onnx"
+    if child.returncode != 0 or not written.is_file():
+        last = next((line.strip() for line in reversed(child.stderr.splitlines()) if line.strip()), "")
+        raise FuseplanError(f"{spec}: the export ended (status {child.returncode}) without a model"
+                            f"{'; ' + last if last else ''} (does the module call os._exit?)")
+    return written
+
+
+# The child process of export_factory: the export, and any FuseplanError written to a file for the parent.
+_CHILD = """
+import sys
+from pathlib import Path
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.torch_import import export_here
+try:
+    export_here(sys.argv[1], sys.argv[2])
+except FuseplanError as exc:
+    Path(sys.argv[3]).write_text(str(exc), encoding="utf-8")
+    sys.exit(2)
+"""
+
+
+def export_here(spec: str, directory: str | Path) -> Path:
+    """:func:`export_factory` in this process (the child's part of it: what the module prints goes to the
+    child's stdout, which the parent passes on to its stderr, apart from the exporter's own logging)."""
+    module, inputs, name = load_factory(spec, prints=sys.stdout)
     weight_bytes = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
     return save_torch_onnx(module, inputs, Path(directory) / f"{name}.onnx",
                            external_data=weight_bytes > EXTERNAL_DATA_ABOVE)
@@ -216,6 +260,21 @@ def _package_version(name: str) -> str:
         return "absent"
 
 
+def _remove_abandoned_exports(root: Path) -> None:
+    """Remove staging directories of exports whose process has gone: a factory that calls ``os._exit`` ends
+    its process before any clean-up runs. A staging directory is named ``.<key>-<pid>-<random>``."""
+    for staging in root.glob(".*-*-*"):
+        pid = staging.name.split("-")[1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(staging, ignore_errors=True)
+        except (PermissionError, OverflowError):  # alive under another user, or no such process number
+            pass
+
+
 def exported_factory(spec: str, cache: Path | None = None) -> Path:
     """The ONNX file of ``spec``, exported once and kept in ``cache`` (default :func:`default_export_cache`)
     under :func:`export_key`, so later commands on the same file and factory skip torch's exporter.
@@ -231,7 +290,8 @@ def exported_factory(spec: str, cache: Path | None = None) -> Path:
         return final
     try:
         root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+        _remove_abandoned_exports(root)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-{os.getpid()}-", dir=root))
     except OSError as exc:
         raise FuseplanError(f"cannot write the export cache {root} ({exc.strerror or exc}); set "
                             f"{EXPORT_CACHE_ENV} to a writable directory") from None
