@@ -207,6 +207,7 @@ def test_markup_and_escape_sequences_in_names_print_as_written(cli, tmp_path):
 
 
 # -- exit codes and silence ----------------------------------------------------------
+@pytest.mark.slow  # each export starts a Python process that imports torch
 @pytest.mark.parametrize("body, message", [
     ("import sys\ndef make():\n    sys.exit(0)\n", "sys.exit(0)"),
     ("import sys\nsys.exit(3)\ndef make():\n    pass\n", "sys.exit(3)"),
@@ -223,6 +224,7 @@ def test_a_factory_that_exits_or_raises_is_one_line(cli, tmp_path, body, message
     assert not [p for p in cache.iterdir() if p.name.startswith(".") and f"-{os.getpid()}-" in p.name]
 
 
+@pytest.mark.slow
 def test_what_a_factory_prints_keeps_json_output_parseable(cli, tmp_path):
     pytest.importorskip("torch")
     factory = tmp_path / "mod.py"
@@ -240,6 +242,7 @@ def test_no_command_is_usage_on_stderr(cli, args):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly_with_sigpipe_status(tmp_path):
     reader = subprocess.Popen([sys.executable, "-m", "fuseplan", "inspect", "resnet152"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(SRC)})
@@ -298,3 +301,31 @@ def test_a_signal_during_start_up_is_one_line(tmp_path, signum):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 128 + signum and err == "error: interrupted\n" and out == ""
+
+
+def test_rewrite_takes_an_opset_7_model_with_its_weights_listed_as_inputs(cli, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import helper
+
+    from tests.builders import two_convs
+
+    model = two_convs(c0=4, c1=8, c2=8, size=8)
+    model.graph.input.extend(helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims))
+                             for t in model.graph.initializer)
+    model.graph.node.append(helper.make_node("Relu", ["y2"], ["y3"], name="relu"))
+    model.graph.output[0].name = "y3"
+    del model.opset_import[:]
+    model.opset_import.append(helper.make_opsetid("", 7))
+    model.ir_version = 3
+    source = tmp_path / "old.onnx"
+    source.write_bytes(model.SerializeToString())
+    result = cli("rewrite", source, "-o", tmp_path / "new.onnx", "--budget", "3")
+    assert result.returncode == 0, result.stderr
+    onnx.checker.check_model(onnx.load(tmp_path / "new.onnx"))
+
+
+def test_a_plan_naming_more_operators_than_the_model_is_refused_at_once(cli, plan_file):
+    edited = _edited_plan(plan_file, lambda d: d["groups"].extend({"nodes": ["x"]}
+                                                                   for k in range(100_000)))
+    assert_one_line_error(cli("validate", "squeezenet", edited), "a plan names each at most once")
