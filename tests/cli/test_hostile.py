@@ -198,12 +198,12 @@ def test_two_sweeps_into_one_store_both_keep_their_run(tmp_path):
 # -- printing user text ------------------------------------------------------------
 def test_markup_and_escape_sequences_in_names_print_as_written(cli, tmp_path):
     path = tmp_path / "hw.yaml"
-    path.write_text("name: '[/oops] [bold]x\x1b'\nbuffer: 256KB\n")
-    assert_one_line_error(cli("plan", "squeezenet", "--hardware", path, "-o", tmp_path / "p.json",
-                              "--search", "dp", "--buffer", "1KB", "--bytes-per-element", "0"), "")
-    path.write_text("name: \"[/oops] [bold]x\\e\"\nbuffer: 256KB\n")
-    result = cli("plan", "squeezenet", "--hardware", path, "--search", "dp", "--objective", "energy")
-    assert "\x1b" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+    path.write_text('name: "[/oops] [bold]x\\e"\nbuffer: 256KB\nmac_pj: 1\n')
+    out = tmp_path / "p.json"
+    result = cli("plan", "squeezenet", "--hardware", path, "--search", "dp", "--objective", "energy", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "on [/oops] [bold]x\\x1b" in result.stdout and "\x1b" not in result.stdout + result.stderr
+    assert json.loads(out.read_text())["hardware"]["name"] == "[/oops] [bold]x\x1b"
 
 
 # -- exit codes and silence ----------------------------------------------------------
@@ -329,3 +329,21 @@ def test_a_plan_naming_more_operators_than_the_model_is_refused_at_once(cli, pla
     edited = _edited_plan(plan_file, lambda d: d["groups"].extend({"nodes": ["x"]}
                                                                    for k in range(100_000)))
     assert_one_line_error(cli("validate", "squeezenet", edited), "a plan names each at most once")
+
+
+def test_a_plan_naming_another_model_without_a_fingerprint_is_invalid(cli, plan_file):
+    def rename(document):
+        document["model"] = "resnet50"
+        del document["model_fingerprint"]
+
+    result = cli("validate", "squeezenet", _edited_plan(plan_file, rename))
+    assert result.returncode != 0 and "the plan names model 'resnet50', not 'squeezenet'" in result.stdout + result.stderr
+
+
+@pytest.mark.slow  # imports torch
+def test_classifier_weights_in_an_empty_file_are_one_line(cli, tmp_path):
+    pytest.importorskip("torch")
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    assert_one_line_error(cli("classifier", "evaluate", "--models", "squeezenet", "--weights", empty),
+                          "not a fuseplan")

@@ -38,7 +38,7 @@ class UserTextConsole(Console):
     escapes (:func:`fuseplan.errors.printable`) in every string printed, tables included."""
 
     def __init__(self, **options) -> None:
-        super().__init__(soft_wrap=True, emoji=False, markup=False, **options)
+        super().__init__(soft_wrap=True, emoji=False, markup=False, highlight=False, **options)
 
     def render_str(self, text: str, **options):
         return super().render_str(printable(text), **options)
@@ -48,11 +48,11 @@ stdout = UserTextConsole()
 stderr = UserTextConsole(stderr=True)
 
 
-def bold(text: str) -> str:
-    """``text`` in bold, for a print with ``markup=True``: the text itself is escaped, never read as markup."""
-    from rich.markup import escape
+def print_named(name: str, rest: str) -> None:
+    """Print ``name`` in bold followed by ``rest`` on stdout, both as written (never read as markup)."""
+    from rich.text import Text
 
-    return f"[bold]{escape(text)}[/bold]"
+    stdout.print(Text.assemble((printable(name), "bold"), printable(rest)))
 
 
 def choices(name: str, names: Iterable[str]) -> type[Enum]:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fuseplan.cli.common import (app, choices, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
-                                  bold, named_inputs)
+                                  named_inputs, print_named)
 from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, save_onnx
@@ -160,10 +160,10 @@ def _print_pass_search(report: dict, scheme: str, buffer_bytes: int, batch: int,
                        png: Path | None) -> None:
     pruning = report["pruning"]
     total = len(pruning["passes"])
-    stdout.print(f"{bold(report['model'])}: signature {pruning['signature']}; "
-                 f"{len(pruning['relevant'])} of {total} passes relevant, {len(pruning['irrelevant'])} pruned, "
-                 f"{len(pruning['failed'])} failed ({'cached' if pruning['cached'] else 'pruned'} in "
-                 f"{pruning['seconds']:.1f} s)", highlight=False, markup=True)
+    print_named(report["model"], f": signature {pruning['signature']}; "
+                                 f"{len(pruning['relevant'])} of {total} passes relevant, "
+                                 f"{len(pruning['irrelevant'])} pruned, {len(pruning['failed'])} failed "
+                                 f"({'cached' if pruning['cached'] else 'pruned'} in {pruning['seconds']:.1f} s)")
     stdout.print(f"relevant: {', '.join(pruning['relevant']) or '-'}", highlight=False, markup=False)
     for item in pruning["passes"]:
         if item["error"]:

@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from fuseplan.cli.common import (
-    bold, app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
+    app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
     HardwareOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, resolve_accelerator, load_model,
-    read_rewritable, check_time_limit, run_rewrite_search, named_inputs,
+    read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named,
 )
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
@@ -152,8 +152,9 @@ def plan(
         return
     excluded = len(problem.excluded)
     total_dram = document["total_dram_bytes"]
-    stdout.print(
-        f"{bold(graph.name)}: {scheme.value.upper()} at {format_bytes(buffer_bytes)}, "
+    print_named(
+        graph.name,
+        f": {scheme.value.upper()} at {format_bytes(buffer_bytes)}, "
         f"search {result.algorithm}, splitter {result.splitter}, seed {seed}\n"
         f"DRAM access        {format_bytes(result.cost.dram)}  ({result.cost.dram} bytes, fuseable operators only)\n"
         f"total DRAM         {format_bytes(total_dram)}  ({total_dram} bytes, unfuseable operators run alone "
@@ -166,7 +167,6 @@ def plan(
         + _estimate_lines(document, problem.objective.name)
         + _optimality_line(result.cost.objective, result.search_record())
         + _reference_line(reference),
-        highlight=False, markup=True,
     )
     details = result.details
     if details.get("rectify_rate") is not None or details.get("invalid_groups"):

@@ -9,9 +9,10 @@ import typer
 from rich.table import Table
 
 from fuseplan.cli.common import (
-    bold, app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
+    app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
     HardwareOpt, JsonOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, print_table,
     resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model, named_inputs,
+    print_named,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
@@ -115,8 +116,8 @@ def rewrite(
     if as_json:
         print(dumps_json(report, indent=2))
         return
-    stdout.print(f"{bold(name)}: {len(done.result.steps)} substitution(s), objective {objective.value}, "
-                 f"alpha {alpha}, budget {budget}, seed {seed}", highlight=False, markup=True)
+    print_named(name, f": {len(done.result.steps)} substitution(s), objective {objective.value}, "
+                f"alpha {alpha}, budget {budget}, seed {seed}")
     for k, step in enumerate(done.result.steps, 1):
         stdout.print(f"  {k}. {step['rule']} at {', '.join(step['site'])}", highlight=False, markup=False)
     table = Table()

@@ -294,7 +294,8 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights"
     try:
         blob = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file
-        raise FuseplanError(f"{path}: not a fuseplan {what} file ({str(exc).splitlines()[0][:120]})") from None
+        reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise FuseplanError(f"{path}: not a fuseplan {what} file ({reason[:120]})") from None
     if not isinstance(blob, dict) or blob.get("format") != file_format:
         raise FuseplanError(f"{path}: not a fuseplan {what} file")
     if blob.get("scheme") != scheme:
@@ -325,6 +326,6 @@ def load_classifier(scheme: str, path: Path | None = None):
     try:
         model.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise FuseplanError(f"{path}: weights do not match the classifier ({str(exc).splitlines()[0][:120]})") from None
+        raise FuseplanError(f"{path}: weights do not match the classifier ({(str(exc).strip() or type(exc).__name__).splitlines()[0][:120]})") from None
     model.eval()
     return model, blob.get("info", {})

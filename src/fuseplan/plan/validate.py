@@ -25,6 +25,8 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
     cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
     problem = FusionProblem(cost)
     groups, reasons = _plan_groups(graph, doc)
+    if doc["model"] != graph.name and recorded is None:  # without a fingerprint, the name is all that ties them
+        reasons.insert(0, f"the plan names model {doc['model']!r}, not {graph.name!r}")
     if reasons:
         return reasons
     plan = Plan.from_groups(groups)
@@ -112,7 +114,7 @@ def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> lis
     try:
         hardware = Hardware.model_validate(doc["hardware"])
     except ValueError as exc:
-        return [f"the recorded hardware is not a valid description ({str(exc).splitlines()[0]})"]
+        return [f"the recorded hardware is not a valid description ({(str(exc).strip() or type(exc).__name__).splitlines()[0]})"]
     expected = Estimator(cost, hardware).totals(plan.groups, problem.excluded)
     reasons = []
     for key in ("macs", "energy_joules", "latency_seconds"):
