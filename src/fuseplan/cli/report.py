@@ -17,7 +17,6 @@ from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.files import check_outputs
-from fuseplan.graph import model_path
 from fuseplan.units import format_bytes
 
 

@@ -14,8 +14,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
