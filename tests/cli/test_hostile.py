@@ -128,6 +128,12 @@ def test_an_unreachable_ray_address_is_one_line():
         check_reachable("256.0.0.1:1", timeout=5)
     with pytest.raises(FuseplanError, match="HOST:PORT"):
         check_reachable("nonsense")
+    import socket
+
+    with socket.socket() as listening:  # an address that answers passes
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")
 
 
 # -- plan files ------------------------------------------------------------------
