@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.inprocess import Outcome, assert_one_line_error, cli  # noqa: F401  (fixture)
+from fuseplan import zoo
+from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -50,7 +51,7 @@ def test_no_output_overwrites_a_named_input(cli, tmp_path):
 
 def test_rewrite_latency_cache_may_be_neither_the_model_nor_the_output(cli, tmp_path):
     model = tmp_path / "m.onnx"
-    model.write_bytes(Path(__import__("fuseplan.zoo", fromlist=["path"]).path("squeezenet")).read_bytes())
+    model.write_bytes(zoo.path("squeezenet").read_bytes())
     out = tmp_path / "out.onnx"
     assert_one_line_error(cli("rewrite", model, "-o", out, "--latency-cache", model), "refusing to overwrite")
     assert_one_line_error(cli("rewrite", model, "-o", out, "--latency-cache", out), "are the same file")
