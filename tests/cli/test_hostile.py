@@ -49,6 +49,16 @@ def test_no_output_overwrites_a_named_input(cli, tmp_path):
     assert hardware.read_bytes() == before and "never run" in factory.read_text()
 
 
+def test_report_and_why_outputs_may_not_be_their_hardware_file(cli, plan_file, tmp_path):
+    hardware = tmp_path / "hw.yaml"
+    hardware.write_text("buffer: 256KB\n")
+    for args in (("report", "squeezenet", plan_file, "--hardware", hardware, "-o", hardware),
+                 ("report", "squeezenet", plan_file, "-o", plan_file),
+                 ("why", "squeezenet", "--plan", plan_file, "--group", "0", "--hardware", hardware, "--png", hardware)):
+        assert_one_line_error(cli(*args), "refusing to overwrite the input")
+    assert hardware.read_text() == "buffer: 256KB\n"
+
+
 def test_rewrite_latency_cache_may_be_neither_the_model_nor_the_output(cli, tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(zoo.path("squeezenet").read_bytes())
