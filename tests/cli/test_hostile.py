@@ -364,3 +364,17 @@ def test_classifier_weights_in_an_empty_file_are_one_line(cli, tmp_path):
     empty.write_bytes(b"")
     assert_one_line_error(cli("classifier", "evaluate", "--models", "squeezenet", "--weights", empty),
                           "not a fuseplan")
+
+
+def test_a_node_named_like_markup_prints_as_written(cli, tmp_path):
+    from tests.builders import two_convs
+
+    model = two_convs(c0=4, c1=8, c2=8, size=8)
+    model.graph.node[0].name = "[/nope] [bold]\x1b[31m"
+    source = tmp_path / "[bold]m.onnx"
+    source.write_bytes(model.SerializeToString())
+    result = cli("inspect", source)
+    assert result.returncode == 0, result.stderr
+    assert "[/nope] [bold]\\x1b[31m" in result.stdout and "\x1b" not in result.stdout
+    result = cli("plan", source, "--search", "dp", "-o", tmp_path / "p.json")
+    assert result.returncode == 0 and result.stdout.startswith("[bold]m:"), result.stdout + result.stderr
