@@ -86,26 +86,26 @@ def test_atomic_directory(tmp_path):
         check_output_dir(target / "a.txt" / "sub")
 
 
-def test_json_depth_counts_structure_not_brackets_inside_strings():
-    from fuseplan.files import MAX_NESTING, json_depth, parse_json
+def test_json_nesting_counts_structure_not_brackets_inside_strings():
+    from fuseplan.documents import MAX_DEPTH, loads_json
 
     names = json.dumps({"nodes": ["[" * 200 + '\\"{' * 50, "]]]"]}).encode()
-    assert json_depth(names) == 2 and parse_json(names, "p.json", "plan file")["nodes"][1] == "]]]"
-    nested = ("[" * MAX_NESTING + "]" * MAX_NESTING).encode()
-    assert json_depth(nested) == MAX_NESTING and parse_json(nested, "p.json", "plan file") is not None
-    with pytest.raises(FuseplanError, match=f"more than {MAX_NESTING} levels"):
-        parse_json(b"[" + nested + b"]", "p.json", "plan file")
+    assert loads_json(names, "p.json", "plan file")["nodes"][1] == "]]]"
+    nested = ("[" * MAX_DEPTH + "]" * MAX_DEPTH).encode()
+    assert loads_json(nested, "p.json", "plan file") is not None
+    with pytest.raises(FuseplanError, match=f"p.json: not a plan file .*more than {MAX_DEPTH} levels"):
+        loads_json(b"[" + nested + b"]", "p.json", "plan file")
     for constant in (b"NaN", b"Infinity", b"-Infinity"):
-        with pytest.raises(FuseplanError, match="is not JSON"):
-            parse_json(b'{"buffer_bytes": ' + constant + b"}", "p.json", "plan file")
+        with pytest.raises(FuseplanError, match="is not a finite number"):
+            loads_json(b'{"buffer_bytes": ' + constant + b"}", "p.json", "plan file")
 
 
 def test_yaml_aliases_are_counted_as_expanded():
-    from fuseplan.files import MAX_YAML_VALUES, parse_yaml
+    from fuseplan.documents import MAX_YAML_NODES, loads_yaml
 
     shared = "a: &a [1, 2, 3]\nb: [*a, *a, *a]\n"
-    assert parse_yaml(shared, "h.yaml", "hardware file") == {"a": [1, 2, 3], "b": [[1, 2, 3]] * 3}
+    assert loads_yaml(shared, "h.yaml", "hardware file") == {"a": [1, 2, 3], "b": [[1, 2, 3]] * 3}
     levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"] + [
         f"l{k}: &l{k} [" + ", ".join([f"*l{k - 1}"] * 10) + "]" for k in range(1, 7)]  # 10^7 values
-    with pytest.raises(FuseplanError, match=f"more than {MAX_YAML_VALUES:,} values"):
-        parse_yaml("\n".join(levels), "h.yaml", "hardware file")
+    with pytest.raises(FuseplanError, match=f"more than {MAX_YAML_NODES:,} values"):
+        loads_yaml("\n".join(levels), "h.yaml", "hardware file")

@@ -9,11 +9,24 @@ The library is organised by stage:
 """
 
 from fuseplan.errors import FuseplanError
-from fuseplan.graph import CompGraph, load_graph
-from fuseplan.cost import BRRCostModel, CostModel, LBDFCostModel, make_cost_model
-from fuseplan.units import parse_size
 
 __version__ = "0.1.0"
+
+# Imported on first use (PEP 562), so that `import fuseplan` is quick and the command line can install its
+# signal handlers (fuseplan.launch) before onnx, numpy and the rest are loaded.
+_LAZY = {"CompGraph": "fuseplan.graph", "load_graph": "fuseplan.graph", "BRRCostModel": "fuseplan.cost",
+         "CostModel": "fuseplan.cost", "LBDFCostModel": "fuseplan.cost", "make_cost_model": "fuseplan.cost",
+         "parse_size": "fuseplan.units"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'fuseplan' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "BRRCostModel",

@@ -1,3 +1,3 @@
-from fuseplan.cli import main
+from fuseplan.launch import main
 
 main()

@@ -13,3 +13,12 @@ def first_line(exc: BaseException) -> str:
     """The first non-blank line of ``exc``'s message, else the name of its type (an ``EOFError`` from an
     empty file has no message), for quoting a library's error in a :class:`FuseplanError`."""
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7f) if chr(code) not in "\n\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (ESC, NUL, CR, ...) written as ``\\xNN`` escapes, so that names and
+    paths from a user's files cannot move the cursor, recolour or clear a terminal when printed."""
+    return text.translate(_CONTROL)

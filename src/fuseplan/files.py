@@ -25,11 +25,11 @@ import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
-from fuseplan.errors import FuseplanError
+from fuseplan.documents import loads_json
+from fuseplan.errors import FuseplanError, first_line
 
 # ONNX's protobuf encoding cannot exceed 2 GiB; larger models keep their
 # weights in external data files, which fuseplan never reads for planning.
@@ -79,115 +79,10 @@ def read_input(path: str | Path, what: str = "file", limit: int = MAX_INPUT_BYTE
     return data
 
 
-# -- structured text ---------------------------------------------------------
-#: Deepest nesting of a JSON or YAML input; fuseplan's own files nest fewer than 10 levels.
-MAX_NESTING = 64
-#: Most values a YAML input may expand to once its aliases are followed (a billion-laughs file expands to 10^9).
-MAX_YAML_VALUES = 1_000_000
-
-
-def json_depth(data: bytes) -> int:
-    """How deep the arrays and objects of the JSON text ``data`` nest, found without parsing it."""
-    import re
-
-    import numpy as np
-
-    brackets = re.sub(rb'"(?:[^"\\]|\\.)*"', b"", data).translate(None, bytes(set(range(256)) - set(b"[]{}")))
-    if not brackets:
-        return 0
-    steps = np.frombuffer(brackets, dtype=np.uint8)
-    return int(np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1)).max())
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_json(data: bytes, origin: str | Path, what: str) -> object:
-    """The strict JSON document in ``data`` (no NaN or Infinity, at most :data:`MAX_NESTING` levels deep);
-    any problem is one :class:`FuseplanError` naming ``origin`` and ``what`` it should have been."""
-    import json
-
-    if json_depth(data) > MAX_NESTING:
-        raise FuseplanError(f"{origin}: not a {what} (JSON nested too deeply: more than {MAX_NESTING} levels)")
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-    except UnicodeDecodeError:
-        raise FuseplanError(f"{origin}: not a {what} (not UTF-8 text)") from None
-    except ValueError as exc:  # JSONDecodeError is a ValueError, and so is a NaN or Infinity
-        raise FuseplanError(f"{origin}: not a {what} (invalid JSON: {exc})") from None
-
-
 def read_json(path: str | Path, what: str, limit: int = MAX_INPUT_BYTES) -> object:
-    """:func:`parse_json` of the file at ``path`` (read by :func:`read_input`)."""
-    return parse_json(read_input(path, what, limit), path, what)
-
-
-def parse_yaml(text: str, origin: str | Path, what: str) -> object:
-    """The YAML document in ``text``, safely loaded, at most :data:`MAX_NESTING` levels deep and
-    :data:`MAX_YAML_VALUES` values once its aliases are expanded; a YAML syntax error is raised as
-    PyYAML's ``yaml.YAMLError`` for the caller to describe, a cap as a :class:`FuseplanError`."""
-    import yaml
-
-    loader = _capped_loader()(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_values(node, {}) > MAX_YAML_VALUES:
-            raise FuseplanError(f"{origin}: not a {what} (its YAML aliases expand it to more than "
-                                f"{MAX_YAML_VALUES:,} values)")
-        return loader.construct_document(node)
-    except _TooDeep:
-        raise FuseplanError(f"{origin}: not a {what} (YAML nested too deeply: more than {MAX_NESTING} "
-                            "levels)") from None
-    except yaml.constructor.ConstructorError as exc:
-        raise FuseplanError(f"{origin}: not a {what} ({exc.problem or exc})") from None
-    finally:
-        loader.dispose()
-
-
-@lru_cache(maxsize=None)
-def _capped_loader():
-    import yaml
-
-    class CappedLoader(yaml.SafeLoader):
-        """PyYAML's safe loader, refusing documents nested deeper than :data:`MAX_NESTING` while it
-        composes them (its composer recurses once per level)."""
-
-        depth = 0
-
-        def compose_node(self, parent, index):
-            self.depth += 1
-            try:
-                if self.depth > MAX_NESTING:
-                    raise _TooDeep
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
-
-    return CappedLoader
-
-
-class _TooDeep(Exception):
-    pass
-
-
-def _expanded_values(node, sizes: dict[int, int]) -> int:
-    """How many values ``node`` stands for with every alias followed (each shared node counted per use)."""
-    if id(node) in sizes:
-        return sizes[id(node)]
-    if isinstance(node.value, list):
-        total = 1
-        for item in node.value:
-            for part in (item if isinstance(item, tuple) else (item,)):  # a mapping's (key, value) pairs
-                total += _expanded_values(part, sizes)
-                if total > MAX_YAML_VALUES:
-                    break
-    else:
-        total = 1
-    sizes[id(node)] = total
-    return total
+    """The strict JSON document (:func:`fuseplan.documents.loads_json`) in the file at ``path``, read by
+    :func:`read_input`; any problem is one :class:`FuseplanError` naming ``path`` and ``what`` it should be."""
+    return loads_json(read_input(path, what, limit), str(path), what)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -211,7 +106,23 @@ def check_output(path: str | Path, what: str = "output") -> Path:
         raise FuseplanError(f"cannot write the {what} {path}: directory {parent} {reason}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise FuseplanError(f"cannot write the {what} {path}: directory {parent} is not writable")
+    if path.exists() and not path.stat().st_mode & 0o222:
+        # Replacing a file its owner made read-only would undo that choice (and root's access() says yes to
+        # anything), so it is refused, as cp refuses without -f.
+        raise FuseplanError(f"{path}: is read-only; make it writable or choose another path for the {what}")
+    _probe_directory(path, what)
     return path
+
+
+def _probe_directory(path: Path, what: str) -> None:
+    """Create and remove a temporary file beside ``path``: what ``access()`` cannot tell (``/proc``, a read-only
+    mount, a full disk) is found before the work, not when the output is written."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as exc:
+        raise FuseplanError(f"cannot write the {what} {path}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def check_output_dir(path: str | Path, what: str = "output directory") -> Path:
@@ -391,7 +302,7 @@ def save_onnx(model, path: str | Path, base_dir: str | Path) -> None:
     try:
         load_external_data_for_model(copy, str(base_dir))
     except Exception as exc:  # a missing, short or unsafe external data file
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc)
         raise FuseplanError(f"cannot copy the model's external weights from {base_dir}: {reason}") from None
     # onnx writes the weights next to the model file it saves: stage both in a private
     # directory beside the destination, then move the weights, then (the commit) the model.

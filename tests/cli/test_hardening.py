@@ -210,7 +210,7 @@ def test_help_still_works(cli):
     for args in (("--help",), ("plan", "--help"), ("dataset", "build", "--help")):
         result = cli(*args)
         assert result.returncode == 0 and "Usage" in result.stdout and not result.stderr
-    assert "Commands" in cli().stdout  # no command: the help, as before
+    assert_one_line_error(cli(), "missing command")  # no command: a usage error on stderr, not the help
 
 
 # -- sizes, shapes, names ----------------------------------------------------

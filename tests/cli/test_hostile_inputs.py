@@ -273,7 +273,7 @@ def _corpus(role: str, inputs: dict) -> dict[str, Callable[[Path], Path]]:
 
 # Cases whose message must name the cap or the limit that stopped them.
 CAPS = {"deep nesting": "more than 64 levels", "deep meta.json": "more than 64 levels",
-        "deep index": "more than 64 levels", "billion laughs": "more than 1,000,000 values",
+        "deep index": "more than 64 levels", "billion laughs": "more than 100,000 values",
         "2^40-element input": "element cap", "2^80-element input": "element cap"}
 
 ROLES = ("model", "plan", "hardware", "sweep config", "dataset", "weights", "sweep directory")

@@ -75,7 +75,7 @@ def test_grid_expands_sub_grids_without_repeats(tmp_path):
     (TINY.replace("[150]", "[0]"), "budgets must hold integers of at least 1"),
     (TINY.replace("seeds: [0]", "sedes: [0]"), "unknown key 'sedes' in grids[1]"),
     (TINY.replace("budgets: [150]\n", ""), "missing budgets"),
-    ("models: [squeezenet\n", "not a valid YAML sweep config"),
+    ("models: [squeezenet\n", "not valid YAML"),
     ("- 1\n- 2\n", "expected a mapping"),
 ])
 def test_bad_configs_are_one_line_errors(tmp_path, cli, text, message):

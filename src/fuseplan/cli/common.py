@@ -14,7 +14,7 @@ from rich.table import Table
 
 from fuseplan.cli.signals import searching
 from fuseplan.cost import SCHEMES
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, printable
 from fuseplan.files import external_data_files
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
 from fuseplan.hardware import template_names
@@ -30,9 +30,29 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# No emoji codes: paths such as `module.py:factory:` and node names are printed as given.
-stdout = Console(soft_wrap=True, emoji=False)
-stderr = Console(stderr=True, soft_wrap=True, emoji=False)
+
+
+class UserTextConsole(Console):
+    """A console for text that holds names and paths from the user's files: no emoji codes and no markup unless
+    a print asks for it (a node named ``[/x]`` or ``[bold]`` prints as written), and control characters shown as
+    escapes (:func:`fuseplan.errors.printable`) in every string printed, tables included."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(soft_wrap=True, emoji=False, markup=False, highlight=False, **options)
+
+    def render_str(self, text: str, **options):
+        return super().render_str(printable(text), **options)
+
+
+stdout = UserTextConsole()
+stderr = UserTextConsole(stderr=True)
+
+
+def print_named(name: str, rest: str) -> None:
+    """Print ``name`` in bold followed by ``rest`` on stdout, both as written (never read as markup)."""
+    from rich.text import Text
+
+    stdout.print(Text.assemble((printable(name), "bold"), printable(rest)))
 
 
 def choices(name: str, names: Iterable[str]) -> type[Enum]:
@@ -114,6 +134,17 @@ def plan_hardware(spec: str, plan_file):
                             f"{accelerator.element_bytes}-byte elements; the plan was made for a "
                             f"{format_bytes(buffer_bytes)} buffer and {width}-byte elements")
     return accelerator.with_overrides(buffer_bytes, width)
+
+
+def named_inputs(model: str | None = None, hardware: str | None = None, *paths: Path | None) -> list[Path]:
+    """Every file a command's arguments name for reading (the model's, a ``--hardware`` file's, others), for
+    :func:`fuseplan.files.check_outputs`: no output may be any of them."""
+    from fuseplan.graph.onnx_import import named_files
+
+    found = named_files(model) if model is not None else []
+    if hardware is not None and Path(hardware).exists():
+        found.append(Path(hardware))
+    return [*found, *(path for path in paths if path is not None)]
 
 
 def load_model(model: str, input_shape: list[str] | None, passes: list[Pass] | None = None) -> CompGraph:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -25,6 +26,18 @@ def _interrupted(guard: SignalGuard) -> int:
     return 128 + int(signum)
 
 
+def _reader_gone() -> int:
+    """The reader of stdout went away (`fuseplan inspect big | head -1`): stop quietly with the status of a
+    process killed by SIGPIPE (128 + 13), as C tools end there, so that `set -o pipefail` still sees it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush of stdout must not fail again
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a descriptor (captured in tests)
+        pass
+    return 128 + int(signal.SIGPIPE)
+
+
 def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
     """Run the command line on ``argv`` and return its exit status; every expected failure is one line.
 
@@ -44,6 +57,12 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
     Ctrl-C into a traceback during shutdown.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    groups = [group.name for group in app.registered_groups]
+    if not args or (len(args) == 1 and args[0] in groups):  # usage is an error: stderr, status 2, never stdout
+        command = " ".join(["fuseplan", *args])
+        stderr.print(f"error: missing command; usage: {command} COMMAND [ARGS]... (see `{command} --help`)",
+                     highlight=False, markup=False)
+        return 2
     guard = SignalGuard()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -70,6 +89,12 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
             return _interrupted(guard)
         stderr.print("error: aborted", highlight=False, markup=False)
         return 1
+    except BrokenPipeError:
+        return _reader_gone()
+    except SystemExit as exc:
+        if isinstance(exc.__context__, BrokenPipeError):  # click turns a broken pipe into sys.exit(1)
+            return _reader_gone()
+        raise
     except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
         where = f" ({exc.filename})" if exc.filename else ""
         stderr.print(f"error: {_one_line(exc.strerror or str(exc))}{where}", highlight=False, markup=False)

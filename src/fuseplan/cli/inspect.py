@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -13,6 +12,7 @@ from fuseplan.cli.common import (
     print_table, resolve_accelerator, load_model,
 )
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.report.inspect import inspect_model
 from fuseplan.units import format_bytes
 
@@ -33,7 +33,7 @@ def inspect(
     graph = load_model(model, input_shape)
     report = inspect_model(make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element))
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(dumps_json(report.to_json(), indent=2))
         return
     where = f"{accelerator.name}: " if accelerator.name else ""
     table = Table(title=f"{report.model}: {scheme.value.upper()} on {where}a {format_bytes(buffer_bytes)} buffer, "

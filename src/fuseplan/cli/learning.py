@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,6 +10,7 @@ from rich.table import Table
 
 from fuseplan import zoo
 from fuseplan.cli.common import app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_output_dir, check_outputs
 
@@ -144,7 +144,7 @@ def classifier_train(
             "test_accuracy": report.test.accuracy, "test_f1": report.test.f1}
     gnn.save_weights(model, scheme.value, output, info)
     if as_json:
-        print(json.dumps({**asdict(report), "holdout_family": holdout_family, "weights": str(output)}, indent=2))
+        print(dumps_json({**asdict(report), "holdout_family": holdout_family, "weights": str(output)}, indent=2))
         return
     stdout.print(
         f"{scheme.value.upper()} classifier: {report.train_samples} training samples, {epochs} epochs, "
@@ -231,7 +231,7 @@ def classifier_evaluate(
         source = ", ".join(graphs)
     result = gnn.evaluate(model, gnn.SampleBatches(data, indices))
     if as_json:
-        print(json.dumps({"scheme": scheme.value, "source": source, **result.as_dict()}, indent=2))
+        print(dumps_json({"scheme": scheme.value, "source": source, **result.as_dict()}, indent=2))
         return
     c = result.confusion
     stdout.print(

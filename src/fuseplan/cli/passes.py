@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,7 +10,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from fuseplan.cli.common import app, choices, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt
+from fuseplan.cli.common import (app, choices, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
+                                  named_inputs, print_named)
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
@@ -29,7 +30,7 @@ def _list_passes(as_json: bool) -> None:
     entries = [{"name": name, "source": cls.source, "terminal": cls.terminal, "summary": cls.summary}
                for name, cls in require_external_passes().items()]
     if as_json:
-        print(json.dumps(entries, indent=2))
+        print(dumps_json(entries, indent=2))
         return
     # A name is what a user types into --passes: never cut. The table's name and source columns take their
     # longest entry; where the summaries would get fewer than SUMMARY_WIDTH columns, each pass is a line of
@@ -88,7 +89,7 @@ def passes_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fuseplan.passes.select import cached_prune, default_cache_dir, normalise
-    from fuseplan.rewrite.pass_search import search_passes
+    from fuseplan.rewrite.pass_search import check_timing_options, search_passes
 
     if list_passes:
         _list_passes(as_json)
@@ -100,9 +101,10 @@ def passes_command(
             raise FuseplanError(f"{flag} must be at least 1 (got {value})")
     if random_orders < 0:
         raise FuseplanError(f"--random must be at least 0 (got {random_orders})")
+    check_timing_options(threads, batch)
     buffer_bytes = parse_size(buffer)
+    check_outputs([("best graph", output), ("picture", png)], named_inputs(model, None, cache_dir))
     source, name = model_path(model)
-    check_outputs([("best graph", output), ("picture", png)], [source])
     from fuseplan.graph import read_model
     from fuseplan.passes.external import require_external_passes
 
@@ -149,7 +151,7 @@ def passes_command(
 
         plot_pass_search(name, report["graphs"], report["pareto_front"], png)
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(dumps_json(report, indent=2))
         return
     _print_pass_search(report, scheme.value, buffer_bytes, batch, output, png)
 
@@ -158,10 +160,10 @@ def _print_pass_search(report: dict, scheme: str, buffer_bytes: int, batch: int,
                        png: Path | None) -> None:
     pruning = report["pruning"]
     total = len(pruning["passes"])
-    stdout.print(f"[bold]{report['model']}[/bold]: signature {pruning['signature']}; "
-                 f"{len(pruning['relevant'])} of {total} passes relevant, {len(pruning['irrelevant'])} pruned, "
-                 f"{len(pruning['failed'])} failed ({'cached' if pruning['cached'] else 'pruned'} in "
-                 f"{pruning['seconds']:.1f} s)", highlight=False)
+    print_named(report["model"], f": signature {pruning['signature']}; "
+                                 f"{len(pruning['relevant'])} of {total} passes relevant, "
+                                 f"{len(pruning['irrelevant'])} pruned, {len(pruning['failed'])} failed "
+                                 f"({'cached' if pruning['cached'] else 'pruned'} in {pruning['seconds']:.1f} s)")
     stdout.print(f"relevant: {', '.join(pruning['relevant']) or '-'}", highlight=False, markup=False)
     for item in pruning["passes"]:
         if item["error"]:

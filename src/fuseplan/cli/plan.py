@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,10 +10,11 @@ import typer
 from fuseplan.cli.common import (
     app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
     HardwareOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, resolve_accelerator, load_model,
-    read_rewritable, check_time_limit, run_rewrite_search,
+    read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named,
 )
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
@@ -89,9 +89,9 @@ def plan(
 
     accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
-    source, _ = model_path(model)
     outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
-    check_outputs(outputs, [source])  # before the search, so a bad path never costs a search
+    check_outputs(outputs, named_inputs(model, hardware))  # before the export and the search
+    source, _ = model_path(model)
     repair = make_splitter(splitter.value, refine=refine)
     rewritten = None
     if not rewrite_alpha >= 1:
@@ -110,7 +110,8 @@ def plan(
         source_model = read_model(source)
         data_files = external_data_files(source_model, source.parent)
         data_out = external_data_output(source_model, source.parent, onnx_out)
-        check_outputs([*outputs, ("annotated model's weights", data_out)], [source, *data_files])
+        check_outputs([*outputs, ("annotated model's weights", data_out)],
+                      [*named_inputs(model, hardware), source, *data_files])
     cost_model = make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element)
     problem = FusionProblem(cost_model, make_objective(objective.value, cost_model, accelerator))
     algorithm = make_search(search.value)
@@ -147,12 +148,13 @@ def plan(
 
         write_plan_report(problem, document, report)
     if as_json:
-        print(json.dumps(document, indent=2))
+        print(dumps_json(document, indent=2))
         return
     excluded = len(problem.excluded)
     total_dram = document["total_dram_bytes"]
-    stdout.print(
-        f"[bold]{graph.name}[/bold]: {scheme.value.upper()} at {format_bytes(buffer_bytes)}, "
+    print_named(
+        graph.name,
+        f": {scheme.value.upper()} at {format_bytes(buffer_bytes)}, "
         f"search {result.algorithm}, splitter {result.splitter}, seed {seed}\n"
         f"DRAM access        {format_bytes(result.cost.dram)}  ({result.cost.dram} bytes, fuseable operators only)\n"
         f"total DRAM         {format_bytes(total_dram)}  ({total_dram} bytes, unfuseable operators run alone "
@@ -165,7 +167,6 @@ def plan(
         + _estimate_lines(document, problem.objective.name)
         + _optimality_line(result.cost.objective, result.search_record())
         + _reference_line(reference),
-        highlight=False,
     )
     details = result.details
     if details.get("rectify_rate") is not None or details.get("invalid_groups"):

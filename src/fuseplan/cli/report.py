@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,13 +10,13 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt, HardwareOpt, JsonOpt,
-    print_table, plan_hardware, resolve_accelerator, load_model,
+    print_table, plan_hardware, resolve_accelerator, load_model, named_inputs,
 )
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.files import check_outputs
-from fuseplan.graph import model_path
 from fuseplan.units import format_bytes
 
 
@@ -43,7 +42,7 @@ def report_command(
     if output is None and svg is None and png is None:
         raise FuseplanError("give -o report.html, --svg plan.svg, --png plan.png or several "
                             "(see `fuseplan report --help`)")
-    check_outputs([("report", output), ("picture", svg), ("picture", png)], [model_path(model)[0], plan_path])
+    check_outputs([("report", output), ("picture", svg), ("picture", png)], named_inputs(model, hardware, plan_path))
     plan_file = read_plan_file(plan_path)
     graph = load_model(model, input_shape, plan_file.passes)
     accelerator = None
@@ -99,7 +98,7 @@ def why(
                             "(see `fuseplan why --help`)")
     accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     scheme_name, buffer_bytes, bytes_per_element = scheme.value, accelerator.buffer_bytes, accelerator.element_bytes
-    check_outputs([("picture", png)], [model_path(model)[0], *([plan_path] if plan_path else [])])
+    check_outputs([("picture", png)], named_inputs(model, hardware, plan_path))
     if plan_path is not None:
         from fuseplan.plan.io import read_plan_file
         from fuseplan.report.why import plan_group_names
@@ -136,7 +135,7 @@ def why(
                          title=f"{graph.name}: {data['explainer']} on {len(group)} operators, "
                                f"F_beta {format_bytes(data['group_buffer_bytes'])} vs {format_bytes(buffer_bytes)}")
     if as_json:
-        print(json.dumps(data, indent=2))
+        print(dumps_json(data, indent=2))
         return
     cost = problem.cost.evaluate(group)
     blamed, split, from_explanation, parts = data["blamed_edges"], data["split"], report.from_explanation, report.parts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,9 +11,11 @@ from rich.table import Table
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
     HardwareOpt, JsonOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, print_table,
-    resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model,
+    resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model, named_inputs,
+    print_named,
 )
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, save_onnx
 from fuseplan.graph import CompGraph, model_path, parse_input_shape
@@ -88,9 +89,7 @@ def rewrite(
     accelerator = resolve_accelerator(hardware, buffer, bytes_per_element)
     buffer_bytes, bytes_per_element = accelerator.buffer_bytes, accelerator.element_bytes
     source, name = model_path(model)
-    check_outputs([("rewritten model", output)], [source])
-    if latency_cache is not None and latency_cache.is_dir():  # refused now, not when it is written after the search
-        raise FuseplanError(f"{latency_cache}: is a directory; give a file name for the latency cache")
+    check_outputs([("rewritten model", output), ("latency cache", latency_cache)], named_inputs(model, hardware))
     source_model = read_rewritable(source)
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
@@ -103,7 +102,7 @@ def rewrite(
     else:
         rewritten = done.result.model
         entry = rewritten.metadata_props.add()
-        entry.key, entry.value = "fuseplan.rewrite", json.dumps(done.result.steps)
+        entry.key, entry.value = "fuseplan.rewrite", dumps_json(done.result.steps)
         save_onnx(rewritten, output, source.parent)
     # The search prices graphs by their best interval plan (fast enough for thousands of candidates); the
     # figure a user compares with is what `fuseplan plan` (search auto) finds for the model and for the output.
@@ -115,10 +114,10 @@ def rewrite(
     report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "max_growth": max_growth,
               "time_limit": time_limit, "seed": seed, **done.to_json(), "plan_total_dram_bytes": planned}
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(dumps_json(report, indent=2))
         return
-    stdout.print(f"[bold]{name}[/bold]: {len(done.result.steps)} substitution(s), objective {objective.value}, "
-                 f"alpha {alpha}, budget {budget}, seed {seed}", highlight=False)
+    print_named(name, f": {len(done.result.steps)} substitution(s), objective {objective.value}, "
+                f"alpha {alpha}, budget {budget}, seed {seed}")
     for k, step in enumerate(done.result.steps, 1):
         stdout.print(f"  {k}. {step['rule']} at {', '.join(step['site'])}", highlight=False, markup=False)
     table = Table()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +11,7 @@ from rich.text import Text
 
 from fuseplan.cli.common import app, stdout, stderr, ModelArg, JsonOpt, print_table, plan_hardware
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.graph import CompGraph, parse_input_shape
 from fuseplan.passes import FixInputShapes
@@ -81,7 +81,7 @@ def simulate(
                     "input_shapes": {name: list(shape) for name, shape in graph.input_shapes.items()},
                     "groups": [g.to_json(b) for g in sorted(outcome.groups, key=lambda g: g.index)],
                     "output_error": outcome.output_error, **_simulation_totals(outcome, b)}
-        print(json.dumps(document, indent=2))
+        print(dumps_json(document, indent=2))
     else:
         _print_simulation(graph.name, plan_file.scheme, buffer_bytes, outcome, b)
     if any(not g.agrees for g in outcome.groups if g.skipped is None):

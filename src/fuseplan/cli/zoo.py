@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 
 from rich.table import Table
 
 from fuseplan import zoo
 from fuseplan.cli.common import app, JsonOpt, print_table
+from fuseplan.documents import dumps_json
 from fuseplan.graph import load_graph
 
 
@@ -22,7 +22,7 @@ def zoo_command(as_json: JsonOpt = False) -> None:
                         "params": graph.weight_numel, "input_shape": list(shape),
                         "source": graph.metadata.get("fuseplan.source", "")})
     if as_json:
-        print(json.dumps(entries, indent=2))
+        print(dumps_json(entries, indent=2))
         return
     table = Table(title="fuseplan model zoo")
     for column, justify in (("name", "left"), ("kind", "left"), ("nodes", "right"), ("edges", "right"),

@@ -27,6 +27,26 @@ from fuseplan.schedule.lone import conv_geometry, lone_schedule, riders
 
 Group = frozenset[int]
 
+# Element-wise ops an accelerator applies to a value as it is produced
+# (activations, per-channel affine ops with their constants folded away) or
+# accumulates into one operand (sums, products): each output element
+# depends only on the same element of its inputs, so it can overwrite one.
+IN_PLACE_OPS = frozenset(
+    """
+    Relu LeakyRelu PRelu Clip HardSwish HardSigmoid Sigmoid Tanh Elu Selu Celu Gelu Swish Mish Softplus
+    Softsign ThresholdedRelu BatchNormalization Identity Dropout Add Sub Mul Div Neg Abs Max Min Sum Mean
+    """.split()
+)
+
+
+def in_place_operators(graph: CompGraph) -> tuple[bool, ...]:
+    """Per operator: whether its output can overwrite an activation input of the same shape."""
+    return tuple(
+        node.op_type in IN_PLACE_OPS and len(node.outputs) == 1
+        and any(graph.tensors[t].shape == graph.tensors[node.outputs[0]].shape for t in node.inputs)
+        for node in graph.nodes
+    )
+
 
 class GroupCost(NamedTuple):
     """Price of one fusion group, in bytes."""
@@ -382,8 +402,6 @@ class CostModel(ABC):
         """Operators that run with an operator that does not fit alone: the in-place operators on its output
         (:func:`fuseplan.schedule.lone.riders`), applied to each output block before it is written;
         rider -> that operator."""
-        from fuseplan.cost.streaming import in_place_operators
-
         in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
         found: dict[int, int] = {}
         for v in self._too_big:
@@ -395,8 +413,6 @@ class CostModel(ABC):
     def alone_schedule(self, v: int) -> Schedule:
         """The schedule of operator ``v`` run alone with the operators riding on it (:attr:`riding`): the
         least-DRAM blocking that fits (:func:`fuseplan.schedule.lone.lone_schedule`), the same for every scheme."""
-        from fuseplan.cost.streaming import in_place_operators
-
         in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
         found = lone_schedule(self.graph, v, riders(self.graph, v, in_place) if v in self._too_big else (),
                               self.buffer_bytes, self.bytes_per_element)

@@ -33,29 +33,8 @@ from __future__ import annotations
 from math import ceil, inf
 from typing import NamedTuple
 
-from fuseplan.cost.base import GraphTables, Group
+from fuseplan.cost.base import IN_PLACE_OPS, GraphTables, Group, in_place_operators  # noqa: F401 (re-exported)
 from fuseplan.graph.ir import CompGraph
-
-# Element-wise ops an accelerator applies to a value as it is produced
-# (activations, per-channel affine ops with their constants folded away) or
-# accumulates into one operand (sums, products): each output element
-# depends only on the same element of its inputs, so it can overwrite one.
-IN_PLACE_OPS = frozenset(
-    """
-    Relu LeakyRelu PRelu Clip HardSwish HardSigmoid Sigmoid Tanh Elu Selu Celu Gelu Swish Mish Softplus
-    Softsign ThresholdedRelu BatchNormalization Identity Dropout Add Sub Mul Div Neg Abs Max Min Sum Mean
-    """.split()
-)
-
-
-def in_place_operators(graph: CompGraph) -> tuple[bool, ...]:
-    """Per operator: whether its output can overwrite an activation input of the same shape."""
-    return tuple(
-        node.op_type in IN_PLACE_OPS and len(node.outputs) == 1
-        and any(graph.tensors[t].shape == graph.tensors[node.outputs[0]].shape for t in node.inputs)
-        for node in graph.nodes
-    )
-
 
 
 def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[bool, ...]:

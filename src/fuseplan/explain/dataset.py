@@ -10,7 +10,6 @@ so one group gives five samples. Building needs no torch; a dataset is one
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fuseplan.cost import COST_MODEL_VERSION, label_version, make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_directory, atomic_file, check_input, read_json, write_text
 from fuseplan.explain.features import (FEATURE_VERSION, N_SIZES, N_STATIC, OP_VOCABULARY, group_edges, node_bytes,
@@ -200,7 +200,7 @@ def build_dataset(models: Sequence[str], schemes: Sequence[str], out: Path, seed
                 "groups_per_model": {m: int(np.sum(data.model == i)) for i, m in enumerate(data.models)},
                 "valid_share": data.valid_share(), "cost_model_version": label_version(scheme),
             }
-        write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
+        write_text(staging / "meta.json", dumps_json(meta, indent=2) + "\n")
     return meta
 
 

@@ -307,6 +307,21 @@ def graph_from_model(model: onnx.ModelProto, name: str = "model",
     )
 
 
+def graph_from_torch(module: Any, example_inputs: Any, *, name: str | None = None,
+                     input_names: Sequence[str] | None = None,
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
+    """The computation graph of ``module`` run on ``example_inputs``, ready to plan (exported by
+    :func:`fuseplan.graph.torch_import.export_torch`).
+
+    >>> graph = graph_from_torch(model, torch.zeros(1, 3, 224, 224))   # doctest: +SKIP
+    >>> FusionProblem(make_cost_model("lbdf", graph, 256 * 1024))      # doctest: +SKIP
+    """
+    from fuseplan.graph.torch_import import export_torch
+
+    model = export_torch(module, example_inputs, input_names=input_names)
+    return graph_from_model(model, name=name or type(module).__name__, input_shapes=input_shapes)
+
+
 def model_path(source: str | Path) -> tuple[Path, str]:
     """The file behind a model argument (an ONNX path, a zoo name, or ``path/to/module.py:factory``,
     exported once with torch's exporter, see :mod:`fuseplan.graph.torch_import`) and the model's name."""
@@ -324,6 +339,20 @@ def model_path(source: str | Path) -> tuple[Path, str]:
             f"{source!r} is neither an existing file nor a zoo model (try `fuseplan zoo`)"
         )
     return path, path.stem
+
+
+def named_files(source: str | Path) -> list[Path]:
+    """The files a model argument names, found without exporting anything: the ONNX file, the zoo's file,
+    or the Python file of ``path/to/module.py:factory`` (what no output of a command may overwrite)."""
+    from fuseplan import zoo
+    from fuseplan.graph.torch_import import FACTORY_PATTERN
+
+    match = FACTORY_PATTERN.match(str(source))
+    if match and not Path(source).exists():
+        return [Path(match["file"])]
+    if not Path(source).exists() and str(source) in zoo.names() + zoo.transformer_names():
+        return [zoo.path(str(source))]
+    return [Path(source)]
 
 
 def load_prepared(source: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,

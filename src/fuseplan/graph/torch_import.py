@@ -24,15 +24,13 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from fuseplan.errors import FuseplanError
-from fuseplan.graph.ir import CompGraph
-from fuseplan.graph.onnx_import import graph_from_model
+from fuseplan.errors import FuseplanError, first_line
 
 #: ``MODEL`` arguments of this form name a factory in a Python file.
 FACTORY_PATTERN = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -101,7 +99,7 @@ def _export_program(module, example_inputs, input_names, opset):
     except FuseplanError:
         raise
     except Exception as exc:  # the exporter raises many types
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        first = first_line(exc)
         raise FuseplanError(f"torch could not export {type(module).__name__} to ONNX: {first}") from None
     finally:
         for logger, level in zip(exporter_loggers, levels):
@@ -125,20 +123,9 @@ def save_torch_onnx(module: Any, example_inputs: Any, path: str | Path, *, exter
     return path
 
 
-def graph_from_torch(module: Any, example_inputs: Any, *, name: str | None = None,
-                     input_names: Sequence[str] | None = None,
-                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> CompGraph:
-    """The computation graph of ``module`` run on ``example_inputs``, ready to plan.
-
-    >>> graph = graph_from_torch(model, torch.zeros(1, 3, 224, 224))   # doctest: +SKIP
-    >>> FusionProblem(make_cost_model("lbdf", graph, 256 * 1024))      # doctest: +SKIP
-    """
-    model = export_torch(module, example_inputs, input_names=input_names)
-    return graph_from_model(model, name=name or type(module).__name__, input_shapes=input_shapes)
-
-
-def load_factory(spec: str) -> tuple[Any, tuple, str]:
-    """Run the factory of ``path/to/module.py:factory``: ``(module, example_inputs, factory name)``."""
+def load_factory(spec: str, prints: Any = None) -> tuple[Any, tuple, str]:
+    """Run the factory of ``path/to/module.py:factory``: ``(module, example_inputs, factory name)``; what the
+    module prints goes to ``prints`` (default: stderr, as stdout may carry a command's JSON)."""
     match = FACTORY_PATTERN.match(spec)
     if match is None:
         raise FuseplanError(f"{spec!r} is not of the form path/to/module.py:factory")
@@ -153,14 +140,18 @@ def load_factory(spec: str) -> tuple[Any, tuple, str]:
     source = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = source
     try:
-        loader.loader.exec_module(source)
-        factory = getattr(source, factory_name, None)
-        if not callable(factory):
-            raise FuseplanError(f"{path} defines no function {factory_name!r}")
-        built = factory()
-    except FuseplanError:
+        with contextlib.redirect_stdout(prints or sys.stderr):
+            loader.loader.exec_module(source)
+            factory = getattr(source, factory_name, None)
+            if not callable(factory):
+                raise FuseplanError(f"{path} defines no function {factory_name!r}")
+            built = factory()
+    except (FuseplanError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # the user's code
+    except SystemExit as exc:  # sys.exit() in the user's code must not end the command silently, or with its status
+        raise FuseplanError(f"{spec}: the module called sys.exit({exc.code!r}) instead of returning "
+                            "(module, example_inputs)") from None
+    except BaseException as exc:  # the user's code: any exception, even GeneratorExit or a BaseException
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
         raise FuseplanError(f"{spec}: {type(exc).__name__}{': ' + first if first else ''}") from None
     finally:
@@ -177,8 +168,52 @@ EXTERNAL_DATA_ABOVE = 1024**3
 
 def export_factory(spec: str, directory: str | Path) -> Path:
     """Export the model built by ``path/to/module.py:factory`` to ``directory/<factory>.onnx``, its weights
-    inside, or in ``<factory>.onnx.data`` beside it when they pass :data:`EXTERNAL_DATA_ABOVE` bytes."""
-    module, inputs, name = load_factory(spec)
+    inside, or in ``<factory>.onnx.data`` beside it when they pass :data:`EXTERNAL_DATA_ABOVE` bytes.
+
+    The user's module runs in a child Python process: whatever it does (``os._exit``, a crash, printing,
+    torch's exporter logging dozens of lines) cannot end or clutter this command. What the module prints
+    is passed on to stderr; a failure is one :class:`FuseplanError` line.
+    """
+    import subprocess
+
+    directory = Path(directory)
+    error_file = directory / ".error"
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run([sys.executable, "-c", _CHILD, spec, str(directory), str(error_file)], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    if child.stdout:
+        sys.stderr.write(child.stdout)
+    if error_file.is_file():
+        message = error_file.read_text("utf-8", errors="replace").strip()
+        error_file.unlink()
+        raise FuseplanError(message)
+    written = directory / f"{FACTORY_PATTERN.match(spec)['factory']}.onnx"
+    if child.returncode != 0 or not written.is_file():
+        last = next((line.strip() for line in reversed(child.stderr.splitlines()) if line.strip()), "")
+        raise FuseplanError(f"{spec}: the export ended (status {child.returncode}) without a model"
+                            f"{'; ' + last if last else ''} (does the module call os._exit?)")
+    return written
+
+
+# The child process of export_factory: the export, and any FuseplanError written to a file for the parent.
+_CHILD = """
+import sys
+from pathlib import Path
+from fuseplan.errors import FuseplanError
+from fuseplan.graph.torch_import import export_here
+try:
+    export_here(sys.argv[1], sys.argv[2])
+except FuseplanError as exc:
+    Path(sys.argv[3]).write_text(str(exc), encoding="utf-8")
+    sys.exit(2)
+"""
+
+
+def export_here(spec: str, directory: str | Path) -> Path:
+    """:func:`export_factory` in this process (the child's part of it: what the module prints goes to the
+    child's stdout, which the parent passes on to its stderr, apart from the exporter's own logging)."""
+    module, inputs, name = load_factory(spec, prints=sys.stdout)
     weight_bytes = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
     return save_torch_onnx(module, inputs, Path(directory) / f"{name}.onnx",
                            external_data=weight_bytes > EXTERNAL_DATA_ABOVE)

@@ -11,19 +11,22 @@ from fuseplan.hardware import TEMPLATE_SUFFIX, template_names
 from fuseplan.units import parse_size
 
 try:  # pydantic and pyyaml are core dependencies; the guard only turns a broken install into one line
-    import yaml
+    import yaml  # noqa: F401 (read through fuseplan.documents)
     from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 except ImportError as exc:  # pragma: no cover - exercised only on a broken install
     raise FuseplanError(f"hardware files need pydantic and pyyaml ({exc}); reinstall fuseplan") from None
 
 DEFAULT_BUFFER = "256KB"
 DEFAULT_BYTES_PER_ELEMENT = 1
+FIGURE_RANGE = (1e-6, 1e24)
+# Hardware files hold a dozen keys; sweep configurations have the same cap.
+MAX_HARDWARE_BYTES = 1 << 20
 
 
 class Hardware(BaseModel):
     """One accelerator. Every figure but the buffer and the data width is optional."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: Optional[str] = Field(None, description="A label for reports.")
     source: Optional[str] = Field(None, description="Where the figures come from.")
@@ -36,6 +39,16 @@ class Hardware(BaseModel):
     buffer_pj_per_byte: Optional[float] = Field(None, ge=0, description="Energy per byte read from or written to "
                                                                           "the buffer.")
     mac_pj: Optional[float] = Field(None, ge=0, description="Energy per multiply-accumulate.")
+
+    @field_validator("dram_bytes_per_second", "buffer_bytes_per_second", "peak_macs_per_second", "dram_pj_per_byte",
+                     "buffer_pj_per_byte", "mac_pj")
+    @classmethod
+    def _in_range(cls, value: Optional[float]) -> Optional[float]:
+        # Estimates multiply figures by byte and MAC counts (up to about 1e15) and divide by rates: figures
+        # inside these bounds keep every estimate a finite number, and no real accelerator lies outside them.
+        if value is not None and value != 0 and not FIGURE_RANGE[0] <= value <= FIGURE_RANGE[1]:
+            raise ValueError(f"{value!r} is outside the {FIGURE_RANGE[0]:g} to {FIGURE_RANGE[1]:g} a figure may be")
+        return value
 
     @field_validator("buffer", mode="before")
     @classmethod
@@ -98,14 +111,9 @@ def _describe(error: ValidationError, origin: str) -> str:
 
 def parse_hardware(text: str, origin: str = "hardware file") -> Hardware:
     """A :class:`Hardware` from YAML text, or a :class:`FuseplanError` of one line naming the bad key."""
-    from fuseplan.files import parse_yaml
+    from fuseplan.documents import loads_yaml
 
-    try:
-        data = parse_yaml(text, origin, "hardware file")
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise FuseplanError(f"{origin}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
+    data = loads_yaml(text, origin)
     if data is None:
         raise FuseplanError(f"{origin}: empty; a hardware file describes the accelerator in at least one key "
                             "(see docs/hardware.md)")
@@ -129,7 +137,7 @@ def load_hardware(spec: str | Path) -> Hardware:
     if not path.exists():
         raise FuseplanError(f"{spec!r} is neither a hardware file nor a template ({', '.join(template_names())})")
     try:
-        text = read_input(path, "hardware file").decode("utf-8")
+        text = read_input(path, "hardware file", MAX_HARDWARE_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise FuseplanError(f"{path}: not a text (UTF-8) file") from None
     return parse_hardware(text, str(path))

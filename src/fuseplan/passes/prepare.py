@@ -15,7 +15,7 @@ from typing import Any
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.base import Pass
 
 ALIAS_OPS = frozenset({"Identity", "Dropout"})
@@ -107,7 +107,7 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise FuseplanError(f"ONNX shape inference failed: {first}") from None
 
 

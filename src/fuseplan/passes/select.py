@@ -42,7 +42,8 @@ from typing import Any
 
 import onnx
 
-from fuseplan.errors import FuseplanError
+from fuseplan.documents import dumps_json
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.files import read_json, write_text
 from fuseplan.passes.base import run_passes
 from fuseplan.passes.external import light_model, require_external_passes
@@ -112,11 +113,6 @@ class Applied:
         return self.error is not None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
 def apply_pass(name: str, model: onnx.ModelProto, weights_dir: Path | None = None) -> Applied:
     """Apply the wrapped pass ``name``; an exception or an invalid result is a failure, never raised.
 
@@ -137,7 +133,7 @@ def apply_pass(name: str, model: onnx.ModelProto, weights_dir: Path | None = Non
         if not cls.terminal:
             check_structure(result)
     except Exception as exc:  # libraries raise their own types (RuntimeError, ValidationError, C++ errors)
-        return Applied(name, None, None, time.perf_counter() - start, _first_line(exc))
+        return Applied(name, None, None, time.perf_counter() - start, first_line(exc)[:200])
     seconds = time.perf_counter() - start
     return Applied(name, result, graph_hash(result), seconds)
 
@@ -424,5 +420,5 @@ def cached_prune(model: onnx.ModelProto, cache_dir: Path | None, names: Sequence
             pass  # a damaged entry is recomputed
     pruning = prune(model, names, on_pass)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(pruning.to_json(), indent=1))
+    write_text(path, dumps_json(pruning.to_json(), indent=1))
     return pruning

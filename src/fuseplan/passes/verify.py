@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.external import save_light_model
 from fuseplan.passes.rewrite import Rewrite, apply_in_place, apply_sequence
 
@@ -134,7 +134,7 @@ def run(model: onnx.ModelProto | Path, feeds: Mapping[str, np.ndarray]) -> dict[
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, dict(feeds))))
     except Exception as exc:  # onnxruntime raises its own exception types for invalid models
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise FuseplanError(f"onnxruntime cannot run the model: {first}") from None
 
 

@@ -7,7 +7,6 @@ their ONNX node names, so any tool can map a plan back onto the model.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from fuseplan.cost import COST_MODEL_VERSION, CostModel
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_json, write_text
 from fuseplan.graph.onnx_import import prepare_model
@@ -98,7 +98,7 @@ def alone_record(cost: CostModel, v: int) -> dict[str, Any]:
 
 def write_json(document: dict[str, Any], path: Path) -> None:
     """Write ``document`` to ``path`` atomically (see :mod:`fuseplan.files`)."""
-    write_text(path, json.dumps(document, indent=2) + "\n")
+    write_text(path, dumps_json(document, indent=2) + "\n")
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,39 @@ def read_plan_file(path: Path) -> PlanFile:
             raise FuseplanError(f"{path}: \"passes\" must list the passes applied: {exc}") from None
     if document["buffer_bytes"] < 1 or document["bytes_per_element"] < 1:
         raise FuseplanError(f"{path}: \"buffer_bytes\" and \"bytes_per_element\" must be positive")
+    _check_records(path, document)
     return PlanFile(document)
+
+
+def _check_records(path: Path, document: dict[str, Any]) -> None:
+    """The optional parts every reader relies on: group ids, the search and objective records, the hardware."""
+    from fuseplan.plan.objectives import OBJECTIVES
+    from fuseplan.search import ALGORITHMS
+
+    for position, group in enumerate(document["groups"]):
+        if "id" in group and (type(group["id"]) is not int or group["id"] != position):
+            raise FuseplanError(f"{path}: group {position} has id {group['id']!r}; ids number the groups 0, 1, ...")
+    search = document.get("search")
+    if "search" in document and (not isinstance(search, dict) or search.get("algorithm", "auto") not in ALGORITHMS):
+        algorithm = search.get("algorithm") if isinstance(search, dict) else search
+        raise FuseplanError(f"{path}: \"search\" names {algorithm!r}, not one of {', '.join(ALGORITHMS)}")
+    objective = document.get("objective")
+    if "objective" in document and (not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES):
+        name = objective.get("name") if isinstance(objective, dict) else objective
+        raise FuseplanError(f"{path}: \"objective\" names {name!r}, not one of {', '.join(OBJECTIVES)}")
+    if "hardware" in document:
+        from fuseplan.hardware import Hardware
+
+        hardware = document["hardware"]
+        if not isinstance(hardware, dict):
+            raise FuseplanError(f"{path}: \"hardware\" must be a mapping of the hardware file's keys")
+        try:
+            Hardware.model_validate(hardware)
+        except ValueError as exc:
+            first = exc.errors()[0] if hasattr(exc, "errors") else {}
+            where = ".".join(str(part) for part in first.get("loc", ())) or "?"
+            raise FuseplanError(f"{path}: the recorded hardware is not valid (key {where!r}: "
+                                f"{first.get('msg', 'invalid')})") from None
 
 
 def annotate_onnx(model: onnx.ModelProto, problem: FusionProblem, plan: Plan,

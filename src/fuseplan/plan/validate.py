@@ -21,9 +21,12 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
     if recorded is not None and recorded != graph.fingerprint:
         raise FuseplanError(f"the plan was made for model {doc['model']!r}, whose operators differ from "
                             f"{graph.name!r} (fingerprint {recorded} vs {graph.fingerprint})")
+    check_size(graph, plan_file)
     cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
     problem = FusionProblem(cost)
     groups, reasons = _plan_groups(graph, doc)
+    if doc["model"] != graph.name and recorded is None:  # without a fingerprint, the name is all that ties them
+        reasons.insert(0, f"the plan names model {doc['model']!r}, not {graph.name!r}")
     if reasons:
         return reasons
     plan = Plan.from_groups(groups)
@@ -57,6 +60,16 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
     return reasons
 
 
+def check_size(graph: CompGraph, plan_file: PlanFile) -> None:
+    """Refuse a plan that names more operators than ``graph`` has (a plan names each at most once), before
+    any of its names is looked up: a file of millions of groups is refused at once, not checked for minutes."""
+    doc = plan_file.document
+    named = sum(len(group["nodes"]) for group in doc["groups"]) + len(doc["excluded"])
+    if named > 2 * len(graph.nodes):  # twice: a plan with a few repeats gets validate's reasons one by one
+        raise FuseplanError(f"the plan names {named} operators in its groups and exclusions; {graph.name!r} has "
+                            f"{len(graph.nodes)}, and a plan names each at most once")
+
+
 def _plan_groups(graph: CompGraph, doc: dict) -> tuple[list[set[int]], list[str]]:
     """The plan's groups as operator indices of ``graph``, and a reason for every name that is not one."""
     reasons: list[str] = []
@@ -81,6 +94,7 @@ def check_fit(graph: CompGraph, plan_file: PlanFile, buffer_bytes: int,
     (position, F_beta), largest F_beta of a group)``. The plan's unfuseable operators run alone, tiled to any
     buffer, so they are not groups and are not checked.
     """
+    check_size(graph, plan_file)
     cost = make_cost_model(plan_file.scheme, graph, buffer_bytes, bytes_per_element)
     groups, reasons = _plan_groups(graph, plan_file.document)
     if reasons:

@@ -13,11 +13,10 @@ operator or a group by name and scrolls to it.
 
 from __future__ import annotations
 
-import json
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 from fuseplan.cost import make_cost_model
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import write_text
 from fuseplan.graph.ir import CompGraph
@@ -26,12 +25,13 @@ from fuseplan.plan.objectives import OBJECTIVES, make_objective
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.plan.validate import validate_plan
-from fuseplan.report.plan_drawing import (EXCLUDED, GROUP_OPERATORS_WIDTH, OPERATORS_WIDTH, group_of_operators,
-                                          group_view, group_view_svg, operators_svg)
+from fuseplan.report.plan_drawing import (EXCLUDED, GROUP_OPERATORS_WIDTH, OPERATORS_WIDTH, escape,
+                                          group_of_operators, group_view, group_view_svg, operators_svg)
 from fuseplan.units import format_bytes
 
 if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
     from fuseplan.hardware import Hardware
+
 
 def reprice_plan_file(graph: CompGraph, plan_file: PlanFile,
                       hardware: Hardware | None = None) -> tuple[FusionProblem, dict[str, Any]]:
@@ -146,9 +146,9 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
                         if graph.nodes[v].outputs else "none",
                         "group": group_of[v]}
                for v in range(len(graph.nodes))}
-    data = json.dumps({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
+    data = dumps_json({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
                                                                    schedule_lines(g.get("schedule"))]
-                                                    for g in document["groups"]}}, allow_nan=False)
+                                                    for g in document["groups"]}})
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     names = "".join(f'<option value="{escape(node.name)}">' for node in graph.nodes)
     names += "".join(f'<option value="group {g["id"]}">' for g in document["groups"])

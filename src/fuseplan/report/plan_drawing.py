@@ -10,11 +10,12 @@ or drawn close to each other, get clearly different hues.
 from __future__ import annotations
 
 import colorsys
+import html
 import math
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
+from fuseplan.errors import printable
 from fuseplan.graph.ir import CompGraph
 from fuseplan.report.layout import Box, Drawing, layered_layout
 from fuseplan.units import format_bytes
@@ -30,6 +31,12 @@ HUES = 12  # the palette: this many hues, evenly spaced
 FAR = HUES // 3  # hues this many steps apart (120 degrees) are told apart at a glance
 EXCLUDED_COLOUR = "#d9d9d9"
 NEAR = 48  # boxes closer than this (pixels, either way) count as neighbours for colouring
+
+
+def escape(text: str) -> str:
+    """``text`` for HTML and SVG: markup characters escaped and control characters (which XML forbids even
+    escaped) written out as ``\\xNN``."""
+    return html.escape(printable(text))
 
 
 def group_of_operators(graph: CompGraph, document: dict[str, Any]) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.verify import random_inputs, with_random_weights
 
 #: onnxruntime graph optimisation levels by the names records use
@@ -112,9 +112,7 @@ def session(model: onnx.ModelProto | str, threads: int, optimization: str = "all
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's own exception types
-        text = str(exc).strip()
-        raise FuseplanError(f"onnxruntime cannot run the model: {text.splitlines()[0] if text else type(exc).__name__}"
-                            ) from None
+        raise FuseplanError(f"onnxruntime cannot run the model: {first_line(exc)}") from None
 
 
 def interleaved_times(sessions: list[Any], feeds: Mapping[str, np.ndarray], rounds: int,
@@ -155,7 +153,5 @@ def judge_latency(original: onnx.ModelProto | str, candidate: onnx.ModelProto | 
     try:
         times = interleaved_times(sessions, feeds, rounds, warmup)
     except Exception as exc:  # onnxruntime's own exception types
-        text = str(exc).strip()
-        raise FuseplanError(f"onnxruntime cannot run the model: {text.splitlines()[0] if text else type(exc).__name__}"
-                            ) from None
+        raise FuseplanError(f"onnxruntime cannot run the model: {first_line(exc)}") from None
     return LatencyVerdict(Timing.of(times[0]), Timing.of(times[1]), threads, rounds, optimization)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from fuseplan.cost import CostModel, GroupCost, make_cost_model
-from fuseplan.errors import FuseplanError
+from fuseplan.documents import dumps_json
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.files import read_json, write_text
 from fuseplan.graph import CompGraph, graph_from_model
 from fuseplan.passes.prepare import known_shapes, node_attributes
@@ -444,7 +445,7 @@ class LatencyObjective(Objective):
         """Write the cache back (atomically), if anything new was measured."""
         if self.measured:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            write_text(self.cache_path, json.dumps(self.times, sort_keys=True) + "\n")
+            write_text(self.cache_path, dumps_json(self.times, sort_keys=True) + "\n")
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "cache": str(self.cache_path), "repeats": self.repeats}
@@ -468,7 +469,7 @@ def measure_latency(model: onnx.ModelProto, feeds: Mapping[str, Any], repeats: i
             session.run(None, dict(feeds))
             times.append(time.perf_counter() - start)
     except Exception as exc:  # onnxruntime's own exception types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise FuseplanError(f"onnxruntime cannot run the model: {first}") from None
     return statistics.median(times)
 

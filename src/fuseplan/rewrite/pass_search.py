@@ -38,13 +38,26 @@ from typing import Any
 import numpy as np
 import onnx
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.prepare import _infer_shapes
 from fuseplan.passes.select import ORT_FULL, Pruning, apply_pass, graph_hash, is_terminal
 from fuseplan.passes.verify import TOLERANCE, random_inputs, run
 from fuseplan.rewrite.latency import LatencyVerdict, judge_latency
 
 Pipeline = tuple[str, ...]
+# onnxruntime threads beyond the cores only contend; a batch multiplies every activation of the timed runs, so
+# a huge one exhausts memory before the first timing.
+MAX_THREADS = 256
+MAX_BATCH = 1024
+
+
+def check_timing_options(threads: int, batch: int) -> None:
+    """Refuse ``--threads`` and ``--batch`` outside 1 to :data:`MAX_THREADS` and 1 to :data:`MAX_BATCH`."""
+    for flag, value, cap in (("--threads", threads, MAX_THREADS), ("--batch", batch, MAX_BATCH)):
+        if not 1 <= value <= cap:
+            raise FuseplanError(f"{flag} must be between 1 and {cap} (got {value})")
+
+
 OBJECTIVES = {"latency": "latency_seconds", "dram": "dram_bytes", "opt-time": "optimisation_seconds"}
 
 
@@ -357,8 +370,7 @@ def measure_graphs(graphs: Sequence[Graph], reference_model: onnx.ModelProto, *,
             graph.max_error = output_error(reference, dict(zip(
                 [o.name for o in session.get_outputs()], session.run(None, dict(feeds)))))
         except Exception as exc:  # onnxruntime raises its own types for models it cannot load or run
-            text = str(exc).strip()
-            graph.problem = f"onnxruntime cannot run it: {text.splitlines()[0][:160] if text else type(exc).__name__}"
+            graph.problem = f"onnxruntime cannot run it: {first_line(exc)[:160]}"
             continue
         if graph.max_error > TOLERANCE:
             graph.problem = f"outputs differ from the original's (error {graph.max_error:.2e})"
@@ -562,6 +574,7 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, object
         raise FuseplanError(f"unknown objective {objective!r}; the objectives are {', '.join(OBJECTIVES)}")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
+    check_timing_options(threads, batch)
     start = time.perf_counter()
     selected = candidate_pipelines(pruning.relevant, budget, seed)
     everything = [n for n in pruning.verdicts if not pruning.verdicts[n].failed]

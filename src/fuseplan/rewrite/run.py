@@ -51,6 +51,25 @@ class Rewritten:
                 "timed_out": result.cut_by_time, "before": self.before, "after": self.after}
 
 
+def initializers_not_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without its initializers in the graph's inputs (how exporters before IR version 4 listed
+    weights), at IR version 4 or later.
+
+    Listed as inputs, weights are inputs a run must feed once a rewrite folds their initializers away, so
+    onnxruntime would refuse the rewritten graphs; from IR version 4 an initializer needs no input entry.
+    """
+    weights = {tensor.name for tensor in model.graph.initializer}
+    if not any(value.name in weights for value in model.graph.input):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = [value for value in copy.graph.input if value.name not in weights]
+    del copy.graph.input[:]
+    copy.graph.input.extend(kept)
+    copy.ir_version = max(copy.ir_version, 4)
+    return copy
+
+
 def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram", scheme: str = "lbdf",
                   buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1, alpha: float = 1.05,
                   budget: int = 300, rules: Sequence[str] | None = None, seed: int = 0,
@@ -81,6 +100,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
     and then gets ``{"phase": "measuring"}`` and, when the graph found is
     timed end to end, ``{"phase": "timing"}``.
     """
+    model = initializers_not_inputs(model)
     prepared = chosen = result = None
     with stoppable():
         try:

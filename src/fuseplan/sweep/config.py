@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from typing import Any
 from fuseplan import zoo
 from fuseplan.cost import SCHEMES, scheme_version
 from fuseplan.errors import FuseplanError
-from fuseplan.files import parse_yaml, read_input
+from fuseplan.files import read_input
 from fuseplan.search import ALGORITHMS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import parse_size
@@ -42,6 +44,11 @@ AXES = ("models", "schemes", "buffers", "searches", "splitters", "budgets", "see
 DEFAULTS: dict[str, list[Any]] = {"refine": [False], "bytes_per_element": [1], "seeds": [0]}
 REQUIRED = ("models", "schemes", "buffers", "searches", "splitters", "budgets")
 MAX_CONFIG_BYTES = 1 << 20
+# A cell is one planning run of seconds to minutes: a million would take weeks and its index alone hundreds
+# of megabytes, so grids are capped before they are expanded.
+MAX_CELLS = 100_000
+# The name becomes a directory (sweep-<name>): one path component of plain characters.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 
 
 @dataclass(frozen=True)
@@ -184,37 +191,47 @@ def parse_config(document: Any, base: Path = Path("."), name: str = "sweep",
     if not isinstance(document, Mapping):
         raise FuseplanError("sweep config: expected a mapping of axis names to lists")
     _check_keys(document, (*AXES, "grids", "name"), "")
-    name = document.get("name", name)
-    if not isinstance(name, str):
-        raise FuseplanError(f"sweep config: name must be a string, not {name!r}")
+    name = check_name(document["name"]) if "name" in document else name
     top = {key: _axis(key, document[key], base) for key in AXES if key in document}
     grids = document.get("grids", [{}])
     if not isinstance(grids, list) or not grids or not all(isinstance(g, Mapping) for g in grids):
         raise FuseplanError("sweep config: grids must be a non-empty list of mappings")
     extra = {key: _axis(key, value, base) for key, value in (overrides or {}).items() if value is not None}
     cells: dict[str, Cell] = {}
+    grid_axes = []
     for index, grid in enumerate(grids):
         _check_keys(grid, AXES, f" in grids[{index}]")
-        axes = {**DEFAULTS, **top, **{key: _axis(key, value, base) for key, value in grid.items()}, **extra}
+        grid_axes.append({**DEFAULTS, **top, **{key: _axis(key, value, base) for key, value in grid.items()},
+                          **extra})
+    count = sum(math.prod(len(axes.get(key, [None])) for key in AXES) for axes in grid_axes)
+    if count > MAX_CELLS:
+        raise FuseplanError(f"sweep config: the grid has {count} cells, more than the {MAX_CELLS} a sweep may have; "
+                            "split it into several sweeps")
+    for axes in grid_axes:
         for cell in _grid_cells(axes):
             cells.setdefault(cell.key, cell)
     return SweepConfig(name, tuple(cells.values()))
 
 
-def load_yaml(path: Path) -> Any:
-    """The YAML document in ``path``; an unreadable or malformed file is one error line."""
-    import yaml
+def check_name(name: Any) -> str:
+    """``name`` if it can name a sweep (and its directory): one path component of letters, digits and ``._+-``."""
+    if not isinstance(name, str):
+        raise FuseplanError(f"sweep config: name must be a string, not {type(name).__name__}")
+    if not _NAME.match(name):
+        raise FuseplanError(f"sweep config: name {ascii(name[:100])} must be 1 to 100 letters, digits, '.', '_', '+' "
+                            "or '-', starting with a letter or digit (it names the sweep's directory)")
+    return name
 
-    text = read_input(path, "sweep config", MAX_CONFIG_BYTES)
-    try:
-        return parse_yaml(text.decode("utf-8"), path, "YAML sweep config")
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        raise FuseplanError(f"{path}: not a valid YAML sweep config{line}") from None
+
+def load_yaml(path: Path) -> Any:
+    """The YAML document in ``path`` (:func:`fuseplan.documents.loads_yaml`); any problem is one error line."""
+    from fuseplan.documents import loads_yaml
+
+    return loads_yaml(read_input(path, "sweep config", MAX_CONFIG_BYTES), f"{path}")
 
 
 def load_config(path: Path, overrides: Mapping[str, Any] | None = None) -> SweepConfig:
     """Read and validate the sweep configuration in ``path``."""
     path = Path(path)
-    return parse_config(load_yaml(path), path.parent, path.stem, overrides)
+    default_name = path.stem if _NAME.match(path.stem) else "sweep"
+    return parse_config(load_yaml(path), path.parent, default_name, overrides)

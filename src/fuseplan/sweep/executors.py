@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -78,6 +79,8 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(self, address: str | None = None, jobs: int | None = None) -> None:
+        if address is not None and address != "auto":
+            check_reachable(address)
         self.address = address
         self.jobs = jobs
 
@@ -114,6 +117,43 @@ class RayExecutor(Executor):
                 else:  # a cluster of the user's keeps running: take back what this run gave it
                     for ref in pending:
                         ray.cancel(ref, force=True)
+
+
+# How long joining a Ray cluster may take to open its port: ray.init itself waits without a bound on an
+# address nothing answers at.
+RAY_CONNECT_SECONDS = 30
+
+
+def _connect(host: str, port: int, timeout: float) -> BaseException | None:
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except (OSError, UnicodeError) as exc:
+        return exc
+    return None
+
+
+def check_reachable(address: str, timeout: float = RAY_CONNECT_SECONDS) -> None:
+    """Refuse a Ray ``address`` (``host:port`` or ``ray://host:port``) whose port does not accept a connection
+    within ``timeout`` seconds."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise FuseplanError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
+    # name resolution has no timeout of its own: it runs in a thread that is given up on after `timeout`
+    outcome: list[BaseException | None] = []
+    worker = threading.Thread(target=lambda: outcome.append(_connect(host, int(port), timeout)), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if outcome and outcome[0] is None:
+        return
+    if not outcome or isinstance(outcome[0], socket.timeout):
+        raise FuseplanError(f"cannot reach the Ray cluster at {address}: no answer within {timeout:g} s")
+    reason = getattr(outcome[0], "strerror", None) or str(outcome[0]) or type(outcome[0]).__name__
+    raise FuseplanError(f"cannot reach the Ray cluster at {address}: {reason}")
 
 
 @contextmanager

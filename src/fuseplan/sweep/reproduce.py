@@ -10,43 +10,23 @@ unpublished), so absolute DRAM differs; relative improvements compare.
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import atomic_file, check_output_dir, read_json, write_bytes, write_text
 from fuseplan.sweep.config import AXES, SweepConfig, parse_config
 from fuseplan.sweep.executors import Executor
+from fuseplan.sweep.paper import (CAVEAT, KB, LABELS, MB, OUR_SPLITTERS, PAPER_SPLITTERS, TARGETS, PaperLookup,
+                                  TargetResult, shipped_text, paper_data, table2_paper, table34_paper)
 from fuseplan.sweep.store import SweepStore, run_sweep
 from fuseplan.sweep.summarize import SETUP, cell_rows, group_rows, load_optima, reference_optima, setup_key, to_csv
 
-TARGETS = ("table2", "table3", "table4", "table5", "fig3", "fig5")
-PAPER_SPLITTERS = ("random", "gnnexplainer", "pgexplainer", "rgexplainer")
-OUR_SPLITTERS = ("eig", "goat", "oracle")
-LABELS = {"random": "random split (baseline)", "gnnexplainer": "GNNExplainer", "pgexplainer": "PGExplainer",
-          "rgexplainer": "RG-Explainer", "eig": "EiG-Search*", "goat": "GOAt*", "oracle": "oracle*",
-          "ls": "Local Search", "rs": "Random Search", "nsga2": "NSGA-II"}
-MB, KB = 2**20, 2**10
-CAVEAT = ("Our cost model is not the paper's (the paper's is unpublished), so absolute DRAM figures differ; the "
-          "relative improvements over the random-split baseline are what compare. MB = 2^20 bytes here; the paper "
-          "does not say which MB it uses. Rows marked * are ours (training-free explainers and the exact-cost "
-          "oracle), as are `auto` and the proven optimum.")
-
-
-def _text(name: str) -> str:
-    return resources.files("fuseplan.sweep").joinpath(name).read_text(encoding="utf-8")
-
-
-def paper_data() -> dict[str, Any]:
-    """The paper's own figures, as shipped."""
-    return json.loads(_text("paper.json"))
 
 
 def target_document(target: str) -> dict[str, Any]:
@@ -54,7 +34,7 @@ def target_document(target: str) -> dict[str, Any]:
 
     if target not in TARGETS:
         raise FuseplanError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)} or all")
-    return yaml.safe_load(_text(f"targets/{target}.yaml"))
+    return yaml.safe_load(shipped_text(f"targets/{target}.yaml"))
 
 
 def target_config(target: str, quick: bool) -> tuple[SweepConfig, dict[str, Any]]:
@@ -122,23 +102,6 @@ def _optimum(optima: dict[str, Any], model: str, scheme: str, buffer_bytes: int)
 def _splitters(config: SweepConfig) -> list[str]:
     present = {c.splitter for c in config.cells if c.search != "auto"}
     return [s for s in (*PAPER_SPLITTERS, *OUR_SPLITTERS) if s in present]
-
-
-PaperLookup = Callable[[str, str, str, str], "float | None"]
-
-
-def table2_paper(paper: dict[str, Any]) -> PaperLookup:
-    """The paper's DRAM (MB) of Table II by (search, splitter, model, scheme): results[search][splitter][model]."""
-    def lookup(search: str, splitter: str, model: str, scheme: str) -> float | None:
-        return paper["results"].get(search, {}).get(splitter, {}).get(model, {}).get("dram_mb")
-    return lookup
-
-
-def table34_paper(paper: dict[str, Any]) -> PaperLookup:
-    """The paper's DRAM (MB) of Table III or IV (one search each): results[scheme][splitter][model]."""
-    def lookup(search: str, splitter: str, model: str, scheme: str) -> float | None:
-        return paper["results"].get(scheme, {}).get(splitter, {}).get(model)
-    return lookup
 
 
 def _dram_tables(config: SweepConfig, groups: list[dict], optima: dict, paper_dram: PaperLookup,
@@ -310,7 +273,7 @@ def _fig3_sample(extras: dict, out_dir: Path, log: Callable[[str], None]) -> Non
         log(f"fig3: sampling {count} {scheme.upper()} groups per network")
         data = sample_dataset(graphs, scheme, {name: count for name in names}, int(extras.get("seed", 0)))
         meta["schemes"][scheme] = {"valid_share": data.valid_share()}
-    write_text(out_dir / "fig3.json", json.dumps(meta, indent=1) + "\n")
+    write_text(out_dir / "fig3.json", dumps_json(meta, indent=1) + "\n")
 
 
 def fig3_extras(quick: bool) -> dict[str, Any]:
@@ -341,27 +304,6 @@ def _fig3(meta: dict[str, Any], extras: dict, out_dir: Path, paper: dict) -> str
 
 
 # ---- running and rendering -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class TargetResult:
-    """One target rendered from what its directory holds: its Markdown and the rows the reading is computed from."""
-
-    target: str
-    title: str
-    markdown: str
-    expected: int = 0
-    missing: list[dict[str, Any]] = field(default_factory=list)
-    missing_optima: list[str] = field(default_factory=list)
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    groups: list[dict[str, Any]] = field(default_factory=list)
-    optima: dict[str, Any] = field(default_factory=dict)
-    config: SweepConfig | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    figures: list[str] = field(default_factory=list)
-    search_seconds: float = 0.0
-    fig3: dict[str, Any] | None = None
-    curves: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_target(target: str, out: Path, executor: Executor, quick: bool,

@@ -10,7 +10,6 @@ least :data:`AGREEMENT` of the comparisons the paper makes.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections import defaultdict
@@ -20,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.cost import SCHEMES
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import read_json
-from fuseplan.sweep.reproduce import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
-                                      table2_paper, table34_paper)
+from fuseplan.sweep.paper import (CAVEAT, LABELS, OUR_SPLITTERS, PAPER_SPLITTERS, KB, TargetResult, paper_data,
+                                  table2_paper, table34_paper)
 
 AGREEMENT = 0.75
 EXPLAINERS = PAPER_SPLITTERS[1:]
@@ -385,9 +385,9 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
         try:
             document = read_json(path, "reproduce record")
             if isinstance(document, dict) and isinstance(document.get("runs"), list):
-                return document["runs"]
+                return [run for run in document["runs"] if isinstance(run, dict)]
         except FuseplanError:
-            pass
+            pass  # a damaged record is started afresh
     legacy = out / "reproduce.md"
     if legacy.is_file():  # written by versions that kept no reproduce.json: its header names the run
         text = legacy.read_text(encoding="utf-8", errors="replace")
@@ -405,7 +405,7 @@ def record_run(out: Path, run: dict[str, Any]) -> None:
 
     runs = load_runs(out) if (out / RUNS_FILE).is_file() else []
     runs = [r for r in runs if (r.get("started"), r.get("command")) != (run.get("started"), run.get("command"))]
-    write_text(out / RUNS_FILE, json.dumps({"format": "fuseplan-reproduce", "runs": [*runs, run]}, indent=1) + "\n")
+    write_text(out / RUNS_FILE, dumps_json({"format": "fuseplan-reproduce", "runs": [*runs, run]}, indent=1) + "\n")
 
 
 def _runs_text(runs: list[dict[str, Any]], rendered_on: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.cost import scheme_version
+from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_output_dir, read_json, write_bytes, write_text
 from fuseplan.search import solve_exact
@@ -84,7 +84,7 @@ def reference_optima(setups: Iterable[dict[str, Any]], cache: Path,
             if on_solve is not None:
                 on_solve(setup)
             optima[key] = optimum(setup)
-            write_text(cache, json.dumps(optima, indent=1, sort_keys=True) + "\n")
+            write_text(cache, dumps_json(optima, indent=1, sort_keys=True) + "\n")
     return optima
 
 
