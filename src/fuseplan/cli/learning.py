@@ -178,8 +178,8 @@ def classifier_train_explainers(
     inputs = [dataset / f"{scheme.value}.npz", dataset / "meta.json", *([weights] if weights else [])]
     if output_dir.is_dir():
         check_outputs([(f"{kind} weights", output_dir / f"{kind}-{scheme.value}.pt") for kind in ("pg", "rg")], inputs)
+    data, _ = load_dataset(dataset, scheme.value)  # a bad dataset is named before the weights are judged
     model, _ = gnn.load_classifier(scheme.value, weights)
-    data, _ = load_dataset(dataset, scheme.value)
     output_dir.mkdir(parents=True, exist_ok=True)
     start = _time.perf_counter()
     pg = train_pg_explainer(model, data, epochs=pg_epochs, samples=samples, seed=seed,
@@ -212,9 +212,11 @@ def classifier_evaluate(
 
     if (dataset is None) == (not models):
         raise FuseplanError("give either --dataset DIR or --models MODEL [--models MODEL ...]")
-    model, _ = gnn.load_classifier(scheme.value, weights)
+    # the inputs are read before the weights are judged, so a bad file is named first; the classifier is
+    # loaded before groups are sampled, so stale weights fail fast
     if dataset is not None:
         data, _ = load_dataset(dataset, scheme.value)
+        model, _ = gnn.load_classifier(scheme.value, weights)
         indices = None
         if split is not None:
             parts = dict(zip(("train", "val", "test"), gnn.split_indices(len(data), seed)))
@@ -224,6 +226,7 @@ def classifier_evaluate(
         source = f"{dataset}" + (f" ({split} split)" if split else "")
     else:
         graphs = {Path(m).stem if m.endswith(".onnx") else m: load_model(m, None) for m in models or []}
+        model, _ = gnn.load_classifier(scheme.value, weights)
         data = sample_dataset(graphs, scheme.value, {name: groups for name in graphs}, seed)
         _warn_short_samples({name: int((data.model == i).sum()) for i, name in enumerate(data.models)},
                             {name: groups for name in graphs}, scheme.value)
