@@ -4,6 +4,11 @@ import pytest
 
 from fuseplan import zoo
 from fuseplan.graph import load_graph
+from fuseplan.sweep.executors import single_threaded_torch
+
+# torch on one thread, as in sweeps: with its default of a thread per core, the GNN-based explainers ran 20
+# times slower on a busy machine (and so do two test workers on two cores); set before torch is imported.
+single_threaded_torch()
 
 ZOO = zoo.names()
 BUFFERS_KB = (128, 256, 512, 1024, 2048)
