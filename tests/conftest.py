@@ -6,8 +6,9 @@ from fuseplan import zoo
 from fuseplan.graph import load_graph
 from fuseplan.sweep.executors import single_threaded_torch
 
-# torch on one thread, as in sweeps: with its default of a thread per core, the GNN-based explainers ran 20
-# times slower on a busy machine (and so do two test workers on two cores); set before torch is imported.
+# torch on one thread, as in sweeps: with its default of a thread per core, tests/explain/test_explainers.py
+# took four times as long (129 s against 30 s at load 11 on two cores), and two test workers on two cores
+# would each start a thread per core. Set before any test module imports torch.
 single_threaded_torch()
 
 ZOO = zoo.names()
