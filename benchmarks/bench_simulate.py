@@ -154,6 +154,8 @@ def main() -> None:
     parser.add_argument("--keep-other-schemes", action="store_true",
                         help="keep the set-ups of --out priced by schemes not in --schemes (each row records the "
                              "commit and cost-model version that made it)")
+    parser.add_argument("--keep-other-models", action="store_true",
+                        help="with --keep-other-schemes, also keep the set-ups of --out of models not in --models")
     args = parser.parse_args()
     import os
 
@@ -166,8 +168,10 @@ def main() -> None:
     timings = time_full_resnet50(args.seed) if args.time_resnet50 else []
     if args.keep_other_schemes and args.out.exists():
         earlier = json.loads(args.out.read_text())
+        rerun = {Path(name).stem for name in args.models} if args.keep_other_models else None  # graph names
         kept = [{"commit": earlier["commit"], "cost_model_version": earlier["cost_model_version"], **row}
-                for row in earlier["setups"] if row["scheme"] not in args.schemes]
+                for row in earlier["setups"]
+                if row["scheme"] not in args.schemes or (rerun is not None and row["model"] not in rerun)]
         rows = kept + rows
         timings = timings or earlier.get("resnet50_full_resolution", [])
     load.append(os.getloadavg())

@@ -1,9 +1,25 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from fuseplan import zoo
 from fuseplan.graph import load_graph
+from fuseplan.sweep.executors import single_threaded_torch
+
+# torch on one thread, as in sweeps: with its default of a thread per core, tests/explain/test_explainers.py
+# took four times as long (129 s against 30 s at load 11 on two cores), and two test workers on two cores
+# would each start a thread per core. Set before any test module imports torch.
+single_threaded_torch()
+
+# Property tests draw the same examples on every run (derandomised), so a red run is the code's doing, never
+# the draw's: an example hypothesis finds once is then a fixed test. HYPOTHESIS_PROFILE=explore draws new
+# examples each run, for hunting (a failure it finds is kept in .hypothesis/ and replayed).
+settings.register_profile("repeatable", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 ZOO = zoo.names()
 BUFFERS_KB = (128, 256, 512, 1024, 2048)
@@ -11,6 +27,14 @@ BUFFERS_KB = (128, 256, 512, 1024, 2048)
 # them at fewer buffers or not at all, and benchmarks/bench_exact.py proves every buffer of the grid.
 HEAVY_UNDER_BRR = frozenset({"deeplabv3_mobilenet_v3_large", "efficientnet_b0", "efficientnet_b3", "resnet101",
                              "resnet152"})
+# Deeper or wider versions of resnet50 and efficientnet_b0, with the same kinds of operator: zoo-wide property
+# tests check them in the full suite only (zoo_params), where each costs several times the smaller version.
+LARGEST = frozenset({"resnet101", "resnet152", "efficientnet_b3"})
+
+
+def zoo_params(names=ZOO):
+    """``names`` as parameters, those in LARGEST marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in LARGEST else name for name in names]
 
 
 @pytest.fixture(scope="session")

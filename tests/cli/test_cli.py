@@ -31,9 +31,14 @@ def fuseplan(*args: str) -> Outcome:
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
+# A bound on a hung command only: seconds on an idle machine, many times that at load 12 on two cores.
+HANG_TIMEOUT = 600
+
+
 def console_script(*args: str) -> subprocess.CompletedProcess[str]:
     """Run ``python -m fuseplan args...`` in a new process, as the installed script runs."""
-    return subprocess.run([sys.executable, "-m", "fuseplan", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "fuseplan", *args], capture_output=True, text=True,
+                          timeout=HANG_TIMEOUT)
 
 
 def assert_one_line_error(result: Outcome | subprocess.CompletedProcess[str], pattern: str) -> None:
@@ -152,7 +157,7 @@ def test_tables_keep_names_and_shapes_whole_at_80_columns(command):
     from fuseplan.graph import load_graph
 
     result = subprocess.run([sys.executable, "-m", "fuseplan", *command], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
+                            timeout=HANG_TIMEOUT, env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
     assert result.returncode == 0, result.stderr
     cells = {cell.strip() for line in result.stdout.splitlines() for cell in line.split("│")}
     if command[0] == "inspect":

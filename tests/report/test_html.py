@@ -172,7 +172,7 @@ def _load_in_browser(page_path, *options: str) -> tuple[str, list[str]]:
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", *options,
          "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--dump-dom",
          page_path.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=600)  # a bound on a hang, not on a slow start under load
     assert completed.returncode == 0, completed.stderr[-2000:]
     console = [line for line in completed.stderr.splitlines() if ":CONSOLE" in line]
     return completed.stdout, console

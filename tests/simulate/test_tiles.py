@@ -120,3 +120,53 @@ def test_a_buffer_smaller_than_the_schedule_overflows():
     outcome = simulate_alone(graph, schedule, values, schedule.on_chip // 2)
     assert outcome.finding is not None and "overflows" in outcome.finding
     assert np.isfinite(outcome.peak_on_chip)
+
+
+def _pooled_model(channels: int = 64, size: int = 16):
+    """Two 1x1 convolutions, a Relu and a 2x2 max pooling at stride 2 (VGG's pattern, 1x1 for speed)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fuseplan.graph.onnx_import import graph_from_model
+    from fuseplan.simulate.values import ModelValues
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32), name)
+               for name in ("w1", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y1"], name="conv1", kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["y1", "w2"], ["y"], name="conv2", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["y"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2])]
+    body = helper.make_graph(
+        nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, channels, size // 2, size // 2])], weights)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(body, opset_imports=[helper.make_opsetid("", 17)]))
+    graph = graph_from_model(model, "pooled")
+    return graph, ModelValues(model, graph, seed=0)
+
+
+@pytest.mark.parametrize("kb", [3, 12])
+def test_a_tensor_read_by_a_2x2_stride_2_pooling_is_held_whole_and_runs_as_priced(kb):
+    # The partial conv2's Relu output is read by the pooling a block at a time, through a window no taller than
+    # its stride; but a step that makes an odd row leaves it for the pooling's next step, when a block buffer
+    # holds another block. BRR holds it whole; held a block at a time (the rule before, which counted only
+    # windows taller than their stride) the run misses that row of the other channels.
+    from fuseplan.cost.brr import BRRCostModel
+
+    graph, values = _pooled_model()
+    group = frozenset(range(len(graph.nodes)))
+    relu = next(t.index for t in graph.tensors if t.name == "r")
+    cost = BRRCostModel(graph, kb * 1024)
+    schedule = cost.schedule(group)
+    assert schedule.kind == "row-tiles" and relu not in _block_held(graph, schedule)
+    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+    assert outcome.agrees, outcome
+    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
+    before = BRRCostModel(graph, kb * 1024)
+    before._tall_readers = tuple(tuple(c for c in t.consumers if any(x == t.index and k > s for x, k, s, _r in
+                                                                     graph.nodes[c].windows))
+                                 for t in graph.tensors)
+    old = before.schedule(group)
+    assert relu in _block_held(graph, old)
+    outcome = simulate_alone(graph, old, values, before.buffer_bytes - 1)
+    assert not outcome.agrees and "tensor r block 0" in outcome.finding and "elements missing" in outcome.finding

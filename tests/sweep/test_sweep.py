@@ -47,8 +47,8 @@ def records(directory: Path) -> dict[str, dict]:
 
 
 def comparable(record: dict) -> dict:
-    """A record without what depends on the machine and the moment (times, worker)."""
-    metrics = {k: v for k, v in record["metrics"].items() if k not in ("wall_seconds", "load_seconds")}
+    """A record without what depends on the machine, the moment and the worker (times, what it had loaded)."""
+    metrics = {k: v for k, v in record["metrics"].items() if k not in ("wall_seconds", "load_seconds", "loaded")}
     return {"cell": record["cell"], "status": record["status"], "metrics": metrics}
 
 
@@ -121,12 +121,14 @@ def test_pool_and_in_process_runs_give_the_same_results(tmp_path):
     run_sweep(config, tmp_path / "one", LocalExecutor(1))
     run_sweep(config, tmp_path / "two", LocalExecutor(2))
     one, two = records(tmp_path / "one"), records(tmp_path / "two")
-    assert one.keys() == two.keys()
-    assert all(comparable(one[k]) == comparable(two[k]) for k in one)
+    assert {k: comparable(r) for k, r in one.items()} == {k: comparable(r) for k, r in two.items()}
     workers = {r["worker"] for r in two.values()}
     assert len(workers) <= 2  # cells share warm workers rather than one process each
-    # a worker that already held the set-up reports no loading time for it
-    assert sum(r["metrics"]["load_seconds"] == 0 for r in two.values()) >= len(two) - 2 * 2  # model + splitter
+    # each worker builds the one set-up and each splitter it uses once, and later cells find them built
+    for worker in workers:
+        cells = [r for r in two.values() if r["worker"] == worker]
+        assert sum("problem" in r["metrics"]["loaded"] for r in cells) == 1
+        assert sum("splitter" in r["metrics"]["loaded"] for r in cells) == len({r["cell"]["splitter"] for r in cells})
 
 
 def test_a_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, cli):
@@ -202,7 +204,7 @@ def _sweep_process(config: Path, out: Path, jobs: int) -> subprocess.Popen:
                              "--jobs", str(jobs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_records(out: Path, count: int, process: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_for_records(out: Path, count: int, process: subprocess.Popen, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while len(list((out / "cells").glob("*[0-9a-f].json")) if (out / "cells").is_dir() else []) < count:
         assert process.poll() is None, process.communicate()
@@ -218,7 +220,7 @@ def test_a_killed_sweep_resumes_without_recomputing(tmp_path, signum, jobs):
     process = _sweep_process(config, out, jobs)
     _wait_for_records(out, 2, process)
     process.send_signal(signum)
-    _, stderr = process.communicate(timeout=60)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode in (-signum, 128 + signum), stderr
     if signum == signal.SIGTERM:
         assert "Traceback" not in stderr
@@ -267,7 +269,7 @@ def test_ctrl_c_stops_a_ray_sweep_cleanly_and_it_resumes(tmp_path, cli):
                                text=True)
     _wait_for_records(out, 1, process)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGINT, stderr
     # one line of ours; Ray's own notices (token authentication, start-up) stay off the output
     assert stderr.strip().splitlines() == ["error: interrupted"], stderr

@@ -45,9 +45,10 @@ cost model is consulted):
 A reader that needs rows of a block the buffer no longer holds raises
 :class:`~fuseplan.simulate.kernels.MissingRows` naming the tensor, the block
 and the elements missing: the schedule held a tensor a block at a time where
-its reader's window spans rows of an earlier step (``K > S``), or a reader
-lags a step behind, and the other channels of those rows were dropped (BRR
-holds such tensors whole since cost-model version 5). With ``keep_halo=True`` the run keeps, of a
+its reader's window spans rows of an earlier step (``K > S``, or a window
+as tall as its stride over an odd row a step left), or a reader lags a step
+behind, and the other channels of those rows were dropped (BRR holds such
+tensors whole since cost-model version 5). With ``keep_halo=True`` the run keeps, of a
 block-held tensor, every channel of the rows its readers need after the step
 (the overlap of their windows): what a correct schedule holds more, counted
 in the buffer. Operators the loop nest has no block kernel for raise

@@ -41,7 +41,13 @@ def _splitter(name: str, refine: bool):
     return make_splitter(name, refine=refine)
 
 
-def metrics_of(cell: Cell, document: dict[str, Any], result, load_seconds: float) -> dict[str, Any]:
+def _set_ups_built() -> tuple[int, int]:
+    """How many problems and splitters this process has built so far (its caches' misses)."""
+    return problem_for.cache_info().misses, _splitter.cache_info().misses
+
+
+def metrics_of(cell: Cell, document: dict[str, Any], result, load_seconds: float,
+               loaded: list[str]) -> dict[str, Any]:
     """The numbers a summary needs, from a finished run."""
     details = result.details
     return {
@@ -53,6 +59,7 @@ def metrics_of(cell: Cell, document: dict[str, Any], result, load_seconds: float
         "plans_evaluated": result.evaluated,
         "wall_seconds": round(result.wall_seconds, 3),
         "load_seconds": round(load_seconds, 3),
+        "loaded": loaded,
         "rectify_rate": details.get("rectify_rate"),
         "invalid_groups": details.get("invalid_groups"),
         "explainer_calls": details.get("explainer_calls"),
@@ -70,15 +77,19 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     record: dict[str, Any] = {"key": cell.key, "cell": cell.as_dict(),
                               "worker": f"{socket.gethostname()}:{os.getpid()}"}
     try:
-        start = time.perf_counter()
+        start, built = time.perf_counter(), _set_ups_built()
         problem = problem_for(cell.model, cell.scheme, cell.buffer_bytes, cell.bytes_per_element)
         splitter = _splitter(cell.splitter, cell.refine)
         load_seconds = time.perf_counter() - start
+        # what this cell built rather than found in its worker: a fact, where a load time is a measurement
+        loaded = [what for what, before, after in zip(("problem", "splitter"), built, _set_ups_built())
+                  if after > before]
         result = minimize(problem, make_search(cell.search), splitter, budget=cell.budget, seed=cell.seed)
         if result.interrupted:
             raise KeyboardInterrupt
         document = plan_document(problem, result.plan, result.search_record())
-        record.update(status="ok", metrics=metrics_of(cell, document, result, load_seconds), plan=document)
+        record.update(status="ok", metrics=metrics_of(cell, document, result, load_seconds, loaded),
+                      plan=document)
     except Exception as exc:  # a failed cell is recorded; the sweep goes on
         last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         where = f" ({os.path.basename(last.filename)}:{last.lineno})" if last else ""
