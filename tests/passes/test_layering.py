@@ -7,7 +7,7 @@ from pathlib import Path
 
 import fuseplan.passes
 
-# fuseplan.documents reads JSON and YAML strictly and, like fuseplan.files, imports only fuseplan.errors
+# fuseplan.documents (strict JSON and YAML) imports only fuseplan.errors; fuseplan.files only those two
 ALLOWED = {"fuseplan.documents", "fuseplan.errors", "fuseplan.files", "fuseplan.passes"}
 
 
