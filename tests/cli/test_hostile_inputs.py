@@ -133,14 +133,19 @@ SWEEP = "name: tiny\nmodels: [squeezenet]\nschemes: [lbdf]\nbuffers: [256KB]\nse
         "budgets: [10]\nseeds: [0]\n"
 
 
+def _directory(name: str, files: dict[str, str | bytes | None]) -> Callable[[Path], Path]:
+    """A maker of directory ``name`` holding ``files`` (content ``None``: a directory of that name)."""
+    def make(d: Path) -> Path:
+        root = _write(d / name, None)
+        for file_name, content in files.items():
+            _write(root / file_name, content)
+        return root
+    return make
+
+
 def _dataset_corpus(meta: dict) -> dict[str, Callable[[Path], Path]]:
     def directory(files: dict[str, str | bytes | None]) -> Callable[[Path], Path]:
-        def make(d: Path) -> Path:
-            root = _write(d / "ds", None)
-            for name, content in files.items():
-                _write(root / name, content)
-            return root
-        return make
+        return _directory("ds", files)
 
     return {
         "empty directory": directory({}),
@@ -170,12 +175,7 @@ def _weights_corpus(plan_document: dict) -> dict[str, Callable[[Path], Path]]:
 
 def _sweep_dir_corpus() -> dict[str, Callable[[Path], Path]]:
     def directory(files: dict[str, str | bytes | None]) -> Callable[[Path], Path]:
-        def make(d: Path) -> Path:
-            root = _write(d / "sw", None)
-            for name, content in files.items():
-                _write(root / name, content)
-            return root
-        return make
+        return _directory("sw", files)
 
     return {
         "empty directory": directory({}),
