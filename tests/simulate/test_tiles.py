@@ -170,3 +170,29 @@ def test_a_tensor_read_by_a_2x2_stride_2_pooling_is_held_whole_and_runs_as_price
     assert relu in _block_held(graph, old)
     outcome = simulate_alone(graph, old, values, before.buffer_bytes - 1)
     assert not outcome.agrees and "tensor r block 0" in outcome.finding and "elements missing" in outcome.finding
+
+
+SQUEEZE_EXCITE = ("/features/features.5/block/block.2/avgpool/GlobalAveragePool",
+                  "/features/features.5/block/block.2/fc1/Conv", "/features/features.5/block/block.2/activation/Relu",
+                  "/features/features.5/block/block.2/fc2/Conv",
+                  "/features/features.5/block/block.2/scale_activation/HardSigmoid",
+                  "/features/features.5/block/block.2/Mul", "/features/features.5/block/block.3/block.3.0/Conv")
+
+
+def test_an_operator_with_one_output_row_reads_its_weights_once_however_many_tiles():
+    graph, values = prepared("mobilenet_v3_small")
+    cost, group, schedule = _schedule(graph, SQUEEZE_EXCITE, 64)
+    tiles = schedule.params["tiles"]
+    assert tiles > 1 and schedule.params["weights"] == "streamed"
+    index = {node.name: node.index for node in graph.nodes}
+    one_row = {index[name] for name in SQUEEZE_EXCITE if "/fc" in name}  # the excitation's convs, on 1x1 maps
+    reads = {w.operator: w.dram_reads for w in schedule.weights}
+    for v in reads:
+        weights = graph.nodes[v].weight_numel
+        assert reads[v] == (weights if v in one_row else weights * tiles)
+    assert all(graph.nodes[v].weight_numel for v in one_row)
+    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+    assert outcome.finding is None and outcome.skipped is None, outcome
+    # the loop nest makes each one-row output in one step: the price reads those weights once, as it does
+    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
+    assert outcome.agrees

@@ -27,7 +27,12 @@ output by ``k`` input channels; the rest streams through)::
     F_beta = b * (F + w_blk)
     tiles  = 1                                   if b * (W + F) < beta
            = ceil(H / h), h = floor((beta - 1 - F_beta) / (b * L)) + 1   otherwise
-    F_D    = b * (W * tiles + inputs + outputs)
+    F_D    = b * (W_r * tiles + W_1 + inputs + outputs)
+
+where ``W_1`` are the weights of the operators whose output has one row (a
+Squeeze-and-Excite convolution on a 1x1 map): they make it in one step of
+the tiles, so they read their weights once; ``W_r`` the rest (``W = W_r +
+W_1``).
 
 A group of one operator with weights (and the in-place operators on its
 output) may instead run in passes over blocks of its output channels,
@@ -166,6 +171,17 @@ def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
     return ok
 
 
+def weights_read_once(graph: CompGraph) -> tuple[int, ...]:
+    """Per operator: its weights where its output has one row, else 0.
+
+    Row tiles stream an operator's weights in every step in which it makes
+    rows; an operator with one output row makes it in one step, so it reads
+    its weights once however many tiles the group takes.
+    """
+    return tuple(node.weight_numel if node.outputs and graph.tensors[node.outputs[0]].rows <= 1 else 0
+                 for node in graph.nodes)
+
+
 class ModeTables(NamedTuple):
     """Per operator and per tensor, what :class:`BRRState` reads to alternate modes and hold channel blocks."""
 
@@ -178,13 +194,14 @@ class ModeTables(NamedTuple):
     producer: tuple[int | None, ...]  # per tensor
     tall_readers: tuple[tuple[int, ...], ...]  # per tensor: :func:`tall_readers`
     reader_windows: tuple[dict[int, float], ...]  # per tensor: :func:`reader_windows`
+    once_weights: tuple[int, ...]  # per operator: :func:`weights_read_once`
 
 
 class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 5  # a tensor read through windows of more than one row is held with all its channels
+    version = 6  # an operator with one output row reads its weights once, not once per tile
     label_version = 5  # the same: one-row tiles hold more where such a tensor was held a channel block at a time
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
@@ -208,6 +225,7 @@ class BRRCostModel(CostModel):
         self._mode_flip = tuple(3 if b else 0 for b in self.blockable)
         self._tall_readers = tall_readers(graph)
         self._reader_windows = reader_windows(graph)
+        self._once_weights = weights_read_once(graph)
         # Share of a tensor one channel block is: min(1, k / C).
         self._block_share = tuple(
             min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
@@ -325,7 +343,8 @@ class BRRCostModel(CostModel):
         the alternation holds it a block at a time) and ``scratch`` counts the rows a taller tile adds.
         Where every weight fits beside the features they stay (``params["weights"]`` ``resident``, read
         once, one tile); otherwise they stream through one buffer of the largest weight block
-        (``params["weight_block"]``, counted on the operator it belongs to), read once per tile. ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
+        (``params["weight_block"]``, counted on the operator it belongs to), read once per tile (once in all
+        by an operator with one output row, :func:`weights_read_once`). ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
         """
         group = frozenset(group)
         chosen = max(self._schedules(group), key=lambda item: item[1] == self.evaluate(group))[0]
@@ -365,7 +384,9 @@ class BRRCostModel(CostModel):
             scratch = 0
         else:
             holder = max(members, key=lambda v: (self._weight_block[v], -v))
-            weights = tuple(WeightUse(v, block if v == holder else 0, graph.nodes[v].weight_numel * tiles)
+            once = self._once_weights
+            weights = tuple(WeightUse(v, block if v == holder else 0,
+                                      graph.nodes[v].weight_numel * (1 if once[v] else tiles))
                             for v in members if graph.nodes[v].weight_numel)
             scratch = ceil(line * (per_tile - 1))
         return Schedule("row-tiles", tuple(members), tuple(uses), weights, loops=(("row tiles", tiles),),
@@ -383,17 +404,18 @@ class BRRCostModel(CostModel):
         # built when first priced, after any subclass has set its tables (weight blocks, say)
         return ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
                           self._weight_block, self._block_share, self._producer, self._tall_readers,
-                          self._reader_windows)
+                          self._reader_windows, self._once_weights)
 
     def new_state(self) -> BRRState:
         return BRRState(self.tables, self.in_place, self.mode_tables)
 
-    def _tally(self, group: Group) -> tuple[Footprint, int, tuple[int, float, int, float] | None]:
-        """The group's footprint, the largest weight block of its operators, and what holding channel
-        blocks saves under each entry mode (:meth:`_held_savings`)."""
+    def _tally(self, group: Group) -> tuple[Footprint, int, int, tuple[int, float, int, float] | None]:
+        """The group's footprint, the largest weight block of its operators, the weights read once
+        (:func:`weights_read_once`), and what holding channel blocks saves under each entry mode
+        (:meth:`_held_savings`)."""
         state = self.pricing_state(group) if self.incremental else None
         if state is not None:
-            return state.footprint(), state.block, state.savings()
+            return state.footprint(), state.block, state.once, state.savings()
         rows: dict[int, int] = {}
         streamed: set[int] = set()
         fp = footprint(self.tables, group, rows, self.in_place, streamed)
@@ -402,7 +424,7 @@ class BRRCostModel(CostModel):
         # without a convolution in the group there is nothing to alternate.
         narrow = [t for t in rows if self._block_share[t] < 1.0]
         savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
-        return fp, block, savings
+        return fp, block, sum(map(self._once_weights.__getitem__, group)), savings
 
     def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
         found = self._row_tile_schedules(group)
@@ -432,7 +454,7 @@ class BRRCostModel(CostModel):
     def _row_tile_schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
         b = self.bytes_per_element
         beta = self.buffer_bytes
-        fp, block, savings = self._tally(group)
+        fp, block, once, savings = self._tally(group)
         weights, reference = fp.weights, fp.reference_rows
         io = fp.inputs + fp.outputs
         if savings is None:
@@ -452,7 +474,8 @@ class BRRCostModel(CostModel):
                 buffer = b * (weights + features)
             else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
                 buffer = b * (features + block + ceil(line * (rows - 1)))
-            found.append((name, GroupCost(buffer=buffer, dram=b * (weights * tiles + io))))
+            dram = b * ((weights - once) * tiles + once + io)
+            found.append((name, GroupCost(buffer=buffer, dram=dram)))
         return found
 
     def _alone(self, group: Group) -> Schedule | None:
@@ -587,8 +610,8 @@ class BRRState(StreamingState):
     tensors an added operator touches, as the streaming totals are).
     """
 
-    __slots__ = ("modes", "bits", "block", "alternates", "saved_full", "saved_partial", "held", "line_full",
-                 "line_partial")
+    __slots__ = ("modes", "bits", "block", "once", "alternates", "saved_full", "saved_partial", "held",
+                 "line_full", "line_partial")
 
     def __init__(self, tables: GraphTables, in_place: tuple[bool, ...], modes: ModeTables) -> None:
         # the tables, not the cost model: the model keeps its states, and a cycle would leave each
@@ -597,6 +620,7 @@ class BRRState(StreamingState):
         self.modes = modes
         self.bits: dict[int, int] = {}  # operator -> bit 0: full under the full entry; bit 1: under the partial one
         self.block = 0
+        self.once = 0  # weights read once: :func:`weights_read_once`
         self.alternates = False  # whether a blockable operator is in the group
         self.saved_full = self.saved_partial = 0
         # per tensor of more channels than a block, in streaming order: elements saved << 2 | the entries
@@ -618,6 +642,7 @@ class BRRState(StreamingState):
             bits[v] = _entry_modes(v, bits, modes.input_producers, blockable)
         if modes.weight_block[v] > self.block:
             self.block = modes.weight_block[v]
+        self.once += modes.once_weights[v]
         if blockable[v]:
             self.alternates = True
 
