@@ -86,12 +86,17 @@ def test_a_lbdf_group_of_a_random_graph_never_moves_more_than_its_operators_apar
         assert cost.dram(group) <= sum(apart(cost, v) for v in group)
 
 
-# Measured on the zoo (20 tries at each of the 5 buffers, seed 0: 887 fitting groups): 99 BRR groups move
-# more than their operators apart, deeplabv3's ASPP Concat and its branches, squeeze-and-excite poolings
-# of efficientnet and mobilenet_v2's classifier among them: BRR prices a group by its row tiles and channel
-# passes, which a group of one operator may avoid by running in the lone-operator mapper's blocking.
-@pytest.mark.xfail(strict=False, reason="BRR: 99 of 887 zoo groups move more than their operators apart")
-@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_b3"])
+# Measured on the zoo under cost-model version 6 (20 tries at each of the 5 buffers, seed 0: 621 fitting
+# groups): 66 BRR groups move more than their operators apart (vgg16 30, resnet101 and resnet152 10 each,
+# resnet18 6, resnet50 5, deeplabv3 3, mobilenet_v2 and squeezenet 1): BRR prices a group by its row
+# tiles, which re-read streamed weights once per tile, while each operator alone may run in the
+# lone-operator mapper's blocking. Since version 6 (weights of one-row operators read once) none of the
+# efficientnets' groups does. The strict mark makes the suite say so when mobilenet_v2's stops.
+@pytest.mark.parametrize("name", [
+    "efficientnet_b0",
+    pytest.param("mobilenet_v2", marks=pytest.mark.xfail(
+        strict=True, reason="BRR: 66 of 621 zoo groups move more than their operators apart, 1 of mobilenet_v2's")),
+])
 def test_a_brr_group_never_moves_more_than_its_operators_apart(zoo_graphs, name):
     worse = []
     for kb in BUFFERS_KB:
