@@ -35,6 +35,18 @@ def _block_held(graph, schedule) -> list[int]:
     return [u.tensor for u in schedule.tensors if 0 < u.elements < u.rows * graph.tensors[u.tensor].row_numel]
 
 
+def _assert_runs_as_priced(graph, schedule, values, cost, group):
+    """The schedule runs inside the buffer, moves the DRAM it and the cost model say, and computes the
+    model's tensors; returns the outcome."""
+    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+    assert outcome.finding is None and outcome.skipped is None, outcome
+    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
+    assert outcome.peak_on_chip <= schedule.on_chip
+    assert outcome.max_error <= TOLERANCE
+    assert outcome.agrees
+    return outcome
+
+
 def _run_with_halo(graph, schedule, values):
     dram = {u.tensor: values.tensor(u.tensor) for u in schedule.tensors if u.dram_reads}
     before = set(dram)
@@ -57,12 +69,7 @@ def test_channel_blocks_read_through_one_row_windows_run_as_priced(kb, tiles):
         for c in graph.tensors[t].consumers:
             if c in members:
                 assert all(k == 1 for x, k, _s, _r in graph.nodes[c].windows if x == t)
-    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
-    assert outcome.finding is None and outcome.skipped is None, outcome
-    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
-    assert outcome.peak_on_chip <= schedule.on_chip
-    assert outcome.max_error <= TOLERANCE
-    assert outcome.agrees
+    _assert_runs_as_priced(graph, schedule, values, cost, group)
 
 
 @pytest.mark.parametrize("kb", [256, pytest.param(64, marks=pytest.mark.slow)])
@@ -74,11 +81,7 @@ def test_an_input_read_through_a_3x3_window_is_held_whole_and_runs_as_priced(kb)
     # from one tile to the next: BRR holds it whole
     assert pooled not in _block_held(graph, schedule)
     assert _block_held(graph, schedule)  # the partial conv2's output leaves a block at a time
-    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
-    assert outcome.finding is None and outcome.skipped is None, outcome
-    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
-    assert outcome.peak_on_chip <= schedule.on_chip
-    assert outcome.agrees
+    _assert_runs_as_priced(graph, schedule, values, cost, group)
 
 
 @pytest.mark.parametrize("kb", [256, pytest.param(64, marks=pytest.mark.slow)])
@@ -191,8 +194,5 @@ def test_an_operator_with_one_output_row_reads_its_weights_once_however_many_til
         weights = graph.nodes[v].weight_numel
         assert reads[v] == (weights if v in one_row else weights * tiles)
     assert all(graph.nodes[v].weight_numel for v in one_row)
-    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
-    assert outcome.finding is None and outcome.skipped is None, outcome
     # the loop nest makes each one-row output in one step: the price reads those weights once, as it does
-    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
-    assert outcome.agrees
+    _assert_runs_as_priced(graph, schedule, values, cost, group)
