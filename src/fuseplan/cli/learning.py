@@ -120,7 +120,8 @@ def classifier_train(
     """Train the 4-layer GraphConv validity classifier (80/10/10 split of groups)."""
     from dataclasses import asdict
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from fuseplan.explain import gnn
     from fuseplan.explain.dataset import load_dataset
@@ -133,6 +134,7 @@ def classifier_train(
         splits = gnn.family_split(data, holdout_family, seed)
     progress = Progress(TextColumn(f"training {scheme.value}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("loss {task.fields[loss]} val {task.fields[val]}"), TimeElapsedColumn(),
+                        TimeRemainingColumn(),
                         console=stderr, transient=True, disable=as_json or not stderr.is_terminal)
     with progress:
         task = progress.add_task("epochs", total=epochs, loss="-", val="-")

@@ -86,7 +86,8 @@ def passes_command(
     """Prune the graph passes that change nothing for this network, search orders of the rest, measure the graphs."""
     import tempfile
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from fuseplan.passes.select import cached_prune, default_cache_dir, normalise
     from fuseplan.rewrite.pass_search import check_timing_options, search_passes
@@ -123,6 +124,7 @@ def passes_command(
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     start_model = normalise(source_model, shapes or None, seed)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TimeRemainingColumn(),
                         console=stderr, transient=True, disable=as_json or not stderr.is_terminal)
     with progress, tempfile.TemporaryDirectory(prefix="fuseplan-passes-") as directory:
         passes_total = len(names or catalogue)

@@ -77,7 +77,8 @@ def plan(
                              "machine's speed, a budget's does not).", show_default=False)] = None,
 ) -> None:
     """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups all fit the buffer."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from fuseplan.plan import FusionProblem
     from fuseplan.plan.io import annotate_onnx, plan_document, write_json
@@ -118,6 +119,7 @@ def plan(
     progress = Progress(
         TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"), TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=stderr, transient=True, disable=as_json or not stderr.is_terminal,
     )
     with progress:

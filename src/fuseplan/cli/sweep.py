@@ -41,12 +41,13 @@ RayAddressOpt = Annotated[Optional[str], typer.Option(
 
 def _run_sweep_with_progress(config, out: Path, executor, retry_failed: bool = False, label: str = ""):
     """Run a sweep with a progress bar (cells done, failures) on stderr; each cell's record keeps its error."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from fuseplan.sweep import run_sweep
 
     progress = Progress(TextColumn(label or config.name), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
+                        TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                         console=stderr, transient=True, disable=not stderr.is_terminal)
     task = None
 
