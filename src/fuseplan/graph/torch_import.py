@@ -152,7 +152,7 @@ def load_factory(spec: str, prints: Any = None) -> tuple[Any, tuple, str]:
         raise FuseplanError(f"{spec}: the module called sys.exit({exc.code!r}) instead of returning "
                             "(module, example_inputs)") from None
     except BaseException as exc:  # the user's code: any exception, even GeneratorExit or a BaseException
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        first = first_line(exc) if str(exc).strip() else ""
         raise FuseplanError(f"{spec}: {type(exc).__name__}{': ' + first if first else ''}") from None
     finally:
         sys.modules.pop(module_name, None)
