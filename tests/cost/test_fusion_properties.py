@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from fuseplan.cost import CostModel, make_cost_model
 from fuseplan.cost.streaming import in_place_operators
 from fuseplan.graph import CompGraph
-from fuseplan.schedule.lone import lone_schedule
+from fuseplan import load_graph
+from fuseplan.schedule.lone import EPILOGUE_OPS, lone_schedule
 from tests.conftest import BUFFERS_KB, ZOO
 from tests.cost.test_properties import grow_group
 from tests.dags import random_dags
@@ -118,32 +119,81 @@ def _ride_chain(graph: CompGraph, v: int, in_place: tuple[bool, ...]) -> list[in
     return chain
 
 
+def _closed_epilogue(graph: CompGraph, v: int, carried: tuple[int, ...]) -> int:
+    """Check that ``carried`` can be applied to each output block of ``v``: element-wise operators of its
+    output's shape, reading only ``v``'s output and each other's, exactly one of the tensors made read
+    outside them (or a model output); returns that tensor."""
+    shape = graph.tensors[graph.nodes[v].outputs[0]].shape
+    made = [graph.nodes[v].outputs[0]]
+    for u in carried:
+        node = graph.nodes[u]
+        assert node.op_type in EPILOGUE_OPS and len(node.outputs) == 1
+        assert graph.tensors[node.outputs[0]].shape == shape
+        assert all(t in made for t in node.inputs), "an epilogue reads only what it and the operator make"
+        made.append(node.outputs[0])
+    escaping = [t for t in made if graph.tensors[t].is_model_output
+                or not set(graph.tensors[t].consumers) <= set(carried)]
+    assert len(escaping) == 1
+    return escaping[0]
+
+
 # LBDF only: BRR, which streams weights, finds no unfuseable operator with an in-place reader in these
 # models from 16KB to 128KB; both schemes share CostModel.riding.
 @pytest.mark.parametrize("scheme", ["lbdf"])
 def test_the_in_place_operators_on_an_unfuseable_output_ride_with_it(zoo_graphs, scheme):
-    rode = 0
+    rode = branched = 0
     for name, kb in [(name, kb) for name in ("resnet18", "mobilenet_v2", "vgg16", "efficientnet_b0")
                      for kb in (64, 256, 1024)]:
         graph = zoo_graphs[name]
         in_place = in_place_operators(graph)
         cost = make_cost_model(scheme, graph, kb * KB)
         too_big = [v for v in cost.unfuseable if v not in cost.riding]
-        expected = {u: v for v in too_big for u in _ride_chain(graph, v, in_place)}
-        assert cost.riding == expected
+        expected = {}
         for v in too_big:
             assert not cost.fits(frozenset((v,)))
             chain = _ride_chain(graph, v, in_place)
+            carried = cost.carried(v)
             schedule = cost.alone_schedule(v)
-            assert set(chain) <= set(schedule.operators)
-            # the blocks are written once, after the last rider: the output of the chain, not v's own
-            last = graph.nodes[chain[-1] if chain else v].outputs[0]
+            assert schedule.operators == (v, *carried)
+            if list(carried) != chain:
+                # an element-wise graph on the output (Swish: x * sigmoid(x)), taken where it moves no more
+                # than the chain alone, its further weights aside
+                assert set(chain) < set(carried)
+                alone = lone_schedule(graph, v, tuple(chain), kb * KB, 1)
+                extra = sum(graph.nodes[u].weight_numel for u in carried if u not in chain)
+                assert alone is None or schedule.dram - extra <= alone.dram
+                branched += 1
+            expected.update({u: v for u in carried})
+            # the blocks are written once, after the epilogue: its one tensor read outside, not v's own
+            last = _closed_epilogue(graph, v, carried)
             written = {use.tensor for use in schedule.tensors if use.dram_writes}
-            assert last in written and (not chain or graph.nodes[v].outputs[0] not in written)
+            assert last in written and (not carried or graph.nodes[v].outputs[0] not in written)
+        assert cost.riding == expected
         for u in expected:
             assert u in cost.unfuseable and cost.alone_dram(u) == 0
         rode += len(expected)
-    assert rode > 0
+    assert rode > 0 and branched > 0
+
+
+def test_gelu_rides_with_the_transformer_matrix_product_that_does_not_fit():
+    """bert_encoder at 256KB (LBDF): each feed-forward MatMul of 256K weights runs alone and applies its
+    bias and GELU (``x * (erf(x / sqrt 2) + 1) / 2``, a branch that rejoins) to each output block: the
+    1x128x1024 tensors between them never reach DRAM."""
+    graph = load_graph("bert_encoder")
+    cost = make_cost_model("lbdf", graph, 256 * KB)
+    head = graph.node_index("/layers.0/intermediate/MatMul")
+    assert head in cost.unfuseable and head not in cost.riding
+    names = [graph.nodes[u].name.removeprefix("/layers.0/") for u in cost.carried(head)]
+    assert names == ["intermediate/Add", "Div_1", "Erf", "Add_1", "Mul", "Mul_1"]
+    schedule = cost.alone_schedule(head)
+    written = [use for use in schedule.tensors if use.dram_writes]
+    assert [graph.tensors[use.tensor].name for use in written] == ["/layers.0/Mul_1_output_0"]
+    # what the product alone must move: its input, its weights and the epilogue's, and one output
+    x, y = graph.tensors[graph.nodes[head].inputs[0]], written[0]
+    weights = sum(graph.nodes[u].weight_numel for u in (head, *cost.carried(head)))
+    assert schedule.dram == x.numel + weights + graph.tensors[y.tensor].numel
+    # x stays while erf(x / sqrt 2) + 1 is made: a second output block, counted on chip
+    assert schedule.scratch == 2 * schedule.params["m"] * schedule.params["n"]
 
 
 # 243 splits of squeezenet, resnet18 and mobilenet_v2 at 64KB, 256KB and 1MB were checked under each scheme

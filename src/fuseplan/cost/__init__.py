@@ -37,6 +37,12 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    (one-row tiles hold those channels), so BRR datasets and classifier
 #    weights labelled under version 3 are stale. (BRR shares the Resize
 #    geometry, which changes its F_beta of deeplabv3's upsampling groups.)
+# 7: LBDF: an operator that does not fit alone carries the element-wise graph
+#    on its output (a bias and GELU, x * (erf(x / sqrt 2) + 1) / 2, a branch
+#    that rejoins; Swish), not only an in-place chain, where that moves no
+#    more DRAM than the chain (fuseplan.schedule.lone.epilogue): those
+#    operators leave the search and their tensors DRAM. No group's price
+#    changes (labels unchanged).
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 
 
@@ -48,7 +54,7 @@ def _scheme(scheme: str) -> type[CostModel]:
 
 
 def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 5, BRR 5): sweep cells and
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 7, BRR 6): sweep cells and
     proven optima priced under an earlier one are stale."""
     return _scheme(scheme).version
 

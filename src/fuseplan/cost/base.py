@@ -23,7 +23,7 @@ from typing import Any, ClassVar, NamedTuple
 from fuseplan.errors import FuseplanError
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import Schedule
-from fuseplan.schedule.lone import conv_geometry, lone_schedule, riders
+from fuseplan.schedule.lone import conv_geometry, epilogue, lone_schedule, riders
 
 Group = frozenset[int]
 
@@ -399,23 +399,50 @@ class CostModel(ABC):
 
     @cached_property
     def riding(self) -> dict[int, int]:
-        """Operators that run with an operator that does not fit alone: the in-place operators on its output
-        (:func:`fuseplan.schedule.lone.riders`), applied to each output block before it is written;
-        rider -> that operator."""
-        in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
+        """Operators that run with an operator that does not fit alone (:meth:`carried`), applied to each
+        output block before it is written; rider -> that operator."""
         found: dict[int, int] = {}
         for v in self._too_big:
             if v not in found:
-                for u in riders(self.graph, v, in_place):
+                for u in self.carried(v):
                     found[u] = v
         return found
 
+    def carried(self, v: int) -> tuple[int, ...]:
+        """The operators that run with operator ``v`` when it does not fit alone (``()`` when it does).
+
+        The in-place chain on its output (:func:`fuseplan.schedule.lone.riders`), or the element-wise
+        graph on it (:func:`fuseplan.schedule.lone.epilogue`, GELU say) where ``v`` with that moves no
+        more DRAM than with the chain, the further operators' weights aside (its further output blocks
+        may cost it a blocking). Then no plan
+        does better by running those operators apart, as they would read a tensor of the size of the one
+        the epilogue writes, and the operators excluded from the search change no group's price.
+        """
+        if v not in self._too_big:
+            return ()
+        cached = self._carried.get(v)
+        if cached is None:
+            in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
+            cached = chain = riders(self.graph, v, in_place)
+            graph_on = epilogue(self.graph, v)
+            if len(graph_on) > len(chain):
+                with_graph = lone_schedule(self.graph, v, graph_on, self.buffer_bytes, self.bytes_per_element)
+                with_chain = lone_schedule(self.graph, v, chain, self.buffer_bytes, self.bytes_per_element)
+                # the further operators' weights are read wherever they run
+                weights = sum(self.graph.nodes[u].weight_numel for u in graph_on if u not in chain)
+                if with_graph is not None and (with_chain is None or with_graph.dram - weights <= with_chain.dram):
+                    cached = graph_on
+            self._carried[v] = cached
+        return cached
+
+    @cached_property
+    def _carried(self) -> dict[int, tuple[int, ...]]:
+        return {}
+
     def alone_schedule(self, v: int) -> Schedule:
-        """The schedule of operator ``v`` run alone with the operators riding on it (:attr:`riding`): the
+        """The schedule of operator ``v`` run alone with the operators riding on it (:meth:`carried`): the
         least-DRAM blocking that fits (:func:`fuseplan.schedule.lone.lone_schedule`), the same for every scheme."""
-        in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
-        found = lone_schedule(self.graph, v, riders(self.graph, v, in_place) if v in self._too_big else (),
-                              self.buffer_bytes, self.bytes_per_element)
+        found = lone_schedule(self.graph, v, self.carried(v), self.buffer_bytes, self.bytes_per_element)
         if found is None:
             node = self.graph.nodes[v]
             raise FuseplanError(f"operator {node.name!r} ({node.op_type}) cannot run in a "

@@ -28,7 +28,7 @@ class LBDFCostModel(CostModel):
     """Line-buffer depth-first fusion: all weights resident, features streamed by rows."""
 
     name = "lbdf"
-    version = 5  # a Resize's rows from the ONNX definition; only the touched rows and columns of inputs read
+    version = 7  # an unfuseable operator carries the element-wise graph on its output (GELU), not only a chain
     label_version = 5  # a Resize's rows from the ONNX definition (F_beta of deeplabv3's Resize groups)
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1) -> None:

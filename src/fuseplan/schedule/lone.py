@@ -156,6 +156,74 @@ def riders(graph: CompGraph, v: int, in_place: tuple[bool, ...]) -> tuple[int, .
     return tuple(chain)
 
 
+# Element-wise operators an epilogue may apply to an output block: those whose output has its input's type
+# (not a comparison, a logical operator, a Cast or a Where).
+EPILOGUE_OPS = ELEMENTWISE_OPS - frozenset(
+    "And Cast Equal Greater GreaterOrEqual IsInf IsNaN Less LessOrEqual Not Or Where Xor".split())
+
+
+def epilogue(graph: CompGraph, v: int) -> tuple[int, ...]:
+    """The element-wise operators on ``v``'s output that can be applied to each output block before it is
+    written, in topological order: :func:`riders` generalised from a chain to a graph that branches and
+    rejoins (GELU's ``x * (erf(x / sqrt 2) + 1) / 2``, Swish's ``x * sigmoid(x)``).
+
+    Each operator of it is element-wise (:data:`EPILOGUE_OPS`), makes one tensor of the shape of ``v``'s
+    output from activations of that shape that ``v`` or the epilogue make (its other operands are weights,
+    held whole), and exactly one of the tensors made (the last) is read outside it or is a model output:
+    the one the schedule writes. The walk takes, in topological order, the next reader of a tensor made
+    so far while it qualifies, and returns the longest such prefix that leaves one tensor to write
+    (``()`` if none does). On a chain of in-place operators it is :func:`riders`' chain (and it may go on
+    through other element-wise operators, Erf say).
+    """
+    nodes, tensors = graph.nodes, graph.tensors
+    if len(nodes[v].outputs) != 1:
+        return ()
+    first = nodes[v].outputs[0]
+    shape = tensors[first].shape
+    made = [first]
+    members: list[int] = []
+    taken: set[int] = set()
+    best: tuple[int, ...] = ()
+    while True:
+        readers = sorted({u for t in made for u in tensors[t].consumers if u not in taken})
+        if not readers:
+            break
+        u = readers[0]
+        node = nodes[u]
+        if node.op_type not in EPILOGUE_OPS or len(node.outputs) != 1 \
+                or tensors[node.outputs[0]].shape != shape \
+                or not node.inputs or any(t not in made for t in node.inputs):
+            break
+        members.append(u)
+        taken.add(u)
+        made.append(node.outputs[0])
+        escaping = [t for t in made if tensors[t].is_model_output or not set(tensors[t].consumers) <= taken]
+        if escaping == [made[-1]]:
+            best = tuple(members)
+    return best
+
+
+def epilogue_buffers(graph: CompGraph, v: int, operators: tuple[int, ...]) -> int:
+    """How many output blocks the epilogue ``operators`` on ``v``'s output holds at its peak, that of ``v``
+    included (1 for a chain: each operator overwrites its input in place). An operator overwrites one of
+    its inputs that no later operator of it reads; otherwise its result takes a block of its own, held
+    until its last reader has run."""
+    nodes = graph.nodes
+    if not operators:
+        return 1
+    last_read: dict[int, int] = {}
+    for step, u in enumerate(operators):
+        for t in nodes[u].inputs:
+            last_read[t] = step
+    live = {nodes[v].outputs[0]}
+    peak = 1
+    for step, u in enumerate(operators):
+        dying = {t for t in nodes[u].inputs if t in live and last_read.get(t) == step}
+        peak = max(peak, len(live) + (0 if dying else 1))
+        live = (live - dying) | {nodes[u].outputs[0]}
+    return peak
+
+
 def lone_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], buffer_bytes: int,
                   bytes_per_element: int) -> Schedule | None:
     """The least-DRAM schedule of operator ``v`` run alone with ``riders`` (ties: the least on chip).
@@ -176,11 +244,11 @@ def lone_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], buffer_byte
     if node.op_type in WINDOW_OPS:
         geometry = conv_geometry(graph, v)
         if geometry is not None:
-            return _conv_schedule(graph, v, geometry, extra, room)
+            return _conv_schedule(graph, v, replace(geometry, buffers=extra.buffers), extra, room)
     elif node.op_type in MATMUL_OPS:
         geometry_mm = matmul_geometry(graph, v)
         if geometry_mm is not None:
-            return _matmul_schedule(graph, v, geometry_mm, extra, room)
+            return _matmul_schedule(graph, v, replace(geometry_mm, buffers=extra.buffers), extra, room)
     else:
         chunked = _chunk_plan(graph, v)
         if chunked is not None:
@@ -195,9 +263,10 @@ class _Riders:
 
     operators: tuple[int, ...]
     output: int  # the tensor the schedule writes (the last rider's output, or the operator's)
-    inner: tuple[int, ...]  # tensors rewritten in place (the operator's output and the riders' but the last)
+    inner: tuple[int, ...]  # tensors made and consumed on chip (the operator's output and the riders' but the last)
     weights: tuple[WeightUse, ...]
     held: int
+    buffers: int = 1  # output blocks held at the peak (the operator's and an epilogue's: epilogue_buffers)
 
     @classmethod
     def of(cls, graph: CompGraph, v: int, riders: tuple[int, ...]) -> _Riders:
@@ -209,7 +278,8 @@ class _Riders:
             output = nodes[u].outputs[0]
         weights = tuple(WeightUse(u, nodes[u].weight_numel, nodes[u].weight_numel)
                         for u in riders if nodes[u].weight_numel)
-        return cls(tuple(riders), output, tuple(inner), weights, sum(w.elements for w in weights))
+        return cls(tuple(riders), output, tuple(inner), weights, sum(w.elements for w in weights),
+                   epilogue_buffers(graph, v, tuple(riders)))
 
     def tensors(self) -> tuple[TensorUse, ...]:
         return tuple(TensorUse(t, IN_PLACE, 0, 0) for t in self.inner)
@@ -251,6 +321,7 @@ class ConvGeometry:
     taps_w: int  # filter columns some output column reads off the padding
     cols: int  # input columns some window touches: the length of an input row as read
     batch: int = 1
+    buffers: int = 1  # output blocks held at once: the partial sums, and as many more as an epilogue needs
 
     @property
     def cin_group(self) -> int:
@@ -434,17 +505,17 @@ def _image_cost(g: ConvGeometry, order: str, k: int, c: int, h: int) -> ConvCost
     if order == CHANNELS_OUTER:
         if c == block_in:
             return ConvCost(order, k, c, h, KEPT, read_in * rows.touched * row, g.weights,
-                            c * rows.window_max * row, rows.window_max, held, h * k * g.w_out)
+                            c * rows.window_max * row, rows.window_max, held, h * k * g.w_out * g.buffers)
         return ConvCost(order, k, c, h, REREAD, count * g.c_in * rows.reread * row, g.weights * rows.blocks,
-                        c * rows.reread_max * row, rows.reread_max, held, h * k * g.w_out)
+                        c * rows.reread_max * row, rows.reread_max, held, h * k * g.w_out * g.buffers)
     if order == ROWS_OUTER:
         once = count == 1 and c == block_in
         return ConvCost(order, k, c, h, KEPT, g.c_in * rows.touched * row,
                         g.weights * (1 if once else rows.blocks),
-                        g.c_in * rows.window_max * row, rows.window_max, held, h * k * g.w_out)
+                        g.c_in * rows.window_max * row, rows.window_max, held, h * k * g.w_out * g.buffers)
     if order == ROWS_INNER:
         return ConvCost(order, k, c, h, KEPT, count * g.c_in * rows.touched * row, g.weights,
-                        c * rows.window_max * row, rows.window_max, held, k * g.h_out * g.w_out)
+                        c * rows.window_max * row, rows.window_max, held, k * g.h_out * g.w_out * g.buffers)
     raise ValueError(f"unknown conv-blocks order {order!r}")
 
 
@@ -504,7 +575,7 @@ def _least_reread(g: ConvGeometry, room: int) -> ConvCost | None:
         held = k * per_channel
         reads = count * g.c_in * g.cols
         for h, blocks, rows, most in frontier:
-            on_chip = held + most * g.cols + h * k * g.w_out
+            on_chip = held + most * g.cols + h * k * g.w_out * g.buffers
             if on_chip > room:
                 continue
             key = (g.batch * (g.weights * blocks + reads * rows + out), on_chip)
@@ -587,8 +658,10 @@ def conv_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], orde
                          h: int) -> Schedule | None:
     """The ``conv-blocks`` schedule of one blocking, whatever it holds (``None`` where it is not one)."""
     g = conv_geometry(graph, v)
+    extra = _Riders.of(graph, v, riders)
+    g = None if g is None else replace(g, buffers=extra.buffers)
     cost = None if g is None else conv_cost(g, order, k, c, h)
-    return None if cost is None else _conv_blocks(graph, v, g, _Riders.of(graph, v, riders), cost)
+    return None if cost is None else _conv_blocks(graph, v, g, extra, cost)
 
 
 def _conv_blocks(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, best: ConvCost) -> Schedule:
@@ -625,6 +698,7 @@ class MatmulGeometry:
     n: int
     b_weight: bool
     bias: int  # 0 or n
+    buffers: int = 1  # output blocks held at once: the accumulator, and as many more as an epilogue needs
 
     @property
     def a(self) -> int:
@@ -693,13 +767,13 @@ def matmul_cost(g: MatmulGeometry, order: str, m: int, n: int, kk: int) -> Matmu
     bias_block = n if g.bias else 0
     if order == OUTPUT_STATIONARY:
         return MatmulCost(order, m, n, kk, g.batch * g.a * nn, g.batch * (g.b + g.bias) * nm,
-                          m * kk, kk * n, m * n)
+                          m * kk, kk * n, m * n * g.buffers)
     if order == A_PANEL:
         return MatmulCost(order, m, n, kk, g.batch * g.a, g.batch * (g.b + g.bias) * nm,
-                          m * g.k, kk * n, m * n)
+                          m * g.k, kk * n, m * n * g.buffers)
     if order == B_PANEL:
         return MatmulCost(order, m, n, kk, g.batch * g.a * nn, g.batch * (g.b + g.bias),
-                          m * kk, g.k * n + bias_block, m * n)
+                          m * kk, g.k * n + bias_block, m * n * g.buffers)
     raise ValueError(f"unknown matmul-blocks order {order!r}")
 
 
@@ -708,8 +782,8 @@ def matmul_candidates(g: MatmulGeometry, room: int):
     ``output-stationary`` the widest ``n`` that fits beside each ``m``; a panel order's other block one."""
     n_sizes = _ceil_sizes(g.n)
     for m in _ceil_sizes(g.m):
-        # m + n + m n <= room  (k = 1)
-        widest = (room - m) // (m + 1)
+        # m + n + buffers m n <= room  (k = 1)
+        widest = (room - m) // (g.buffers * m + 1)
         if widest >= 1:
             n = n_sizes[_floor_index(n_sizes, widest)]
             yield matmul_cost(g, OUTPUT_STATIONARY, m, n, 1)
@@ -750,8 +824,11 @@ def matmul_blocks_schedule(graph: CompGraph, v: int, riders: tuple[int, ...], or
                            k: int) -> Schedule | None:
     """The ``matmul-blocks`` schedule of one blocking, whatever it holds (``None`` for no matrix product)."""
     g = matmul_geometry(graph, v)
-    return None if g is None else _matmul_blocks(graph, v, g, _Riders.of(graph, v, riders),
-                                                 matmul_cost(g, order, m, n, k))
+    if g is None:
+        return None
+    extra = _Riders.of(graph, v, riders)
+    g = replace(g, buffers=extra.buffers)
+    return _matmul_blocks(graph, v, g, extra, matmul_cost(g, order, m, n, k))
 
 
 def _matmul_blocks(graph: CompGraph, v: int, g: MatmulGeometry, extra: _Riders, best: MatmulCost) -> Schedule:
@@ -848,8 +925,10 @@ def _chunks_schedule(graph: CompGraph, v: int, plan: _ChunkPlan, extra: _Riders,
     uses += [TensorUse(t, TILE, 1, plan.output_held if i == 0 else 0, dram_writes=tensors[t].numel)
              for i, t in enumerate(outputs)]
     weights = ((WeightUse(v, node.weight_numel, node.weight_numel),) if node.weight_numel else ()) + extra.weights
+    # an epilogue's further blocks: of a line, or of the whole output where a global pooling makes it at once
+    block = tensors[node.outputs[0]].numel if node.op_type in GLOBAL_POOLS else plan.line
     schedule = Schedule(CHUNKS, (v, *extra.operators), tuple(uses), weights, (("lines", plan.lines),),
-                        {"lines": 1, "line": plan.line}, scratch=plan.scratch)
+                        {"lines": 1, "line": plan.line}, scratch=plan.scratch + (extra.buffers - 1) * block)
     return schedule if schedule.on_chip <= room + extra.held else None
 
 
@@ -859,11 +938,14 @@ def _whole_schedule(graph: CompGraph, v: int, extra: _Riders, room: int) -> Sche
     tensors = graph.tensors
     inputs = tuple(dict.fromkeys(node.inputs))
     outputs = node.outputs if len(node.outputs) != 1 else (extra.output,)
-    on_chip = sum(tensors[t].numel for t in inputs) + sum(tensors[t].numel for t in outputs) + node.weight_numel
+    # an epilogue's further blocks are of the whole output too
+    scratch = (extra.buffers - 1) * tensors[node.outputs[0]].numel if extra.operators else 0
+    on_chip = (sum(tensors[t].numel for t in inputs) + sum(tensors[t].numel for t in outputs) + node.weight_numel
+               + scratch)
     if on_chip > room:
         return None
     uses = [TensorUse(t, WHOLE, tensors[t].rows, tensors[t].numel, dram_reads=tensors[t].numel) for t in inputs]
     uses += extra.tensors()
     uses += [TensorUse(t, WHOLE, tensors[t].rows, tensors[t].numel, dram_writes=tensors[t].numel) for t in outputs]
     weights = ((WeightUse(v, node.weight_numel, node.weight_numel),) if node.weight_numel else ()) + extra.weights
-    return Schedule(WHOLE_KIND, (v, *extra.operators), tuple(uses), weights, (), {})
+    return Schedule(WHOLE_KIND, (v, *extra.operators), tuple(uses), weights, (), {}, scratch=scratch)

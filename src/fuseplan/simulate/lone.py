@@ -55,12 +55,16 @@ def _float_constants(values: ModelValues, graph: CompGraph, v: int) -> list[tupl
 
 
 class _Riders:
-    """The in-place operators applied to each finished output block, their weights held whole."""
+    """The element-wise operators applied to each finished output block (riders, an epilogue), their
+    weights held whole. Each overwrites an input block no later one of them reads; otherwise its result
+    takes an output-sized block of its own (``"epilogue block N"`` on chip) until its last reader has run."""
 
     def __init__(self, schedule: Schedule, graph: CompGraph, values: ModelValues, out_shape: tuple[int, ...],
                  view: Callable[[np.ndarray], np.ndarray], chip: OnChip, traffic: DramTraffic) -> None:
-        self.steps: list[tuple[Any, list[tuple[int, np.ndarray]], Mapping[str, Any]]] = []
-        for u in schedule.operators[1:]:
+        self.steps: list[tuple[Any, list[tuple[int, np.ndarray]], Mapping[str, Any], int]] = []
+        self.first = graph.nodes[schedule.operators[0]].outputs[0]
+        self.last_read: dict[int, int] = {}
+        for step, u in enumerate(schedule.operators[1:]):
             node = graph.nodes[u]
             operands = values.operands(node)
             if node.weight_numel:
@@ -69,25 +73,49 @@ class _Riders:
             # every constant broadcast to the output and seen as the kind's blocks see it
             constants = [(slot, view(np.broadcast_to(value, out_shape)))
                          for slot, value in enumerate(operands.slots) if isinstance(value, np.ndarray)]
-            self.steps.append((operands, constants, node.attributes))
+            self.steps.append((operands, constants, node.attributes, node.outputs[0]))
+            for t in node.inputs:
+                self.last_read[t] = step
         self.opset = values.opset
+        self.chip = chip
         self.single: dict[int, SingleNode] = {}
 
     def __call__(self, block: np.ndarray, region: tuple) -> np.ndarray:
-        for i, (operands, constants, attrs) in enumerate(self.steps):
-            block = _apply(operands, block, {slot: value[region] for slot, value in constants}, attrs,
-                           self.single, i, self.opset)
+        held = {self.first: block}
+        slot_of = {self.first: 0}  # block 0 is the kind's own (its partial sums, its line)
+        for i, (operands, constants, attrs, out) in enumerate(self.steps):
+            inputs = [s for s in operands.slots if isinstance(s, int)]
+            result = _apply(operands, held, {slot: value[region] for slot, value in constants}, attrs,
+                            self.single, i, self.opset)
+            dying = [t for t in dict.fromkeys(inputs) if self.last_read.get(t) == i]
+            if dying:  # overwritten in place: the result takes the block of an input read no more
+                slot_of[out] = min(slot_of[t] for t in dying)
+            else:
+                used = set(slot_of.values())
+                slot_of[out] = min(j for j in range(1, len(used) + 2) if j not in used)
+                self.chip.alloc(f"epilogue block {slot_of[out]}", result.size)
+            for t in dying:
+                if slot_of[t] not in (0, slot_of[out]):
+                    self.chip.free(f"epilogue block {slot_of[t]}")
+                del held[t], slot_of[t]
+            held[out] = result
+            block = result
+        for j in set(slot_of.values()) - {0}:
+            self.chip.free(f"epilogue block {j}")
         return block
 
 
-def _apply(operands, block: np.ndarray, constants: dict[int, np.ndarray], attrs, single: dict, key, opset: int):
-    """An element-wise operator on ``block`` (its one activation operand) with its constants cut to the block."""
+def _apply(operands, held: Mapping[int, np.ndarray], constants: dict[int, np.ndarray], attrs, single: dict, key,
+           opset: int):
+    """An element-wise operator on the blocks ``held`` of its activation operands (graph tensor -> block),
+    its constants cut to the block."""
     op = operands.node.op_type
-    args = [block if isinstance(s, int) else constants.get(slot) for slot, s in enumerate(operands.slots)]
+    args = [held[s] if isinstance(s, int) else constants.get(slot) for slot, s in enumerate(operands.slots)]
+    like = next(held[s] for s in operands.slots if isinstance(s, int))
     if op == "Clip":
-        return clip(block, operands.constant(1), operands.constant(2), attrs).astype(block.dtype)
+        return clip(like, operands.constant(1), operands.constant(2), attrs).astype(like.dtype)
     if op in ELEMENTWISE and all(a is not None for a in args):
-        return np.asarray(ELEMENTWISE[op](attrs, *args)).astype(block.dtype)
+        return np.asarray(ELEMENTWISE[op](attrs, *args)).astype(like.dtype)
     runner = single.get(key)
     if runner is None:
         runner = single[key] = SingleNode(operands.node, {}, opset)
