@@ -1,7 +1,9 @@
 """Operators run alone: the mapper's DRAM beside the I/O lower bound, on every zoo model and bert_encoder.
 
-For every operator that runs alone (each operator with the in-place operators
-riding on it; a rider is not counted again on its own) at 64KB, 128KB, 256KB
+For every operator that runs alone (each operator with the element-wise
+operators it can carry, :func:`fuseplan.schedule.lone.epilogue`: an in-place
+chain or a graph that rejoins, GELU say; a carried operator is not counted
+again on its own) at 64KB, 128KB, 256KB
 and 1MB (one byte an element), prices the least-DRAM schedule of
 :func:`fuseplan.schedule.lone.lone_schedule` and the bound of
 :func:`fuseplan.schedule.bounds.io_lower_bound`, and writes the ratio's
@@ -34,9 +36,8 @@ import numpy
 
 from fuseplan import __version__, load_graph, make_cost_model, zoo
 from fuseplan.cost import scheme_version
-from fuseplan.cost.streaming import in_place_operators
 from fuseplan.schedule.bounds import io_lower_bound
-from fuseplan.schedule.lone import lone_schedule, riders
+from fuseplan.schedule.lone import epilogue, lone_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import machine, write_results  # noqa: E402
@@ -59,8 +60,7 @@ def lone_rows(models: list[str]) -> tuple[list[dict], float, int]:
     rows, seconds, priced = [], 0.0, 0
     for name in models:
         graph = load_graph(name)
-        flags = in_place_operators(graph)
-        ride = [riders(graph, v, flags) for v in range(len(graph.nodes))]
+        ride = [epilogue(graph, v) for v in range(len(graph.nodes))]
         ridden = {u for chain in ride for u in chain}
         for v in range(len(graph.nodes)):
             if v in ridden:

@@ -57,6 +57,7 @@ from pathlib import Path
 from fuseplan import load_graph
 from fuseplan.cost import make_cost_model
 from fuseplan.graph.ir import CompGraph, OpNode
+from fuseplan.schedule.lone import lone_schedule
 from fuseplan.units import MB
 
 from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
@@ -127,6 +128,36 @@ def conv_layer(graph: CompGraph, node: OpNode) -> dict:
         "pr_loop_dims": ["IX", "IY"], "pr_loop_sizes": [width, height],
         "padding": [[left, right], [top, bottom]],
     }
+
+
+def matmul_layer(graph: CompGraph, node: OpNode) -> dict:
+    """ZigZag's workload entry for a MatMul or Gemm whose ``B`` is a weight (``M x K`` by ``K x N``; a MatMul's
+    leading dimensions folded into ``M``): the 1x1 convolution of ``N`` output channels, ``K`` input
+    channels and ``M`` output columns, the same loops and operands (no bias)."""
+    a, y = graph.tensors[node.inputs[0]].shape, graph.tensors[node.outputs[0]].shape
+    transposed = node.op_type == "Gemm" and node.attributes.get("transA", 0)
+    m, k, n = math.prod(y[:-1]), (a[0] if transposed else a[-1]), y[-1]
+    bits = 8 * BYTES_PER_ELEMENT
+    return {
+        "id": 0, "name": node.name, "operator_type": "Conv",
+        "equation": "O[b][g][k][oy][ox]+=W[g][k][c][fy][fx]*I[b][g][c][iy][ix]",
+        "loop_dims": ["B", "K", "G", "OX", "OY", "C", "FX", "FY"],
+        "loop_sizes": [1, n, 1, m, 1, k, 1, 1],
+        "dimension_relations": ["ix=1*ox+1*fx", "iy=1*oy+1*fy"],
+        "operand_precision": {"W": bits, "I": bits, "O": bits, "O_final": bits},
+        "operand_source": {"I": 0},
+        "pr_loop_dims": ["IX", "IY"], "pr_loop_sizes": [m, 1],
+        "padding": [[0, 0], [0, 0]],
+    }
+
+
+def mapped(node: OpNode) -> bool:
+    """The layers compared: convolutions, and matrix products by a weight (bert_encoder's)."""
+    return node.op_type == "Conv" or (node.op_type in ("MatMul", "Gemm") and len(node.inputs) == 1)
+
+
+def workload(graph: CompGraph, node: OpNode) -> dict:
+    return conv_layer(graph, node) if node.op_type == "Conv" else matmul_layer(graph, node)
 
 
 def accelerator(buffer_bytes: int) -> dict:
@@ -221,20 +252,24 @@ def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, se
 
 # -- fuseplan's side -----------------------------------------------------------------------------
 def lone_prices(graph: CompGraph, buffer_bytes: int) -> dict[str, dict[int, dict]]:
-    """Each scheme's price of every convolution alone: ``alone_dram``, ``F_D`` and ``F_beta`` of ``{v}``, fit."""
+    """Each scheme's price of every compared layer alone: ``alone_dram`` (with what it carries), ``F_D`` and
+    ``F_beta`` of ``{v}``, fit; and the mapper's least DRAM of the layer by itself (what ZigZag maps)."""
     prices: dict[str, dict[int, dict]] = {}
     for scheme in ("lbdf", "brr"):
         cost = make_cost_model(scheme, graph, buffer_bytes, BYTES_PER_ELEMENT)
         unfuseable = set(cost.unfuseable)
         rows = {}
         for node in graph.nodes:
-            if node.op_type != "Conv":
+            if not mapped(node):
                 continue
             alone = frozenset({node.index})
             priced = cost.evaluate(alone)
+            bare = lone_schedule(graph, node.index, (), buffer_bytes, BYTES_PER_ELEMENT)
             rows[node.index] = {"alone_dram_bytes": cost.alone_dram(node.index), "group_dram_bytes": priced.dram,
                                 "group_buffer_bytes": priced.buffer, "fits": cost.fits(alone),
-                                "unfuseable": node.index in unfuseable}
+                                "unfuseable": node.index in unfuseable,
+                                "carries": [graph.nodes[u].name for u in cost.carried(node.index)],
+                                "mapper_bytes": BYTES_PER_ELEMENT * bare.dram if bare else None}
         prices[scheme] = rows
     return prices
 
@@ -281,9 +316,9 @@ def compare_model(name: str, buffers_kb: list[int], python: Path | None, args: a
         prices = lone_prices(graph, buffer_bytes)
         rows = []
         for node in graph.nodes:
-            if node.op_type != "Conv":
+            if not mapped(node):
                 continue
-            layer = conv_layer(graph, node)
+            layer = workload(graph, node)
             theirs = run_zigzag(python, layer, buffer_bytes, args.lpf, args.layer_seconds, args.reuse)
             compulsory = compulsory_bytes(graph, node)
             dram = theirs.get("dram_bytes")

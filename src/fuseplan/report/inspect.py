@@ -8,7 +8,6 @@ from typing import Any
 from fuseplan.cost.base import CostModel
 from fuseplan.errors import FuseplanError
 from fuseplan.schedule.bounds import io_lower_bound
-from fuseplan.schedule.lone import riders
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class InspectReport:
         data["note"] = ("unfused_dram_bytes and dram_lower_bound_bytes cover fuseable operators only, as in the "
                         "reference paper; the total_* figures add excluded_dram_bytes, every operator that does "
                         "not fit the buffer alone run by itself in the least-DRAM blocking that fits, the "
-                        "in-place operators on its output riding with it; lower_bound_bytes: no schedule of the "
+                        "element-wise operators on its output riding with it; lower_bound_bytes: no schedule of the "
                         "operator alone moves less (fuseplan.schedule.bounds)")
         return data
 
@@ -74,12 +73,11 @@ def inspect_model(cost: CostModel) -> InspectReport:
     b = cost.bytes_per_element
     unfuseable = set(cost.unfuseable)
     riding = cost.riding
-    in_place = getattr(cost, "in_place", ())
     rows = []
     for node in graph.nodes:
         alone = cost.evaluate(frozenset((node.index,)))
         head = riding.get(node.index)
-        carried = riders(graph, node.index, in_place) if node.index in unfuseable and head is None else ()
+        carried = cost.carried(node.index) if node.index in unfuseable and head is None else ()
         bound = io_lower_bound(graph, node.index, cost.buffer_bytes, b, carried)
         rows.append(OperatorRow(
             index=node.index,
