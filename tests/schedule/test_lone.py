@@ -14,7 +14,7 @@ from fuseplan.cost import LBDFCostModel
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import (
     CHUNKS, CONV_BLOCKS, CONV_ORDERS, MATMUL_BLOCKS, MATMUL_ORDERS, channel_blocks, conv_cost, conv_geometry,
-    lone_schedule, matmul_cost, matmul_geometry, riders,
+    epilogue, epilogue_buffers, lone_schedule, matmul_cost, matmul_geometry, riders,
 )
 from tests.schedule import layers
 
@@ -228,3 +228,22 @@ def test_the_matmul_search_is_exact_on_random_products():
         assert schedule.dram == min(d for d, o in priced if o <= room) and schedule.on_chip <= room
 
     check()
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "efficientnet_b0", "bert_encoder"])
+def test_an_epilogue_extends_the_in_place_chain(name):
+    """Where an operator's in-place chain is all its output meets, the epilogue is that chain, in one block;
+    otherwise it goes on through the graph on the output and holds more blocks only where a branch rejoins."""
+    graph = load_graph(name)
+    in_place = in_place_operators(graph)
+    branched = 0
+    for v in range(len(graph.nodes)):
+        chain, carried = riders(graph, v, in_place), epilogue(graph, v)
+        assert carried[:len(chain)] == chain
+        buffers = epilogue_buffers(graph, v, carried)
+        # one block per tensor alive at once: a chain overwrites its input at every step
+        if all(len(graph.nodes[u].inputs) == 1 for u in carried):
+            assert buffers == 1
+        else:
+            branched += buffers > 1
+    assert (branched > 0) == (name in ("efficientnet_b0", "bert_encoder"))  # Swish, GELU

@@ -12,7 +12,7 @@ from fuseplan.graph.onnx_import import graph_from_model, prepare_model
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import (
     CHANNELS_OUTER, CONV_ORDERS, MATMUL_ORDERS, ROWS_INNER, ROWS_OUTER, channel_blocks, conv_blocks_schedule,
-    conv_geometry, lone_schedule, matmul_blocks_schedule, riders,
+    conv_geometry, epilogue, epilogue_buffers, lone_schedule, matmul_blocks_schedule, riders,
 )
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from tests.schedule import layers
@@ -161,6 +161,34 @@ def test_zoo_operators_execute_as_priced_in_small_buffers(model, name, buffer):
     graph, values = prepared(model)
     _, schedule = mapped(graph, values, name, buffer)
     assert any(count > 1 for _, count in schedule.loops)  # really in blocks
+
+
+# An element-wise graph that branches and rejoins, applied to each output block (a second block held meanwhile).
+EPILOGUES = [
+    ("bert_encoder", "/layers.0/intermediate/MatMul", 16 * 1024, "matmul-blocks"),  # bias and GELU
+    ("bert_encoder", "/layers.0/intermediate/Add", 4 * 1024, "chunks"),  # GELU on a line
+    pytest.param("efficientnet_b0", "/features/features.0/features.0.0/Conv", 8 * 1024, "conv-blocks",
+                 marks=SLOW),  # Swish: x * sigmoid(x), stride 2
+    pytest.param("efficientnet_b0", "/features/features.1/features.1.0/block/block.0/block.0.0/Conv", 8 * 1024,
+                 "conv-blocks", marks=SLOW),  # depthwise, Swish
+]
+
+
+@pytest.mark.parametrize("model, name, buffer, kind", EPILOGUES, ids=[getattr(p, "values", p)[1] for p in EPILOGUES])
+def test_an_epilogue_that_branches_executes_as_priced(model, name, buffer, kind):
+    graph, values = prepared(model)
+    v = graph.node_index(name)
+    carried = epilogue(graph, v)
+    assert epilogue_buffers(graph, v, carried) == 2
+    schedule = lone_schedule(graph, v, carried, buffer, 1)
+    assert schedule.kind == kind and schedule.operators == (v, *carried)
+    execute(graph, values, schedule)
+    # one tensor written, the last operator's; none of the tensors inside the epilogue moves
+    written = [u.tensor for u in schedule.tensors if u.dram_writes]
+    assert written == [graph.nodes[carried[-1]].outputs[0]]
+    inside = {graph.nodes[u].outputs[0] for u in (v, *carried[:-1])}
+    assert not any(u.dram_reads or u.dram_writes for u in schedule.tensors if u.tensor in inside)
+    assert any(count > 1 for _, count in schedule.loops)
 
 
 @pytest.mark.parametrize("op, inputs, outputs, constants, attrs, kind", [
