@@ -414,16 +414,18 @@ class CostModel(ABC):
         The in-place chain on its output (:func:`fuseplan.schedule.lone.riders`), or the element-wise
         graph on it (:func:`fuseplan.schedule.lone.epilogue`, GELU say) where ``v`` with that moves no
         more DRAM than with the chain, the further operators' weights aside (its further output blocks
-        may cost it a blocking). Then no plan
-        does better by running those operators apart, as they would read a tensor of the size of the one
-        the epilogue writes, and the operators excluded from the search change no group's price.
+        may cost it a blocking). Then no plan does better by running those operators apart, as they would
+        read a tensor of the size of the one the epilogue writes, and the operators excluded from the
+        search change no group's price.
         """
-        if v not in self._too_big:
-            return ()
-        cached = self._carried.get(v)
-        if cached is None:
-            in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
-            cached = chain = riders(self.graph, v, in_place)
+        return self._carried.get(v, ())
+
+    @cached_property
+    def _carried(self) -> dict[int, tuple[int, ...]]:
+        in_place = getattr(self, "in_place", None) or in_place_operators(self.graph)
+        found = {}
+        for v in self._too_big:
+            found[v] = chain = riders(self.graph, v, in_place)
             graph_on = epilogue(self.graph, v)
             if len(graph_on) > len(chain):
                 with_graph = lone_schedule(self.graph, v, graph_on, self.buffer_bytes, self.bytes_per_element)
@@ -431,13 +433,8 @@ class CostModel(ABC):
                 # the further operators' weights are read wherever they run
                 weights = sum(self.graph.nodes[u].weight_numel for u in graph_on if u not in chain)
                 if with_graph is not None and (with_chain is None or with_graph.dram - weights <= with_chain.dram):
-                    cached = graph_on
-            self._carried[v] = cached
-        return cached
-
-    @cached_property
-    def _carried(self) -> dict[int, tuple[int, ...]]:
-        return {}
+                    found[v] = graph_on
+        return found
 
     def alone_schedule(self, v: int) -> Schedule:
         """The schedule of operator ``v`` run alone with the operators riding on it (:meth:`carried`): the
@@ -483,7 +480,7 @@ class CostModel(ABC):
         """Take ``operators`` as those that do not fit the buffer alone instead of pricing every operator alone:
         for a caller that already knows (from the same groups priced before). :attr:`unfuseable` adds the
         operators riding on them. Before :attr:`unfuseable`, :attr:`fuseable` or :attr:`riding` is read."""
-        if any(name in self.__dict__ for name in ("unfuseable", "fuseable", "riding", "_too_big")):
+        if any(name in self.__dict__ for name in ("unfuseable", "fuseable", "riding", "_carried", "_too_big")):
             raise ValueError("the unfuseable operators are already known")
         self.__dict__["_too_big"] = tuple(sorted(operators))  # what the cached property would hold
 

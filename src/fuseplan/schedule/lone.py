@@ -5,9 +5,13 @@ anything else, or the plan leaves it by itself). :func:`lone_schedule` searches
 the blockings of its loop nest and returns the :class:`~fuseplan.schedule.Schedule`
 that moves the least DRAM (ties: the least on chip) among those that fit,
 ``bytes_per_element * on_chip < buffer_bytes``. The in-place operators on its
-output (:func:`riders`: an activation, a bias added, a scale) are applied to
+output (:func:`riders`: an activation, a bias added, a scale), or the
+element-wise graph on it (:func:`epilogue`: GELU, Swish), are applied to
 each output block before it is written, so they move nothing but their own
-weights, which stay on chip whole (read once).
+weights, which stay on chip whole (read once); where a branch of the graph
+keeps a block alive while another is made, the schedule holds
+:func:`epilogue_buffers` output blocks (``buffers`` of the geometries), each
+of the size of the partial sums below, in ``scratch``.
 
 Everything is counted in elements, exactly: per tensor the elements read and
 written over the whole nest, per operator the weight elements read. A row of
