@@ -203,6 +203,22 @@ def test_zigzag_layer_has_the_convolution_loops():
     assert zigzag.mapping(layer)[0]["spatial_mapping"] == {"D1": ["K, 16"], "D2": ["C, 16"]}
 
 
+def test_zigzag_maps_a_matrix_product_by_a_weight_as_a_pointwise_convolution():
+    zigzag = load_script("compare_zigzag")
+    graph = load_graph("bert_encoder")
+    matmul = _node(graph, "/layers.0/intermediate/MatMul")  # 1x128x256 by 256x1024
+    assert zigzag.mapped(matmul) and not zigzag.mapped(_node(graph, "/layers.0/MatMul"))  # two activations
+    layer = zigzag.workload(graph, matmul)
+    loops = dict(zip(layer["loop_dims"], layer["loop_sizes"]))
+    assert loops == {"B": 1, "K": 1024, "G": 1, "OX": 128, "OY": 1, "C": 256, "FX": 1, "FY": 1}
+    assert layer["pr_loop_sizes"] == [128, 1] and layer["padding"] == [[0, 0], [0, 0]]
+    assert loops["K"] * loops["C"] == matmul.weight_numel
+    # fuseplan's side: LBDF runs it alone with its bias and GELU; the bare mapper moves the compulsory traffic
+    prices = zigzag.lone_prices(graph, 256 * 1024)["lbdf"][matmul.index]
+    assert prices["unfuseable"] and len(prices["carries"]) == 6
+    assert prices["mapper_bytes"] == zigzag.compulsory_bytes(graph, matmul) == 128 * 256 + 256 * 1024 + 128 * 1024
+
+
 def test_zigzag_depthwise_layer_unrolls_groups():
     zigzag = load_script("compare_zigzag")
     graph = load_graph("mobilenet_v2")
