@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuseplan import load_graph
 from fuseplan.cost import CostModel, make_cost_model
 from fuseplan.cost.streaming import in_place_operators
 from fuseplan.graph import CompGraph
-from fuseplan import load_graph
 from fuseplan.schedule.lone import EPILOGUE_OPS, lone_schedule
 from tests.conftest import BUFFERS_KB, ZOO
 from tests.cost.test_properties import grow_group
