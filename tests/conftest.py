@@ -9,6 +9,8 @@ from fuseplan import zoo
 from fuseplan.graph import load_graph
 from fuseplan.sweep.executors import single_threaded_torch
 
+pytest_plugins = ["tests.cli.inprocess"]  # the `cli` fixture, for every test module
+
 # torch on one thread, as in sweeps: with its default of a thread per core, tests/explain/test_explainers.py
 # took four times as long (129 s against 30 s at load 11 on two cores), and two test workers on two cores
 # would each start a thread per core. Set before any test module imports torch.
@@ -32,9 +34,9 @@ HEAVY_UNDER_BRR = frozenset({"deeplabv3_mobilenet_v3_large", "efficientnet_b0", 
 LARGEST = frozenset({"resnet101", "resnet152", "efficientnet_b3"})
 
 
-def zoo_params(names=ZOO):
-    """``names`` as parameters, those in LARGEST marked slow."""
-    return [pytest.param(name, marks=pytest.mark.slow) if name in LARGEST else name for name in names]
+def zoo_params(names=ZOO, slow=LARGEST):
+    """``names`` as parameters, those in ``slow`` (by default LARGEST) marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name for name in names]
 
 
 @pytest.fixture(scope="session")
