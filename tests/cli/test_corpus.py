@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan import zoo
 from tests.builders import two_convs
-from tests.cli.inprocess import Outcome, cli  # noqa: F401  (fixture)
+from tests.cli.inprocess import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -93,7 +93,8 @@ def _relu_chain(n: int = 3) -> onnx.ModelProto:
 
 
 def _cycle() -> onnx.ModelProto:
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["b"], name="relu")]
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu")]
     return _model(nodes, [_value("x", [1, 4, 8, 8])], [_value("b", [1, 4, 8, 8])])
 
 
