@@ -32,6 +32,10 @@ HEAVY_UNDER_BRR = frozenset({"deeplabv3_mobilenet_v3_large", "efficientnet_b0", 
 # Deeper or wider versions of resnet50 and efficientnet_b0, with the same kinds of operator: zoo-wide property
 # tests check them in the full suite only (zoo_params), where each costs several times the smaller version.
 LARGEST = frozenset({"resnet101", "resnet152", "efficientnet_b3"})
+# Also bigger than a model of the same kinds of operator in the fast set (resnet18: residual; mobilenet_v3_small:
+# squeeze-excite, hard-swish; mobilenet_v2: inverted residual): zoo-wide checks of a property of each operator
+# or of the buffer's growth run them in the full suite only.
+LARGER = LARGEST | {"resnet50", "efficientnet_b0", "mobilenet_v3_large"}
 
 
 def zoo_params(names=ZOO, slow=LARGEST):

@@ -14,14 +14,14 @@ from fuseplan.plan.validate import validate_plan
 from fuseplan.report.inspect import inspect_model
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.search.exact import solve_exact
-from tests.conftest import HEAVY_UNDER_BRR, LARGEST, ZOO, zoo_params
+from tests.conftest import HEAVY_UNDER_BRR, LARGER, ZOO, zoo_params
 
 KB = 1024
 GRID_KB = (64, 128, 256, 512, 1024, 2048)
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
-@pytest.mark.parametrize("name", zoo_params(slow=LARGEST | {"resnet50"}))  # resnet18 runs resnet50's operator kinds
+@pytest.mark.parametrize("name", zoo_params(slow=LARGER))
 def test_an_operator_alone_never_moves_more_with_a_bigger_buffer(zoo_graphs, name, scheme):
     graph = zoo_graphs[name]
     models = [make_cost_model(scheme, graph, kb * KB) for kb in GRID_KB]
