@@ -51,7 +51,8 @@ def _mutants(data: bytes, count: int, seed: int) -> list[bytes]:
     return mutants
 
 
-@pytest.mark.parametrize("source", ["two_convs", "squeezenet"])
+# the zoo model's mutants in the fast set; the small generated model's (the same paths) in the full suite
+@pytest.mark.parametrize("source", [pytest.param("two_convs", marks=pytest.mark.slow), "squeezenet"])
 def test_mutated_and_truncated_onnx_bytes(cli, tmp_path, source):
     data = two_convs().SerializeToString() if source == "two_convs" else zoo.path(source).read_bytes()
     path = tmp_path / "mutant.onnx"
