@@ -14,25 +14,18 @@ set-up: how many groups changed price, the ratio of ``F_beta`` and of ``F_D``
 
 from __future__ import annotations
 
-import argparse
-import os
 import random
-import subprocess
 import sys
-from pathlib import Path
 
-from fuseplan.cost import COST_MODEL_VERSION
+import harness  # benchmarks/harness.py, beside this script
 from fuseplan.cost.brr import BRRCostModel
 from fuseplan.graph.ir import CompGraph
 from fuseplan.graph.onnx_import import load_prepared
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT))
-from peers import machine, write_results  # noqa: E402
+sys.path.insert(0, str(harness.ROOT))  # for tests.cost, the group grower
 from tests.cost.test_properties import grow_group  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "brr_window_rule.json"
+RESULTS = harness.RESULTS / "brr_window_rule.json"
 MODELS = ("vgg16", "resnet18", "resnet50", "mobilenet_v2", "squeezenet", "efficientnet_b0")
 BUFFERS = (1, 64 * 1024, 256 * 1024)
 
@@ -68,16 +61,13 @@ def compare(graph: CompGraph, groups: list[frozenset[int]], buffer_bytes: int) -
             "no_longer_fit": lost if buffer_bytes > 1 else None}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=list(MODELS))
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS, seed=0, models=list(MODELS))
     parser.add_argument("--groups", type=int, default=200, help="random groups tried per model")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    load = [os.getloadavg()]
+    args = parser.parse_args(argv)
+    run = harness.Run("brr_window_rule", args)
     rows = []
-    for name in args.models:
+    for name in run.progress(args.models):
         _, graph = load_prepared(name)
         rng = random.Random(args.seed)
         groups = sorted({frozenset(grow_group(graph, rng, rng.randint(2, 12))) for _ in range(args.groups)},
@@ -85,12 +75,7 @@ def main() -> None:
         for buffer_bytes in BUFFERS:
             rows.append({"model": name, **compare(graph, groups, buffer_bytes)})
             print(rows[-1], flush=True)
-    load.append(os.getloadavg())
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    write_results({"benchmark": "brr_window_rule", **machine(), "commit": commit or "unknown",
-                   "cost_model_version": COST_MODEL_VERSION,
-                   "load_average": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[-1]]},
-                   "seed": args.seed, "groups_tried": args.groups, "setups": rows}, args.out)
+    run.write({"seed": args.seed, "groups_tried": args.groups, "setups": rows})
 
 
 if __name__ == "__main__":

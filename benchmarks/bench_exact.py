@@ -14,7 +14,6 @@ Run from the repository root, one process (it is single-threaded)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -24,14 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.dags, the network generator
 
 from fuseplan import load_graph, make_cost_model, zoo  # noqa: E402
-from fuseplan.files import write_text  # noqa: E402
 from fuseplan.plan import FusionProblem  # noqa: E402
 from fuseplan.search import IntervalDP, make_search, minimize, reference_record  # noqa: E402
 from fuseplan.search.exact import solve_exact  # noqa: E402
 from fuseplan.search.interval_dp import IntervalDPTooLarge  # noqa: E402
 from fuseplan.split import make_splitter  # noqa: E402
 from tests.dags import branchy_network  # noqa: E402
-from peers import machine  # noqa: E402 - benchmarks/peers.py, beside this script
+import harness  # noqa: E402 - benchmarks/harness.py, beside this script
 
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURE = ROOT / "docs" / "images" / "exact_scaling.png"
@@ -122,22 +120,21 @@ def plot(rows: list[dict]) -> None:
     fig.savefig(FIGURE, dpi=120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "exact.json", models=zoo.names())
     parser.add_argument("--part", choices=("all", "zoo", "generated"), default="all")
-    parser.add_argument("--models", nargs="*", default=zoo.names())
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--buffers", nargs="*", type=int, default=list(BUFFERS_KB), help="KB")
     parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
     parser.add_argument("--budget", type=int, default=5000, help="auto's plan budget")
-    parser.add_argument("--output", type=Path, default=RESULTS / "exact.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    run = harness.Run("exact", args)
 
-    document = json.loads(args.output.read_text()) if args.output.exists() else {}
-    document["machine"] = machine()
+    # one part run alone replaces that part of an earlier results file and keeps the other
+    document = json.loads(args.out.read_text()) if args.out.exists() else {}
     if args.part in ("all", "zoo"):
         rows = []
-        for name in args.models:
+        for name in run.progress(args.models):
             graph = load_graph(name)
             for scheme in args.schemes:
                 for kb in args.buffers:
@@ -154,8 +151,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
         document["generated"] = rows
         plot(rows)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(args.output, json.dumps(document, indent=1) + "\n")
+    harness.write_results({**document, **run.envelope()}, args.out)  # this run's envelope over the earlier one
 
 
 if __name__ == "__main__":

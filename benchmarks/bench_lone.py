@@ -17,12 +17,11 @@ operators), and for vgg16 (LBDF,
 ``fuseplan plan --search dp``, so the totals the mapper would give are
 (fuseable plan + mapped unfuseable operators). Run::
 
-    python benchmarks/bench_lone.py [--out benchmarks/results/lone.json]
+    python benchmarks/bench_lone.py [--out benchmarks/results/lone.json] [--models squeezenet vgg16]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,18 +31,21 @@ import tempfile
 import time
 from pathlib import Path
 
+<<<<<<< HEAD
 import numpy
 
 from fuseplan import __version__, load_graph, make_cost_model, zoo
 from fuseplan.cost import scheme_version
+=======
+import harness  # benchmarks/harness.py, beside this script
+from fuseplan import load_graph, make_cost_model, zoo
+from fuseplan.cost.streaming import in_place_operators
+>>>>>>> house
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import epilogue, lone_schedule
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import machine, write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "lone.json"
+ROOT = harness.ROOT
+RESULTS = harness.RESULTS / "lone.json"
 BUFFERS = (64 * 1024, 128 * 1024, 256 * 1024, 1024 * 1024)
 PLANS = (("vgg16", "lbdf", 64 * 1024), ("vgg16", "brr", 64 * 1024),
          ("bert_encoder", "lbdf", 256 * 1024), ("bert_encoder", "brr", 256 * 1024))
@@ -123,12 +125,11 @@ def plan_dram(model: str, scheme: str, buffer: int) -> dict:
             "total_today_bytes": plan["total_dram_bytes"]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    load_start = [round(x, 2) for x in os.getloadavg()]
-    models = zoo.names() + zoo.transformer_names()
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS, models=zoo.names() + zoo.transformer_names())
+    args = parser.parse_args(argv)
+    run = harness.Run("lone", args)
+    models = args.models
     rows, seconds, priced = lone_rows(models)
     scheduled = [r for r in rows if r.get("schedule", True) is not None]
     ratios = [r["ratio"] for r in scheduled]
@@ -136,20 +137,13 @@ def main() -> None:
     worst = sorted(scheduled, key=lambda r: -r["ratio"])[:12]
     totals = unfuseable_totals(models)
     plans = []
-    for model, scheme, buffer in PLANS:
+    for model, scheme, buffer in [p for p in PLANS if p[0] in models]:
         plan = plan_dram(model, scheme, buffer)
         mapped = next(t for t in totals if (t["model"], t["scheme"], t["buffer_bytes"]) == (model, scheme, buffer))
         plan["unfuseable_mapper_bytes"] = mapped["mapper_bytes"]
         plan["total_with_mapper_bytes"] = plan["fuseable_plan_bytes"] + mapped["mapper_bytes"]
         plans.append(plan)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     payload = {
-        "benchmark": "lone",
-        **machine(),
-        "fuseplan": __version__, "numpy": numpy.__version__,
-        "commit": commit.stdout.strip(),
-        "cost_model_versions": {s: scheme_version(s) for s in ("lbdf", "brr")},
-        "load_average": {"start": load_start, "end": [round(x, 2) for x in os.getloadavg()]},
         "note": "timings measured on a shared, loaded machine (see load_average)",
         "buffers_bytes": list(BUFFERS),
         "bytes_per_element": 1,
@@ -166,7 +160,7 @@ def main() -> None:
     }
     print(json.dumps({k: payload[k] for k in ("ratio", "ratio_by_kind", "mapper_ms_per_operator", "plans")},
                      indent=1))
-    write_results(payload, args.out)
+    run.write(payload)
 
 
 if __name__ == "__main__":

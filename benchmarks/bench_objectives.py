@@ -14,23 +14,17 @@ process::
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from peers import machine, write_results  # noqa: E402 - benchmarks/peers.py, beside this script
-from fuseplan import load_graph, make_cost_model, zoo  # noqa: E402
-from fuseplan.hardware import load_hardware  # noqa: E402
-from fuseplan.plan import FusionProblem  # noqa: E402
-from fuseplan.plan.estimate import Estimator  # noqa: E402
-from fuseplan.plan.objectives import OBJECTIVES, make_objective  # noqa: E402
-from fuseplan.search import make_search, minimize  # noqa: E402
-from fuseplan.split import make_splitter  # noqa: E402
+import harness  # benchmarks/harness.py, beside this script
+from fuseplan import load_graph, make_cost_model, zoo
+from fuseplan.hardware import load_hardware
+from fuseplan.plan import FusionProblem
+from fuseplan.plan.estimate import Estimator
+from fuseplan.plan.objectives import OBJECTIVES, make_objective
+from fuseplan.search import make_search, minimize
+from fuseplan.split import make_splitter
 
 BUFFERS_KB = (64, 256, 1024)
 KB = 1024
@@ -50,18 +44,17 @@ def run(graph, scheme: str, kb: int, objective: str, hardware, budget: int) -> d
             "method": result.details.get("exact", {}).get("method")}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=None)
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=harness.RESULTS / "objectives.json", models=zoo.names())
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--buffers", nargs="*", type=int, default=list(BUFFERS_KB))
     parser.add_argument("--hardware", default="example")
     parser.add_argument("--budget", type=int, default=500)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "objectives.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    run_record = harness.Run("objectives", args)
     hardware = load_hardware(args.hardware)
     rows = []
-    for name in args.models or zoo.names():
+    for name in run_record.progress(args.models):
         graph = load_graph(name)
         for scheme in args.schemes:
             for kb in args.buffers:
@@ -69,9 +62,7 @@ def main() -> None:
                     row = run(graph, scheme, kb, objective, hardware, args.budget)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    document = {"hardware": hardware.record(), "budget": args.budget, "rows": rows,
-                "machine": machine()}
-    write_results(document, args.output)
+    run_record.write({"hardware": hardware.record(), "budget": args.budget, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -22,24 +22,21 @@ Run (about 15 minutes on two busy cores)::
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import onnx
 
-from fuseplan.files import write_text
+import harness  # benchmarks/harness.py, beside this script
 from fuseplan.graph import model_path, read_model
 from fuseplan.passes.select import normalise, prune
 from fuseplan.rewrite.pass_search import (
     apply_pipelines, best_graph, candidate_pipelines, measure_graphs, random_pipelines,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = harness.RESULTS
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PRUNED = ("squeezenet", str(DATA / "googlenet_opset13.onnx"), "resnet18", "mobilenet_v2", "mobilenet_v3_small",
           "efficientnet_b0", "bert_encoder", str(DATA / "shufflenet_v2_x0_5_opset11_bn.onnx"))
@@ -112,9 +109,9 @@ ZOO_BY_SIZE = ("squeezenet", "mobilenet_v3_small", "bert_encoder", str(DATA / "s
                "vgg16")
 
 
-def check_light(sources: list[str], output: Path, seed: int) -> None:
+def check_light(run: harness.Run, sources: list[str], output: Path, seed: int) -> None:
     """Prune each model on its light copy and holding its weights; every verdict must agree."""
-    document = {**machine(), "seed": seed, "models": []}
+    document = {"cpus": os.cpu_count(), "seed": seed, "models": []}
     started = time.time()
     for source in sources:
         path, name = model_path(source)
@@ -133,34 +130,26 @@ def check_light(sources: list[str], output: Path, seed: int) -> None:
         print(f"{name}: light {light.seconds:.1f} s, weights held {heavy.seconds:.1f} s, "
               f"{'agree' if not differing else 'DIFFER: ' + ', '.join(differing)}", flush=True)
         document["total_seconds"] = round(time.time() - started, 1)
-        write_text(output, json.dumps(document, indent=1) + "\n")
+        run.write(document, output)
 
 
-def machine() -> dict:
-    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version()}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=None, seed=0)
     parser.add_argument("--budget", type=int, default=16)
     parser.add_argument("--random", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=None, help="models to prune (default: the set above)")
     parser.add_argument("--compare", nargs="*", default=None, help="models to compare searches on")
-    parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--check-light", action="store_true",
                         help="check that pruning on the light copy decides as on the model holding its weights")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.out = args.out or RESULTS / ("passes_light_check.json" if args.check_light else "passes.json")
+    run = harness.Run("passes", args)
     if args.check_light:
-        check_light(args.models or list(ZOO_BY_SIZE), args.output or RESULTS / "passes_light_check.json", args.seed)
+        check_light(run, args.models or list(ZOO_BY_SIZE), args.out, args.seed)
         return
-    args.output = args.output or RESULTS / "passes.json"
     compared = set(args.compare if args.compare is not None else COMPARED)
-    from fuseplan.cost import COST_MODEL_VERSION
-
-    document = {**machine(), "cost_model_version": COST_MODEL_VERSION, "budget": args.budget, "random": args.random,
+    document = {"cpus": os.cpu_count(), "budget": args.budget, "random": args.random,
                 "rounds": args.rounds, "seed": args.seed, "threads": 1, "pruning": [], "comparison": []}
     started = time.time()
     for source in args.models or PRUNED:
@@ -172,9 +161,8 @@ def main() -> None:
             comparison["load_average"] = os.getloadavg()[0]
             document["comparison"].append(comparison)
         document["total_seconds"] = round(time.time() - started, 1)
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        write_text(args.output, json.dumps(document, indent=1) + "\n")
-    print(f"wrote {args.output} in {time.time() - started:.0f} s")
+        run.write(document)
+    print(f"wrote {args.out} in {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

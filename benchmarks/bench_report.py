@@ -12,7 +12,6 @@ is kept. Results: ``benchmarks/results/report_load.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -34,7 +33,7 @@ from fuseplan.split import make_splitter
 from fuseplan.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import machine, provenance, write_results  # noqa: E402
+import harness  # noqa: E402 - benchmarks/harness.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 MODELS = ["resnet152", "efficientnet_b3", str(HERE.parent / "tests" / "data" / "googlenet_opset13.onnx")]
@@ -66,19 +65,18 @@ def load_in_chromium(chromium: str, page: Path) -> tuple[float, float, float]:
     return float(found.group(1)), float(found.group(2)), wall
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=harness.RESULTS / "report_load.json", models=MODELS)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "report_load.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("error: needs Chromium (Debian package chromium)")
     version = subprocess.run([chromium, "--version"], capture_output=True, text=True).stdout.strip()
-    recorded = provenance()  # the load average as the run begins
+    run = harness.Run("report_load", args)  # the load average as the run begins
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for model in MODELS:
+        for model in run.progress(args.models):
             graph = load_graph(model)
             problem = FusionProblem(make_cost_model("lbdf", graph, parse_size("256KB"), 1))
             result = minimize(problem, make_search("dp"), make_splitter("random"), budget=1, seed=0)
@@ -100,10 +98,9 @@ def main() -> None:
                    "loads": [[load, search] for load, search, _ in loads]}
             rows.append(row)
             print(json.dumps(row))
-    write_results({"benchmark": "report_load", "machine": machine(), **recorded, "chromium": version,
-                   "window": "1400x900", "buffer": "256KB", "scheme": "lbdf", "search": "dp",
-                   "note": "measured on a shared machine (2 cores, other jobs running); see the load average",
-                   "models": rows}, args.out)
+    run.write({"chromium": version, "window": "1400x900", "buffer": "256KB", "scheme": "lbdf", "search": "dp",
+               "note": "measured on a shared machine (2 cores, other jobs running); see the load average",
+               "models": rows})
 
 
 if __name__ == "__main__":

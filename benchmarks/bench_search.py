@@ -1,27 +1,25 @@
 """Search benchmarks: throughput, exact-reference time, DRAM against budget, and the default's choice.
 
-Writes ``benchmarks/results/search.json`` and ``benchmarks/results/dram_vs_budget.png``. Run::
+Writes ``benchmarks/results/search.json`` and ``benchmarks/results/dram_vs_budget.png`` (beside the
+results file). Run::
 
     python benchmarks/bench_search.py [--seeds 3] [--budget 5000]
+    python benchmarks/bench_search.py --models squeezenet --table-models squeezenet --seeds 1 --budget 200 -o x.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
+import harness  # benchmarks/harness.py, beside this script
 from fuseplan import load_graph, make_cost_model, zoo
-from fuseplan.files import write_text
 from fuseplan.plan import FusionProblem
 from fuseplan.search import IntervalDP, make_search, minimize
 from fuseplan.search.interval_dp import IntervalDPTooLarge
 from fuseplan.split import make_splitter
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CURVE_MODELS = ("mobilenet_v2", "resnet152", "efficientnet_b3")
 CHECKPOINTS = (500, 1000, 2000, 3000, 4000, 5000)
 ALGORITHMS = ("rs", "ls", "nsga2", "auto")
@@ -38,9 +36,9 @@ def problem_for(model: str, scheme: str = "lbdf", kb: int = 256) -> FusionProble
     return FusionProblem(make_cost_model(scheme, load_graph(model), kb * KB))
 
 
-def run_curves(seeds: int, budget: int) -> dict:
+def run_curves(models: list[str], seeds: int, budget: int) -> dict:
     curves: dict = {}
-    for model in CURVE_MODELS:
+    for model in models:
         problem = problem_for(model)
         dp = IntervalDP().solve(problem)[1]
         entry: dict = {"dp_dram_bytes": int(dp), "algorithms": {}}
@@ -61,9 +59,9 @@ def run_curves(seeds: int, budget: int) -> dict:
     return curves
 
 
-def run_dp_times() -> dict:
+def run_dp_times(models: list[str]) -> dict:
     times = {}
-    for model in zoo.names():
+    for model in models:
         graph = load_graph(model)
         worst = 0.0
         past_limit = []
@@ -81,10 +79,10 @@ def run_dp_times() -> dict:
     return times
 
 
-def run_default_choice(budget: int) -> dict:
-    """Every algorithm at the same budget on every zoo model (LBDF, 256KB, seed 0)."""
+def run_default_choice(models: list[str], budget: int) -> dict:
+    """Every algorithm at the same budget on each of ``models`` (LBDF, 256KB, seed 0)."""
     table = {}
-    for model in zoo.names():
+    for model in models:
         problem = problem_for(model)
         dp = IntervalDP().solve(problem)[1]
         row = {"dp": int(dp)}
@@ -103,7 +101,8 @@ def plot(curves: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4))
+    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4), squeeze=False)
+    axes = axes[0]  # one row of panels, one per model (also when there is one model)
     for ax, (model, entry) in zip(axes, curves.items()):
         for algorithm, data in entry["algorithms"].items():
             xs = [int(b) for b in data["curve"]]
@@ -118,27 +117,26 @@ def plot(curves: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=harness.RESULTS / "search.json", models=list(CURVE_MODELS))
+    parser.add_argument("--table-models", nargs="+", default=zoo.names(),
+                        help="models of the DP times and the default's choice (default: the zoo)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=5000)
-    args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    curves = run_curves(args.seeds, args.budget)
-    plot(curves, RESULTS / "dram_vs_budget.png")
-    document = {
-        "benchmark": "search",
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+    args = parser.parse_args(argv)
+    run = harness.Run("search", args)
+    curves = run_curves(args.models, args.seeds, args.budget)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot(curves, args.out.with_name("dram_vs_budget.png"))
+    run.write({
         "scheme": "lbdf",
         "buffer_bytes": 256 * KB,
         "seeds": args.seeds,
         "budget": args.budget,
         "curves": curves,
-        "dp_worst_seconds_per_model": run_dp_times(),
-        "default_choice": run_default_choice(args.budget),
-    }
-    write_text(RESULTS / "search.json", json.dumps(document, indent=2) + "\n")
+        "dp_worst_seconds_per_model": run_dp_times(args.table_models),
+        "default_choice": run_default_choice(args.table_models, args.budget),
+    })
 
 
 if __name__ == "__main__":

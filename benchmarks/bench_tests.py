@@ -15,7 +15,6 @@ average at the start and at the end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -25,9 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import distribution_versions, machine, provenance, write_results  # noqa: E402
+import harness  # noqa: E402 - benchmarks/harness.py, beside this script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = harness.ROOT
 REPORTS = "FUSEPLAN_BENCH_TESTS_DIR"  # where each pytest process leaves its report (set by main for its run)
 
 
@@ -44,17 +43,16 @@ def pytest_sessionfinish(session) -> None:
     Path(where, f"{name}.json").write_text(json.dumps(report))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=None)
     parser.add_argument("--fast", action="store_true", help='the fast set (-m "not slow") only')
     parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (0: one process, no xdist)")
-    parser.add_argument("-o", "--out", type=Path, help="results file (default: benchmarks/results/tests_*.json)")
-    args = parser.parse_args()
-    out = args.out or ROOT / "benchmarks" / "results" / f"tests_{'fast' if args.fast else 'full'}.json"
+    args = parser.parse_args(argv)
+    args.out = args.out or harness.RESULTS / f"tests_{'fast' if args.fast else 'full'}.json"
+    run = harness.Run("tests", args)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench_tests"]
     command += ["-m", "not slow"] if args.fast else []
     command += ["-n", str(args.workers)] if args.workers else []
-    started = provenance()
     with tempfile.TemporaryDirectory() as reports:
         env = {**os.environ, REPORTS: reports,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")]))}
@@ -66,19 +64,16 @@ def main() -> None:
     closing = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-500:]
     workers = [p for p in processes if p["process"] != "controller"] or processes
     busiest = max((p["cpu_seconds"] + p["children_cpu_seconds"] for p in workers), default=None)
-    write_results({
+    run.write({
         "what": "pytest " + " ".join(command[3:]),
         "exit_status": done.returncode,
         "summary": closing,
         "wall_seconds": round(wall, 1),
         "busiest_process_cpu_seconds": busiest,
         "processes": processes,
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
-        "versions": distribution_versions(Path(sys.executable), ["pytest", "pytest-xdist", "hypothesis"]),
-        **started,
-        **machine(),
-    }, out)
+        "test_versions": harness.installed_versions(["pytest", "pytest-xdist", "hypothesis"]),
+    })
     print(closing)
     sys.exit(done.returncode)
 

@@ -2,18 +2,20 @@
 
 The peers (Optimus, DeFiNES) are never part of fuseplan: each lives in its
 own checkout with its own environment, named by a flag or an environment
-variable, and is run in a subprocess.
+variable, and is run in a subprocess. Results files are written through
+``harness`` (beside this file), which every benchmark shares.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import subprocess
 from pathlib import Path
 
-from fuseplan.files import write_text
+# The shared parts of every results file, re-exported for the comparisons that import them from here.
+from harness import distribution_versions, machine, provenance, write_results
+
+__all__ = ["PeerMissing", "distribution_versions", "installed_python", "machine", "peer_paths", "provenance",
+           "write_results"]
 
 
 class PeerMissing(Exception):
@@ -38,18 +40,6 @@ def peer_paths(name: str, checkout: str | None, python: str | None, env_prefix: 
     return root, interpreter
 
 
-def machine() -> dict[str, str]:
-    """The Python version and processor a benchmark ran on, as every results file records them."""
-    return {"python": platform.python_version(), "processor": platform.processor() or platform.machine()}
-
-
-def write_results(payload: dict, path: Path) -> None:
-    """Write a comparison's results as JSON, atomically, and say where."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {path}")
-
-
 def installed_python(name: str, python: str | None, env_prefix: str) -> Path:
     """The Python of an environment the peer was ``pip install``-ed into: ``--NAME-python`` or ``$<PREFIX>_PYTHON``.
 
@@ -62,26 +52,3 @@ def installed_python(name: str, python: str | None, env_prefix: str) -> Path:
     if not interpreter.exists():
         raise PeerMissing(f"no Python environment for {name} at {interpreter}")
     return interpreter
-
-
-def distribution_versions(python: Path, names: list[str]) -> dict[str, str | None]:
-    """The installed version of each distribution in ``names`` in the environment of ``python`` (None: absent)."""
-    script = ("import json, sys\nfrom importlib import metadata\nfound = {}\nfor name in sys.argv[1:]:\n"
-              "    try:\n        found[name] = metadata.version(name)\n"
-              "    except metadata.PackageNotFoundError:\n        found[name] = None\nprint(json.dumps(found))")
-    done = subprocess.run([str(python), "-c", script, *names], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
-
-
-def provenance() -> dict:
-    """What a results file records besides the machine: fuseplan's commit (and whether the tree had changes),
-    its cost-model version, and the load average when the run began (a shared machine's load varies)."""
-    from fuseplan.cost import COST_MODEL_VERSION
-
-    here = Path(__file__).resolve().parent
-    commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True)
-    changed = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "../src"],
-                             capture_output=True, text=True)
-    return {"fuseplan_commit": commit.stdout.strip() or None, "fuseplan_src_modified": bool(changed.stdout.strip()),
-            "cost_model_version": COST_MODEL_VERSION,
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}

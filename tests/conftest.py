@@ -9,6 +9,8 @@ from fuseplan import zoo
 from fuseplan.graph import load_graph
 from fuseplan.sweep.executors import single_threaded_torch
 
+pytest_plugins = ["tests.cli.inprocess"]  # the `cli` fixture, for every test module
+
 # torch on one thread, as in sweeps: with its default of a thread per core, tests/explain/test_explainers.py
 # took four times as long (129 s against 30 s at load 11 on two cores), and two test workers on two cores
 # would each start a thread per core. Set before any test module imports torch.
@@ -30,11 +32,15 @@ HEAVY_UNDER_BRR = frozenset({"deeplabv3_mobilenet_v3_large", "efficientnet_b0", 
 # Deeper or wider versions of resnet50 and efficientnet_b0, with the same kinds of operator: zoo-wide property
 # tests check them in the full suite only (zoo_params), where each costs several times the smaller version.
 LARGEST = frozenset({"resnet101", "resnet152", "efficientnet_b3"})
+# Also bigger than a model of the same kinds of operator in the fast set (resnet18: residual; mobilenet_v3_small:
+# squeeze-excite, hard-swish; mobilenet_v2: inverted residual): zoo-wide checks of a property of each operator
+# or of the buffer's growth run them in the full suite only.
+LARGER = LARGEST | {"resnet50", "efficientnet_b0", "mobilenet_v3_large"}
 
 
-def zoo_params(names=ZOO):
-    """``names`` as parameters, those in LARGEST marked slow."""
-    return [pytest.param(name, marks=pytest.mark.slow) if name in LARGEST else name for name in names]
+def zoo_params(names=ZOO, slow=LARGEST):
+    """``names`` as parameters, those in ``slow`` (by default LARGEST) marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name for name in names]
 
 
 @pytest.fixture(scope="session")

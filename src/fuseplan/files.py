@@ -126,7 +126,8 @@ def _probe_directory(path: Path, what: str) -> None:
 
 
 def check_output_dir(path: str | Path, what: str = "output directory") -> Path:
-    """``path`` if a directory can be created (or filled) there: its nearest existing ancestor is a writable directory."""
+    """``path`` if a directory can be created (or filled) there: its nearest existing ancestor is a writable
+    directory."""
     path = Path(path)
     if path.exists():
         if not path.is_dir():
@@ -221,7 +222,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(temporary, path)
     except BaseException as exc:
         temporary.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EISDIR):
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS,
+                                                      errno.EISDIR):
             raise FuseplanError(f"cannot write {path}: {exc.strerror}") from None
         raise
     _fsync_directory(path.parent)

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan import zoo
 from tests.builders import two_convs
-from tests.cli.inprocess import Outcome, cli  # noqa: F401  (fixture)
+from tests.cli.inprocess import Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -51,7 +51,8 @@ def _mutants(data: bytes, count: int, seed: int) -> list[bytes]:
     return mutants
 
 
-@pytest.mark.parametrize("source", ["two_convs", "squeezenet"])
+# the zoo model's mutants in the fast set; the small generated model's (the same paths) in the full suite
+@pytest.mark.parametrize("source", [pytest.param("two_convs", marks=pytest.mark.slow), "squeezenet"])
 def test_mutated_and_truncated_onnx_bytes(cli, tmp_path, source):
     data = two_convs().SerializeToString() if source == "two_convs" else zoo.path(source).read_bytes()
     path = tmp_path / "mutant.onnx"
@@ -93,7 +94,8 @@ def _relu_chain(n: int = 3) -> onnx.ModelProto:
 
 
 def _cycle() -> onnx.ModelProto:
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["b"], name="relu")]
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu")]
     return _model(nodes, [_value("x", [1, 4, 8, 8])], [_value("b", [1, 4, 8, 8])])
 
 

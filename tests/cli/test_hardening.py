@@ -1,4 +1,5 @@
-"""Failures at the edges: every one is a single `error:` line and exit 2, and no output is half-written or clobbers an input.
+"""Failures at the edges: every one is a single `error:` line and exit 2, and no output is half-written or clobbers
+an input.
 
 Run in process (``fuseplan.cli.run``, the console script's entry point) unless a real process is the point.
 """
@@ -16,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fuseplan import zoo
 from tests.builders import legacy_style, two_convs, with_unknown_op
-from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
+from tests.cli.inprocess import assert_one_line_error
 
 
 def _leftovers(directory: Path) -> list[str]:
@@ -39,7 +40,8 @@ def test_a_buffer_nothing_fits_is_one_line(cli):
 def test_a_model_with_no_operators_left_is_one_line(cli, tmp_path):
     # y = x + (c * 2): the only computation on x is an Add, and the model's output is a constant subgraph instead.
     nodes = [helper.make_node("Mul", ["c", "two"], ["y"], name="constant_mul")]
-    graph = helper.make_graph(nodes, "folds_away", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+    graph = helper.make_graph(nodes, "folds_away",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
                               [numpy_helper.from_array(np.ones((1, 3, 4, 4), np.float32), "c"),
                                numpy_helper.from_array(np.array(2, np.float32), "two")])
@@ -258,7 +260,8 @@ def test_repeated_node_names_are_numbered_and_recorded(cli, tmp_path):
     assert sorted(names) == ["conv", "conv#2"]
     assert document["renamed"] == {"conv#2": {"onnx_name": "conv", "output": "y2"}}
     assert cli("validate", path, plan_path).returncode == 0
-    labels = [{p.key: p.value for p in n.metadata_props}["fuseplan.group"] for n in onnx.load(str(onnx_path)).graph.node]
+    labels = [{p.key: p.value for p in n.metadata_props}["fuseplan.group"]
+              for n in onnx.load(str(onnx_path)).graph.node]
     by_name = {name: str(g["id"]) for g in document["groups"] for name in g["nodes"]}
     assert labels == [by_name.get("conv", "excluded"), by_name.get("conv#2", "excluded")]
     why = cli("why", path, "--nodes", "conv,conv#2", "--buffer", "16KB", "--explainer", "oracle", "--json")
@@ -278,8 +281,8 @@ def test_unnamed_nodes_are_recorded_too(tmp_path):
     problem = FusionProblem(make_cost_model("lbdf", graph_from_model(model), 256 * 1024))
     document = plan_document(problem, IntervalDP().solve(problem)[0], {})
     assert document["renamed"] == {"Conv_0": {"onnx_name": "", "output": "y1"}}
-    assert "renamed" not in plan_document(FusionProblem(make_cost_model("lbdf", graph_from_model(two_convs()),
-                                                                         256 * 1024)), IntervalDP().solve(problem)[0], {})
+    unnamed = FusionProblem(make_cost_model("lbdf", graph_from_model(two_convs()), 256 * 1024))
+    assert "renamed" not in plan_document(unnamed, IntervalDP().solve(problem)[0], {})
 
 
 def test_fewer_groups_than_asked_is_said(cli, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from fuseplan import zoo
 from fuseplan.cli.common import stdout as cli_stdout
-from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
+from tests.cli.inprocess import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,8 @@ def test_plan_says_what_the_exact_search_did_rather_than_plans_evaluated(cli):
     assert f"{search['candidates']:,} candidate groups" in line and search["method"] in line
     assert "proven optimal" in auto.stdout
     assert "plans evaluated    300 of 300" in cli("plan", "resnet18", "--search", "ls", "--budget", "300").stdout
-    assert "interval DP, exact over interval plans (--budget unused)" in cli("plan", "resnet18", "--search", "dp").stdout
+    dp = cli("plan", "resnet18", "--search", "dp")
+    assert "interval DP, exact over interval plans (--budget unused)" in dp.stdout
 
 
 @pytest.mark.slow  # loads every zoo model; test_cli's test_zoo_json checks the fast way
@@ -147,7 +148,8 @@ def test_rewrite_reports_the_dram_plan_finds_for_the_model_and_its_output(cli, t
 def test_plan_rewrite_takes_max_growth_and_verify_as_rewrite_does(cli, tmp_path):
     pytest.importorskip("onnx_ir")
     pytest.importorskip("onnxruntime")
-    assert_one_line_error(cli("plan", "squeezenet", "--rewrite", "--max-growth", "0.5"), "--max-growth must be at least 1")
+    assert_one_line_error(cli("plan", "squeezenet", "--rewrite", "--max-growth", "0.5"),
+                          "--max-growth must be at least 1")
     assert_one_line_error(cli("plan", "squeezenet", "--rewrite", "--verify", "never"), "--verify")
     result = cli("plan", "squeezenet", "--rewrite", "--rewrite-budget", "2", "--max-growth", "1", "--verify", "each",
                  "--json")

@@ -24,7 +24,8 @@ def conv_relu() -> onnx.ModelProto:
     w = numpy_helper.from_array(np.ones((32, 8, 3, 3), dtype=np.float32), "w")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    graph = helper.make_graph(nodes, "conv_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+    graph = helper.make_graph(nodes, "conv_relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])], [w])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fuseplan.cost import SCHEMES, make_cost_model
 from fuseplan.cost.streaming import footprint, in_place_operators
 from fuseplan.graph import CompGraph
-from tests.conftest import BUFFERS_KB, ZOO
+from tests.conftest import BUFFERS_KB, LARGER, ZOO, zoo_params
 
 KB = 1024
 
@@ -86,7 +86,7 @@ def test_growing_a_convex_group_never_lowers_f_beta(zoo_graphs, name, buffer_kb,
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", zoo_params(slow=LARGER))
 def test_fuseable_share_never_falls_as_the_buffer_grows(zoo_graphs, name, scheme):
     graph = zoo_graphs[name]
     previous: set[int] | None = None

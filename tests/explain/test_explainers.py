@@ -108,8 +108,10 @@ def test_why_bad_input():
                           "explains nothing")
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv", "--explainer", "shap"),
                           "unknown explainer 'shap'; choose one of gnnexplainer")
-    assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/layer4/layer4.0/conv1/Conv,/layer4/layer4.0/relu/Relu",
-                                   "--buffer", "128KB", "--explainer", "oracle"), "does not fit the 128.00 KB buffer even alone")
+    assert_one_line_error(fuseplan("why", "resnet18",
+                                   "--nodes", "/layer4/layer4.0/conv1/Conv,/layer4/layer4.0/relu/Relu",
+                                   "--buffer", "128KB", "--explainer", "oracle"),
+                          "does not fit the 128.00 KB buffer even alone")
 
 
 def test_why_refine_cuts_a_part_that_rereads_its_weights():

@@ -68,7 +68,8 @@ def test_resize_window_is_the_rows_the_definition_reads(attrs, size_in, size_out
     for r, (start, end) in enumerate(_window(attrs, size_in, size_out)):
         read = _rows_read(attrs, r, size_in, size_out)
         if loose:
-            assert start <= min(read) and max(read) < end <= min(read) + 2 and end - 1 <= max(read) + 1, f"output row {r}"
+            assert start <= min(read) and max(read) < end <= min(read) + 2 and end - 1 <= max(read) + 1, \
+                f"output row {r}"
         else:
             assert (start, end) == (min(read), max(read) + 1), f"output row {r}"
 

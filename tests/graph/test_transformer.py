@@ -6,7 +6,6 @@ import json
 
 from fuseplan import zoo
 from fuseplan.graph import load_graph
-from tests.cli.inprocess import cli  # noqa: F401
 
 # 4 layers of: query, key, value and output projections (256x256 + bias), two LayerNorms (scale and bias),
 # the feed-forward pair 256 -> 1024 -> 256 (weights and biases).

@@ -108,7 +108,8 @@ def test_report_shows_the_estimates_of_recorded_or_given_hardware(tmp_path):
     assert "energy_joules" not in fuseplan("report", "squeezenet", without, "-o", tmp_path / "none.html").stdout
     assert 'data-total="energy_joules"' not in (tmp_path / "none.html").read_text()
     assert_one_line_error(fuseplan("report", "squeezenet", without, "-o", tmp_path / "x.html",
-                                   "--hardware", "eyeriss-v1"), "the plan was made for a 256.00 KB buffer and 1-byte elements")
+                                   "--hardware", "eyeriss-v1"),
+                          "the plan was made for a 256.00 KB buffer and 1-byte elements")
 
 
 def test_annotated_model_carries_the_estimates(tmp_path):

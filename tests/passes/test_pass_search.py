@@ -20,7 +20,7 @@ from fuseplan.rewrite.pass_search import (  # noqa: E402
     Applied, Graph, PassSearch, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs,
     pareto_front,
 )
-from tests.cli.inprocess import assert_one_line_error, cli  # noqa: E402,F401
+from tests.cli.inprocess import assert_one_line_error  # noqa: E402
 from tests.passes.test_select import conv_bn  # noqa: E402
 
 TRANSPOSE = "onnxoptimizer/eliminate_nop_transpose"
@@ -171,7 +171,8 @@ def test_the_graph_written_is_the_best_measured_unless_no_faster_than_the_baseli
     baseline, selected, drawn = graph("ort/all", 2.0), graph("selected", 3.0), graph("random", 1.0)
     applied = Applied({g.hash: g for g in (baseline, selected, drawn)},
                       {("ort/all",): "ort/all", ("selected",): "selected", ("random",): "random"}, {}, 0.0)
-    search = PassSearch("m", Pruning("signature", {}, 0.0), "latency", 1, 0, [("selected",)], [("random",)], applied, 0.0)
+    search = PassSearch("m", Pruning("signature", {}, 0.0), "latency", 1, 0, [("selected",)], [("random",)], applied,
+                        0.0)
     assert search.best is selected and search.measured_best is drawn  # the random pipeline's graph is fastest
     assert search.written is drawn  # not yet timed end to end: the best measured
     beyond = LatencyVerdict(Timing(2.0, 1.9, 2.1), Timing(1.0, 0.9, 1.1), 1, 30, "disabled")

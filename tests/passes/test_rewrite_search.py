@@ -36,7 +36,8 @@ def _parallel_convs() -> onnx.ModelProto:
              helper.make_node("Add", ["ya", "yb"], ["y"], name="add")]
     weights = [numpy_helper.from_array(rng.standard_normal((64, 64, 1, 1)).astype(np.float32), "wa"),
                numpy_helper.from_array(rng.standard_normal((64, 64, 1, 1)).astype(np.float32), "wb")]
-    graph = helper.make_graph(nodes, "parallel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16])],
+    graph = helper.make_graph(nodes, "parallel",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -316,14 +317,30 @@ def test_rewrite_command_time_limit_keeps_what_was_found_by_then(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_time_limit_cuts_a_zoo_search_short_and_returns_a_verified_graph(tmp_path):
+def test_a_time_limit_cuts_a_zoo_search_short_and_returns_a_verified_graph(tmp_path, monkeypatch):
+    """The search reads its time from a clock that moves one second per expansion it reports, so a 10 s limit
+    is crossed by the 11th expansion on any machine, however fast or loaded."""
+    from fuseplan.rewrite import run as rewrite_run
+
+    real_search = rewrite_run.backtracking_search
+    now = [0.0]
+
+    def search_on_expansion_clock(*args, on_progress=None, **kwargs):
+        def tick(state):
+            now[0] += 1.0  # the expansion just reported took one second
+            if on_progress is not None:
+                on_progress(state)
+        return real_search(*args, on_progress=tick, clock=lambda: now[0], **kwargs)
+
+    monkeypatch.setattr(rewrite_run, "backtracking_search", search_on_expansion_clock)
     out = tmp_path / "resnet18.onnx"
     outcome = fuseplan("rewrite", "resnet18", "-o", out, "--time-limit", "10", "--json")
     assert outcome.returncode == 0, outcome.stderr
     report = json.loads(outcome.stdout)
     search = report["search"]
-    assert search["timed_out"] or search["greedy"]["timed_out"]
-    assert 1 <= search["expanded"] < 300  # the default budget: the limit, not the budget, ended it
+    assert search["greedy"]["timed_out"] or search["timed_out"]
+    assert search["expanded"] == 11  # the clock passed 10 s with the 11th; the budget (300) did not end it
+    assert search["wall_seconds"] == 11.0
     assert report["after"]["dram_bytes"] <= report["before"]["dram_bytes"]
     assert report["verification"]["max_error"] <= 1e-4
     assert Verifier(_prepared("resnet18")).check(report["steps"]).passed

@@ -24,11 +24,13 @@ def _prepared(source: str):
 
 def _error_with_weights_inside(verifier: Verifier, steps) -> float:
     outputs = run(apply_sequence(verifier.model, steps, reinfer=False), verifier.feeds)
-    return max(float(np.max(np.abs(outputs[name].astype(np.float64) - expected))) / (float(np.max(np.abs(expected))) or 1.0)
+    return max(float(np.max(np.abs(outputs[name].astype(np.float64) - expected)))
+               / (float(np.max(np.abs(expected))) or 1.0)
                for name, expected in verifier.reference.items())
 
 
-@pytest.mark.parametrize("source", ["resnet18", pytest.param("tests/data/googlenet_opset13.onnx", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("source", ["mobilenet_v3_small",  # the rules resnet18 has sites for, at 1/30 of its MACs
+                                    pytest.param("tests/data/googlenet_opset13.onnx", marks=pytest.mark.slow)])
 def test_light_replay_gives_the_error_of_the_weighted_rewrite(source):
     model = _prepared(source)
     verifier = Verifier(model, seed=3)

@@ -90,7 +90,8 @@ def test_each_group_carries_its_schedule(planned):
     data = json.loads(page.split('id="plan-data">', 1)[1].split("</script>", 1)[0])
     for group in document["groups"]:
         lines = data["groups"][str(group["id"])][2]
-        assert lines == schedule_lines(group["schedule"]) and lines[0].startswith(f"schedule: {group['schedule']['kind']}")
+        assert lines == schedule_lines(group["schedule"])
+        assert lines[0].startswith(f"schedule: {group['schedule']['kind']}")
         names = {t[0] for t in group["schedule"]["tensors"]}
         assert any(line.split(":")[0] in names for line in lines[1:])
 

@@ -149,7 +149,8 @@ def test_the_conv_search_finds_the_least_dram_of_every_blocking(spec):
     assert lone_schedule(graph, 0, (), min(o for _, o in priced), 1) is None
 
 
-@pytest.mark.parametrize("spec", [dict(m=6, k=5, n=7), dict(m=1, k=9, n=8), dict(m=5, k=4, n=6, batch=(3,), weight=False)])
+@pytest.mark.parametrize("spec", [dict(m=6, k=5, n=7), dict(m=1, k=9, n=8),
+                                  dict(m=5, k=4, n=6, batch=(3,), weight=False)])
 def test_the_matmul_search_finds_the_least_dram_of_every_blocking(spec):
     _, graph, _ = layers.matmul(**spec)
     g = matmul_geometry(graph, 0)

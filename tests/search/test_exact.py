@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuseplan.cost import make_cost_model
+from fuseplan.graph.ir import CompGraph, OpNode, Tensor
 from fuseplan.plan import FusionProblem
 from fuseplan.plan.plan import Plan
 from fuseplan.search import IntervalDP, make_search, minimize
@@ -208,9 +209,8 @@ def test_restricted_candidates_keep_the_interval_plans(zoo_graphs):
     assert restricted.dram <= IntervalDP().solve(problem)[1]
 
 
-def crossed_pairs() -> "CompGraph":
+def crossed_pairs() -> CompGraph:
     """x1, x2 both feed y1 and y2: the pairs {x1, y1} and {x2, y2} are convex but read from each other."""
-    from fuseplan.graph.ir import CompGraph, OpNode, Tensor
     from tests.dags import POINT, WINDOW
 
     def conv(i, inputs, weights):

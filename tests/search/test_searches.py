@@ -61,7 +61,8 @@ def test_same_seed_same_plan(zoo_graphs, algorithm):
     assert runs[0].history != runs[2].history or algorithm == "auto"
 
 
-@pytest.mark.parametrize("name", [pytest.param("efficientnet_b0", marks=pytest.mark.slow), "resnet50",
+@pytest.mark.parametrize("name", [pytest.param("efficientnet_b0", marks=pytest.mark.slow),
+                                  pytest.param("resnet50", marks=pytest.mark.slow),
                                   pytest.param("deeplabv3_mobilenet_v3_large", marks=pytest.mark.slow), "squeezenet"])
 def test_no_search_beats_the_dp_inside_its_plan_space(zoo_graphs, name):
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs[name], 256 * 1024))

@@ -142,7 +142,8 @@ ZOO_LAYERS = [
     pytest.param("resnet18", "/maxpool/MaxPool", 4 * 1024, marks=SLOW),
     pytest.param("resnet18", "/layer2/layer2.0/downsample/downsample.0/Conv", 16 * 1024, marks=SLOW),  # 1x1, stride 2
     pytest.param("resnet18", "/layer1/layer1.0/Add", 1024, marks=SLOW),
-    pytest.param("efficientnet_b0", "/features/features.1/features.1.0/block/block.1/Mul", 1024, marks=SLOW),  # broadcast
+    # broadcast
+    pytest.param("efficientnet_b0", "/features/features.1/features.1.0/block/block.1/Mul", 1024, marks=SLOW),
     pytest.param("squeezenet", "/features/features.3/Concat", 1024, marks=SLOW),
     pytest.param("deeplabv3_mobilenet_v3_large", "/model/classifier/classifier.0/convs.4/Resize", 4 * 1024, marks=SLOW),
     ("bert_encoder", "/layers.0/query/MatMul", 16 * 1024),  # the bias Add rides

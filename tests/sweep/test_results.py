@@ -10,7 +10,7 @@ from fuseplan.sweep import LocalExecutor, SweepConfig, SweepStore, run_sweep
 from fuseplan.sweep.reproduce import TargetResult, paper_data, target_config
 from fuseplan.sweep.results import fig5_findings, load_runs, table5_findings, table_findings
 from fuseplan.sweep.summarize import setup_key
-from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
+from tests.cli.inprocess import assert_one_line_error
 
 MB = 2**20
 
@@ -34,7 +34,8 @@ def partial(tmp_path_factory):
 def test_render_only_runs_nothing_and_lists_what_is_missing(partial, cli, tmp_path):
     out, config, chosen = partial
     cells = sorted(p.name for p in (out / "fig5" / "sweep" / "cells").iterdir())
-    result = cli("reproduce", "fig5", "table5", "--quick", "--out", out, "--render-only", "--publish", tmp_path / "docs")
+    result = cli("reproduce", "fig5", "table5", "--quick", "--out", out, "--render-only",
+                 "--publish", tmp_path / "docs")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (out / "fig5" / "sweep" / "cells").iterdir()) == cells  # nothing computed
     assert not (out / "table5" / "sweep" / "cells").exists()
@@ -58,7 +59,8 @@ def test_render_only_runs_nothing_and_lists_what_is_missing(partial, cli, tmp_pa
     assert "![Fig. 5](fig5/fig5.png)" in page and (out / "fig5" / "fig5.png").is_file()
     published = (tmp_path / "docs" / "results.md").read_text()
     assert "![Fig. 5](images/reproduce-fig5.png)" in published
-    assert (tmp_path / "docs" / "images" / "reproduce-fig5.png").read_bytes() == (out / "fig5" / "fig5.png").read_bytes()
+    published_figure = tmp_path / "docs" / "images" / "reproduce-fig5.png"
+    assert published_figure.read_bytes() == (out / "fig5" / "fig5.png").read_bytes()
     # no run is recorded by rendering, and the page says so
     assert not (out / "reproduce.json").exists() and "not recorded" in page
 
@@ -179,6 +181,7 @@ def test_a_run_is_recorded_as_it_starts_and_updated_when_it_ends(tmp_path):
            "machine": "m", "python": "3.11", "executor": "local", "wall_seconds": None,
            "target_seconds": {"table2": 12.0}}
     record_run(tmp_path, run)
-    assert "not finished" in _runs_text(load_runs(tmp_path), "m") and "Table II 12 s" in _runs_text(load_runs(tmp_path), "m")
+    text = _runs_text(load_runs(tmp_path), "m")
+    assert "not finished" in text and "Table II 12 s" in text
     record_run(tmp_path, {**run, "wall_seconds": 30.0})
     assert len(load_runs(tmp_path)) == 1 and "wall time 30 s" in _runs_text(load_runs(tmp_path), "m")

@@ -17,7 +17,7 @@ import pytest
 from fuseplan.cost import LBDFCostModel
 from fuseplan.sweep import LocalExecutor, SweepStore, load_config, parse_config, run_sweep, summarize
 from fuseplan.sweep.config import Cell
-from tests.cli.inprocess import assert_one_line_error, cli  # noqa: F401  (fixture)
+from tests.cli.inprocess import assert_one_line_error
 
 TINY = """\
 models: [squeezenet]

@@ -48,6 +48,19 @@ stdout = UserTextConsole()
 stderr = UserTextConsole(stderr=True)
 
 
+def progress_bar(*columns, quiet: bool = False):
+    """A progress bar on stderr: ``columns`` (rich progress columns), then the time spent and the time left.
+
+    It is drawn on a terminal only, never when stderr is a pipe or a file or
+    when ``quiet`` (``--json``), and it is erased when it ends. The console
+    is looked up when the bar is made, so a test may give one of its own
+    (a fake terminal with its own clock)."""
+    from rich.progress import Progress, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=stderr, transient=True,
+                    disable=quiet or not stderr.is_terminal)
+
+
 def print_named(name: str, rest: str) -> None:
     """Print ``name`` in bold followed by ``rest`` on stdout, both as written (never read as markup)."""
     from rich.text import Text
@@ -169,7 +182,8 @@ def read_rewritable(source: Path):
 
     model_proto = read_model(source)
     if external_data_files(model_proto, source.parent):
-        raise FuseplanError(f"{source}: keeps its weights in external data files; rewriting needs them inside the model")
+        raise FuseplanError(f"{source}: keeps its weights in external data files; "
+                            "rewriting needs them inside the model")
     return model_proto
 
 

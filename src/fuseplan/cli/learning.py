@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from fuseplan import zoo
-from fuseplan.cli.common import app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model
+from fuseplan.cli.common import (app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model,
+                                 progress_bar)
 from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_output_dir, check_outputs
@@ -42,7 +43,7 @@ def dataset_build(
     bytes_per_element: BytesPerElementOpt = 1,
 ) -> None:
     """Sample fusion groups by random search and label them at 128KB to 2048KB."""
-    from rich.progress import Progress
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
     from fuseplan.explain.dataset import build_dataset
 
@@ -52,7 +53,7 @@ def dataset_build(
     chosen = [s.value for s in schemes] if schemes else ["lbdf", "brr"]
     # Without --groups, zoo models get the reference paper's counts and other models 1000 groups.
     counts = {Path(m).stem if m.endswith(".onnx") else m: groups for m in names} if groups else None
-    with Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as progress:
+    with progress_bar(TextColumn("sampling groups"), BarColumn(), MofNCompleteColumn()) as progress:
         task = progress.add_task("sampling groups", total=len(names) * len(chosen))
         meta = build_dataset(names, chosen, output, seed=seed, counts=counts, bytes_per_element=bytes_per_element,
                              progress=lambda name: progress.advance(task))
@@ -120,8 +121,7 @@ def classifier_train(
     """Train the 4-layer GraphConv validity classifier (80/10/10 split of groups)."""
     from dataclasses import asdict
 
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
     from fuseplan.explain import gnn
     from fuseplan.explain.dataset import load_dataset
@@ -132,10 +132,8 @@ def classifier_train(
     splits = {}
     if holdout_family is not None:
         splits = gnn.family_split(data, holdout_family, seed)
-    progress = Progress(TextColumn(f"training {scheme.value}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("loss {task.fields[loss]} val {task.fields[val]}"), TimeElapsedColumn(),
-                        TimeRemainingColumn(),
-                        console=stderr, transient=True, disable=as_json or not stderr.is_terminal)
+    progress = progress_bar(TextColumn(f"training {scheme.value}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("loss {task.fields[loss]} val {task.fields[val]}"), quiet=as_json)
     with progress:
         task = progress.add_task("epochs", total=epochs, loss="-", val="-")
         model, report = gnn.train(
@@ -162,7 +160,8 @@ def classifier_train_explainers(
     dataset: DatasetOpt,
     scheme: Annotated[Scheme, typer.Option(help="Which scheme's classifier to explain.")] = Scheme.lbdf,
     weights: Annotated[Optional[Path], typer.Option(help="Classifier weights (default: the shipped ones).")] = None,
-    output_dir: Annotated[Path, typer.Option("--output-dir", help="Where pg-<scheme>.pt and rg-<scheme>.pt go.")] = Path("."),
+    output_dir: Annotated[Path, typer.Option(
+        "--output-dir", help="Where pg-<scheme>.pt and rg-<scheme>.pt go.")] = Path("."),
     pg_epochs: Annotated[int, typer.Option(min=1, help="PGExplainer training epochs.")] = 20,
     rg_epochs: Annotated[int, typer.Option(min=1, help="RG-Explainer training epochs.")] = 8,
     samples: Annotated[int, typer.Option(min=1, help="Invalid training groups used.")] = 1200,
@@ -185,14 +184,16 @@ def classifier_train_explainers(
     output_dir.mkdir(parents=True, exist_ok=True)
     start = _time.perf_counter()
     pg = train_pg_explainer(model, data, epochs=pg_epochs, samples=samples, seed=seed,
-                            on_epoch=lambda e, loss: stderr.print(f"PGExplainer epoch {e}: loss {loss:.4f}", highlight=False))
+                            on_epoch=lambda e, loss: stderr.print(f"PGExplainer epoch {e}: loss {loss:.4f}",
+                                                                  highlight=False))
     save_pg_explainer(pg, scheme.value, output_dir / f"pg-{scheme.value}.pt")
     middle = _time.perf_counter()
     rg = train_rg_explainer(model, data, epochs=rg_epochs, samples=samples, seed=seed,
-                            on_epoch=lambda e, r: stderr.print(f"RG-Explainer epoch {e}: mean reward {r:.4f}", highlight=False))
+                            on_epoch=lambda e, r: stderr.print(f"RG-Explainer epoch {e}: mean reward {r:.4f}",
+                                                               highlight=False))
     save_rg_explainer(rg, scheme.value, output_dir / f"rg-{scheme.value}.pt")
-    stdout.print(f"PGExplainer trained in {middle - start:.0f} s, RG-Explainer in {_time.perf_counter() - middle:.0f} s; "
-                 f"written to {output_dir}", highlight=False)
+    stdout.print(f"PGExplainer trained in {middle - start:.0f} s, "
+                 f"RG-Explainer in {_time.perf_counter() - middle:.0f} s; written to {output_dir}", highlight=False)
 
 
 @classifier_app.command("evaluate")

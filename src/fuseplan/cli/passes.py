@@ -10,8 +10,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from fuseplan.cli.common import (app, choices, stdout, stderr, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
-                                  named_inputs, print_named)
+from fuseplan.cli.common import (app, choices, stdout, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
+                                  named_inputs, print_named, progress_bar)
 from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, save_onnx
@@ -65,7 +65,8 @@ def passes_command(
     seed: Annotated[int, typer.Option(help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write the best verified graph measured here (the baseline's and random pipelines' "
-                               "included; under latency, ort/all's unless faster end to end beyond the spread).")] = None,
+                               "included; under latency, ort/all's unless faster end to end beyond the "
+                               "spread).")] = None,
     png: Annotated[Optional[Path], typer.Option("--png", help="Draw latency against DRAM, the Pareto front marked.")]
     = None,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme of the DRAM figure.")] = Scheme.lbdf,
@@ -86,8 +87,7 @@ def passes_command(
     """Prune the graph passes that change nothing for this network, search orders of the rest, measure the graphs."""
     import tempfile
 
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
     from fuseplan.passes.select import cached_prune, default_cache_dir, normalise
     from fuseplan.rewrite.pass_search import check_timing_options, search_passes
@@ -123,9 +123,7 @@ def passes_command(
         raise FuseplanError(f"{source}: keeps its weights in external data files; passes need them inside the model")
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     start_model = normalise(source_model, shapes or None, seed)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(),
-                        console=stderr, transient=True, disable=as_json or not stderr.is_terminal)
+    progress = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), quiet=as_json)
     with progress, tempfile.TemporaryDirectory(prefix="fuseplan-passes-") as directory:
         passes_total = len(names or catalogue)
         task = progress.add_task(f"prune {name}", total=passes_total)
@@ -230,8 +228,8 @@ def _against_baseline(timing: dict | None) -> str:
     if timing is None:
         return ""
     original, candidate = timing["original"], timing["candidate"]
-    measured = (f"{candidate['median_seconds'] * 1e3:.2f} ms (IQR {candidate['iqr_seconds'] * 1e3:.2f}) against ort/all "
-                f"{original['median_seconds'] * 1e3:.2f} ms (IQR {original['iqr_seconds'] * 1e3:.2f}), "
+    measured = (f"{candidate['median_seconds'] * 1e3:.2f} ms (IQR {candidate['iqr_seconds'] * 1e3:.2f}) "
+                f"against ort/all {original['median_seconds'] * 1e3:.2f} ms (IQR {original['iqr_seconds'] * 1e3:.2f}), "
                 f"{timing['rounds']} interleaved runs")
     if timing["faster"]:
         return f"; {measured}: faster by {-100 * timing['change']:.1f}%"

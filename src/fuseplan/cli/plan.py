@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from fuseplan.cli.common import (
-    app, choices, stdout, stderr, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
+    app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
     HardwareOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, resolve_accelerator, load_model,
-    read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named,
+    read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named, progress_bar,
 )
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
@@ -43,8 +43,8 @@ def plan(
         help="How groups that do not fit are split: random (the paper's baseline) or Algorithm 1 driven by an "
              "explainer (GNN-based ones need the gnn extra).")] = SplitterName.random,
     refine: Annotated[bool, typer.Option(
-        "--refine", help="Algorithm 1 also cuts parts that fit but re-read their weights per row tile (BRR) where a cut "
-             "at a blamed edge lowers DRAM; explainer-driven splitters only.")] = False,
+        "--refine", help="Algorithm 1 also cuts parts that fit but re-read their weights per row tile (BRR) where "
+             "a cut at a blamed edge lowers DRAM; explainer-driven splitters only.")] = False,
     budget: Annotated[int, typer.Option(min=1, help="Partition plans the search may propose.")] = 5000,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same plan.")] = 0,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
@@ -65,7 +65,8 @@ def plan(
                           "rewrite.")] = False,
     rewrite_budget: Annotated[int, typer.Option(min=1, help="Graphs the rewrite search may expand.")] = 300,
     rewrite_alpha: Annotated[float, typer.Option(
-        help="Alpha of the rewrite search: keep graphs costing less than alpha x the best so far; 1 is greedy.")] = 1.05,
+        help="Alpha of the rewrite search: keep graphs costing less than alpha x the best so far; "
+             "1 is greedy.")] = 1.05,
     rewrite_time_limit: Annotated[Optional[float], typer.Option(
         help="Stop the rewrite search after this many seconds and plan the best verified graph found by then "
              "(default: none).", show_default=False)] = None,
@@ -76,9 +77,8 @@ def plan(
                              "exact and auto, its proven gap (default: none; a time-limited result depends on the "
                              "machine's speed, a budget's does not).", show_default=False)] = None,
 ) -> None:
-    """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups all fit the buffer."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    """Search for the fusion plan with the least DRAM traffic (or energy, or latency) whose groups fit the buffer."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
     from fuseplan.plan import FusionProblem
     from fuseplan.plan.io import annotate_onnx, plan_document, write_json
@@ -116,12 +116,8 @@ def plan(
     cost_model = make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element)
     problem = FusionProblem(cost_model, make_objective(objective.value, cost_model, accelerator))
     algorithm = make_search(search.value)
-    progress = Progress(
-        TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"), TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=stderr, transient=True, disable=as_json or not stderr.is_terminal,
-    )
+    progress = progress_bar(TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"), quiet=as_json)
     with progress:
         task = progress.add_task("search", total=budget, best="-", proof="")
         with searching():
@@ -174,13 +170,16 @@ def plan(
     if details.get("rectify_rate") is not None or details.get("invalid_groups"):
         rate = details.get("rectify_rate")
         stdout.print(
-            f"repairs            {details['invalid_groups']} invalid groups split in {details['splitter_seconds']:.2f} s"
-            + (f"; rectify rate {100 * rate:.1f}% ({details['explainer_calls']} explainer calls)" if rate is not None else "")
+            f"repairs            {details['invalid_groups']} invalid groups split in "
+            f"{details['splitter_seconds']:.2f} s"
+            + (f"; rectify rate {100 * rate:.1f}% ({details['explainer_calls']} explainer calls)"
+               if rate is not None else "")
             + (f"; {details['refinements']} refinement cuts" if "refinements" in details else ""),
             highlight=False)
     if rewritten is not None:
         stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM of the "
-                     f"best interval plan (the rewrite search's objective) {format_bytes(rewritten.before['dram_bytes'])}"
+                     f"best interval plan (the rewrite search's objective) "
+                     f"{format_bytes(rewritten.before['dram_bytes'])}"
                      f" -> {format_bytes(rewritten.after['dram_bytes'])} "
                      f"{'(time limit reached) ' if rewritten.result.cut_by_time else ''}"
                      f"{'(rewrite interrupted) ' if rewritten.result.interrupted else ''}(see fuseplan rewrite)",

@@ -78,7 +78,8 @@ def why(
         help=f"Which explainer blames the edges: {', '.join(EXPLAINERS)}.")] = "rgexplainer",
     top: Annotated[int, typer.Option(min=1, help="Blamed edges to list and highlight.")] = 5,
     refine: Annotated[bool, typer.Option(
-        "--refine", help="Also cut parts that fit but re-read their weights per row tile (BRR), as plan --refine does.")] = False,
+        "--refine", help="Also cut parts that fit but re-read their weights per row tile (BRR), "
+                         "as plan --refine does.")] = False,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
     bytes_per_element: HardwareBytesPerElementOpt = None,
@@ -148,10 +149,12 @@ def why(
     for column in ("score", "from", "to"):
         table.add_column(column)
     for row in blamed:
-        table.add_row(f"{row['score']:.4g}", f"{row['edge'][0]} ({row['ops'][0]})", f"{row['edge'][1]} ({row['ops'][1]})")
+        table.add_row(f"{row['score']:.4g}", f"{row['edge'][0]} ({row['ops'][0]})",
+                      f"{row['edge'][1]} ({row['ops'][1]})")
     print_table(table)
     if len(parts) > 1:
-        how = "from the explanation (Algorithm 1)" if from_explanation else "by the random fallback (the explanation led nowhere)"
+        how = ("from the explanation (Algorithm 1)" if from_explanation
+               else "by the random fallback (the explanation led nowhere)")
         stdout.print(f"split {how} into {len(parts)} groups, DRAM {format_bytes(sum(p['dram_bytes'] for p in split))}:",
                      highlight=False)
         for k, part in enumerate(split):

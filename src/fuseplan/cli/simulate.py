@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,7 +10,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from fuseplan.cli.common import app, stdout, stderr, ModelArg, JsonOpt, print_table, plan_hardware
+from fuseplan.cli.common import (app, stdout, stderr, ModelArg, JsonOpt, print_table, plan_hardware,
+                                 progress_bar)
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
@@ -49,7 +51,7 @@ def simulate(
     if hardware is not None:
         plan_hardware(hardware, plan_file)
     try:
-        import onnxruntime  # noqa: F401
+        importlib.import_module("onnxruntime")
     except ImportError:
         raise FuseplanError("simulate compares with onnxruntime: pip install -e '.[simulate]' in the fuseplan "
                             "checkout") from None
@@ -95,7 +97,7 @@ def _schedules_at(graph: CompGraph, plan_file) -> list:
     for group in plan_file.document["groups"]:
         members = frozenset(graph.node_index(name) for name in group["nodes"])
         if not cost.fits(members):
-            raise FuseplanError(f"a group of the plan does not fit the buffer at these input shapes")
+            raise FuseplanError("a group of the plan does not fit the buffer at these input shapes")
         schedules.append(cost.schedule(members))
     covered = {v for s in schedules for v in s.operators}
     for v in range(len(graph.nodes)):
@@ -107,14 +109,12 @@ def _schedules_at(graph: CompGraph, plan_file) -> list:
 
 
 def _simulate_with_progress(prepared, graph: CompGraph, schedules: list, seed: int, capacity: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
     from fuseplan.simulate.run import simulate as run_simulation
     from fuseplan.simulate.values import ModelValues
 
-    progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=stderr, transient=True, disable=not stderr.is_terminal)
+    progress = progress_bar(TextColumn("simulating"), BarColumn(), MofNCompleteColumn())
     with progress:
         task = progress.add_task("groups", total=len(schedules))
         values = ModelValues(prepared, graph, seed)
@@ -159,5 +159,5 @@ def _print_simulation(name: str, scheme: str, buffer_bytes: int, outcome, b: int
                                                           f"relative error {outcome.output_error:.1e}"),
                  highlight=False)
     for g in outcome.findings:
-        stderr.print(f"finding: group {g.index} ({', '.join(g.operators[:3])}{', ...' if len(g.operators) > 3 else ''}):"
-                     f" {g.finding}", highlight=False, markup=False)
+        operators = ", ".join(g.operators[:3]) + (", ..." if len(g.operators) > 3 else "")
+        stderr.print(f"finding: group {g.index} ({operators}): {g.finding}", highlight=False, markup=False)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 import typer.core
 
-from fuseplan.cli.common import app, choices, stderr, stdout
+from fuseplan.cli.common import app, choices, progress_bar, stderr, stdout
 from fuseplan.sweep.executors import EXECUTORS
 from fuseplan.sweep.reproduce import TARGETS
 from fuseplan.units import format_bytes
@@ -41,14 +41,12 @@ RayAddressOpt = Annotated[Optional[str], typer.Option(
 
 def _run_sweep_with_progress(config, out: Path, executor, retry_failed: bool = False, label: str = ""):
     """Run a sweep with a progress bar (cells done, failures) on stderr; each cell's record keeps its error."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
     from fuseplan.sweep import run_sweep
 
-    progress = Progress(TextColumn(label or config.name), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=stderr, transient=True, disable=not stderr.is_terminal)
+    progress = progress_bar(TextColumn(label or config.name), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("failed {task.fields[failed]}"))
     task = None
 
     def started(total: int, skipped: int) -> None:
@@ -135,7 +133,8 @@ def reproduce_command(
         help="Which tables or figures of the reference paper (one or more), or all.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory (rerunning resumes its sweeps).")] = Path(
         "reproduce-results"),
-    quick: Annotated[bool, typer.Option("--quick", help="Small budgets and one seed: minutes instead of hours.")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="Small budgets and one seed: minutes instead of hours.")] = False,
     jobs: JobsOpt = None,
     executor: ExecutorOpt = ExecutorName.local,
     ray_address: RayAddressOpt = None,

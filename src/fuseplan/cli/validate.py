@@ -37,7 +37,8 @@ def validate(
 
     target = None
     if hardware is not None or buffer is not None or bytes_per_element is not None:
-        target = resolve_accelerator(hardware, buffer, bytes_per_element)  # before reading anything: a bad size fails fast
+        # before reading anything: a bad size fails fast
+        target = resolve_accelerator(hardware, buffer, bytes_per_element)
     plan_file = read_plan_file(plan_path)
     graph = load_model(model, input_shape, plan_file.passes)
     reasons = validate_plan(graph, plan_file)

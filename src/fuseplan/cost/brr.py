@@ -147,8 +147,8 @@ def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
     """The entries (bit 0 full, bit 1 partial) under which tensor ``t``, holding ``rows`` rows, may be held a
     channel block at a time, given the group's mode bits: none where a reader in the group takes a window
     of more than one row or taller than its stride (:func:`tall_readers`), or where ``t`` holds more rows
-    than its readers' widest window (rows kept for a reader that lags behind, such as the sum of a skip connection): both need rows
-    of every channel from one step of the tiles to the next."""
+    than its readers' widest window (rows kept for a reader that lags behind, such as the sum of a skip
+    connection): both need rows of every channel from one step of the tiles to the next."""
     for c in tall[t]:
         if c in bits:
             return 0
@@ -344,7 +344,8 @@ class BRRCostModel(CostModel):
         Where every weight fits beside the features they stay (``params["weights"]`` ``resident``, read
         once, one tile); otherwise they stream through one buffer of the largest weight block
         (``params["weight_block"]``, counted on the operator it belongs to), read once per tile (once in all
-        by an operator with one output row, :func:`weights_read_once`). ``b * on_chip`` and ``b * dram`` are the price (tested on the zoo).
+        by an operator with one output row, :func:`weights_read_once`). ``b * on_chip`` and ``b * dram`` are
+        the price (tested on the zoo).
         """
         group = frozenset(group)
         chosen = max(self._schedules(group), key=lambda item: item[1] == self.evaluate(group))[0]

@@ -16,7 +16,6 @@ The equations, assumptions and a worked example are in ``docs/cost-models.md``.
 from __future__ import annotations
 
 from functools import cached_property
-from math import ceil
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
 from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors, read_numel

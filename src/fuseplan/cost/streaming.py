@@ -33,8 +33,10 @@ from __future__ import annotations
 from math import ceil, inf
 from typing import NamedTuple
 
-from fuseplan.cost.base import IN_PLACE_OPS, GraphTables, Group, in_place_operators  # noqa: F401 (re-exported)
+from fuseplan.cost.base import GraphTables, Group, in_place_operators
 from fuseplan.graph.ir import CompGraph
+
+__all__ = ["Footprint", "StreamingState", "footprint", "in_place_operators", "overwritable_tensors", "read_numel"]
 
 
 def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[bool, ...]:

@@ -208,7 +208,8 @@ def load_dataset(directory: Path, scheme: str) -> tuple[GroupSet, dict[str, Any]
     """Read one scheme of a dataset, refusing ones built for another feature layout."""
     meta_path = directory / "meta.json"
     if not directory.is_dir() or not meta_path.exists():
-        raise FuseplanError(f"{directory}: not a dataset directory (no meta.json); build one with `fuseplan dataset build`")
+        raise FuseplanError(f"{directory}: not a dataset directory (no meta.json); "
+                            "build one with `fuseplan dataset build`")
     meta = read_json(meta_path, "dataset metadata file", MAX_META_BYTES)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise FuseplanError(f"{directory}: not a fuseplan group dataset")

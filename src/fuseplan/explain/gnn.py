@@ -9,6 +9,7 @@ torch-geometric).
 
 from __future__ import annotations
 
+import importlib
 import io
 import random
 import time
@@ -31,7 +32,7 @@ def require_torch():
     """Import torch and torch-geometric, or explain how to get them."""
     try:
         import torch
-        import torch_geometric  # noqa: F401
+        importlib.import_module("torch_geometric")
     except ImportError:
         raise FuseplanError("this command needs the gnn extra: run pip install -e '.[gnn]' in the fuseplan checkout "
                             "(on CPU-only machines install torch's CPU build first); the random and oracle "
@@ -139,7 +140,8 @@ class SampleBatches:
                    torch.from_numpy((data.f_beta[groups] < betas).astype(np.float32)))
 
 
-def split_indices(n: int, seed: int, fractions: tuple[float, float] = (0.8, 0.1)) -> tuple[list[int], list[int], list[int]]:
+def split_indices(n: int, seed: int,
+                  fractions: tuple[float, float] = (0.8, 0.1)) -> tuple[list[int], list[int], list[int]]:
     """A seeded 80/10/10 split of ``range(n)``."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
@@ -153,7 +155,8 @@ def family_split(data: GroupSet, family: str, seed: int) -> dict[str, list[int]]
 
     families = sorted({FAMILIES.get(m, m) for m in data.models})
     if family not in families:
-        raise FuseplanError(f"no {family!r} networks in this {data.scheme.upper()} dataset; families: {', '.join(families)}")
+        raise FuseplanError(f"no {family!r} networks in this {data.scheme.upper()} dataset; "
+                            f"families: {', '.join(families)}")
     held = {i for i, m in enumerate(data.models) if FAMILIES.get(m, m) == family}
     test = [i for i in range(len(data)) if data.model[i] in held]
     rest = [i for i in range(len(data)) if data.model[i] not in held]
@@ -298,7 +301,8 @@ def load_tagged(path: Path, file_format: str, scheme: str, what: str = "weights"
     if not isinstance(blob, dict) or blob.get("format") != file_format:
         raise FuseplanError(f"{path}: not a fuseplan {what} file")
     if blob.get("scheme") != scheme:
-        raise FuseplanError(f"{path}: {what} are for the {str(blob.get('scheme')).upper()} scheme, not {scheme.upper()}")
+        raise FuseplanError(f"{path}: {what} are for the {str(blob.get('scheme')).upper()} scheme, "
+                            f"not {scheme.upper()}")
     return blob
 
 
@@ -316,8 +320,10 @@ def load_classifier(scheme: str, path: Path | None = None):
     # Labels are the cost models' verdicts: weights learned under other models predict other verdicts.
     if blob.get("cost_model_version", 1) != label_version(scheme):
         stale = ("the weights shipped with this fuseplan are stale: train new ones (fuseplan classifier train) and "
-                 "pass them with --weights" if path == shipped_weights(scheme) else "retrain (fuseplan classifier train)")
-        raise FuseplanError(f"{path}: weights learned labels of cost-model version {blob.get('cost_model_version', 1)}; "
+                 "pass them with --weights" if path == shipped_weights(scheme)
+                 else "retrain (fuseplan classifier train)")
+        raise FuseplanError(f"{path}: weights learned labels of cost-model version "
+                            f"{blob.get('cost_model_version', 1)}; "
                             f"this fuseplan labels {scheme.upper()} groups as version {label_version(scheme)} does: "
                             + stale)
     model = build_model()

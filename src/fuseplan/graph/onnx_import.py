@@ -112,7 +112,8 @@ def _constant_value(name: str, initializers: Mapping[str, onnx.TensorProto],
 
 
 def _name_occurrences(model: onnx.ModelProto) -> dict[str, int]:
-    """For each node (keyed by its first output, unique in ONNX): how many nodes up to it in file order share its name."""
+    """For each node (keyed by its first output, unique in ONNX): how many nodes up to it in file order share its
+    name."""
     seen: dict[str, int] = {}
     occurrence: dict[str, int] = {}
     for node in model.graph.node:

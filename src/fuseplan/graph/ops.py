@@ -156,8 +156,9 @@ def resize_window(op_type: str, attrs: Mapping[str, Any], in_rows: int, out_rows
     the input are clamped to its edge. So a window of ``kernel`` rows ending
     at ``floor(x + reach - offset)`` is exact. Nearest's rounding modes become
     a floor: ``x`` is a multiple of ``1 / (2 * out_rows)``, so ``ceil(v) =
-    floor(v + 1 - d)`` for any ``0 < d < 1 / (2 * out_rows)``. Crop-and-resize (``tf_crop_and_resize``, whose rows depend
-    on a region of interest) and antialiased downsampling (whose filter
+    floor(v + 1 - d)`` for any ``0 < d < 1 / (2 * out_rows)``. Crop-and-resize
+    (``tf_crop_and_resize``, whose rows depend on a region of interest) and
+    antialiased downsampling (whose filter
     widens with the scale) are priced as barriers: the whole input.
     """
     barrier = RowGeometry(barrier=True)

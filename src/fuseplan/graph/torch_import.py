@@ -74,7 +74,7 @@ def _export_program(module, example_inputs, input_names, opset):
     if not isinstance(module, torch.nn.Module):
         raise FuseplanError(f"expected a torch.nn.Module, got {type(module).__name__}")
     try:
-        import onnxscript  # noqa: F401 - the exporter imports it; a clear message beats its ImportError
+        importlib.import_module("onnxscript")  # the exporter imports it; a clear message beats its ImportError
     except ImportError:
         raise FuseplanError(_INSTALL.replace("torch extra", "torch extra (onnxscript)")) from None
     inputs = _as_tuple(example_inputs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
@@ -11,7 +12,7 @@ from fuseplan.hardware import TEMPLATE_SUFFIX, template_names
 from fuseplan.units import parse_size
 
 try:  # pydantic and pyyaml are core dependencies; the guard only turns a broken install into one line
-    import yaml  # noqa: F401 (read through fuseplan.documents)
+    importlib.import_module("yaml")  # read through fuseplan.documents
     from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 except ImportError as exc:  # pragma: no cover - exercised only on a broken install
     raise FuseplanError(f"hardware files need pydantic and pyyaml ({exc}); reinstall fuseplan") from None

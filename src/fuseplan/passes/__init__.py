@@ -13,5 +13,5 @@ from fuseplan.passes.rewrite import Rewrite
 from fuseplan.passes.registry import DEFAULT_PASSES, PASSES, default_passes, make_pass, passes_from_records
 
 __all__ = ["DEFAULT_PASSES", "PASSES", "FixInputShapes", "FoldAliases", "FoldConstants", "InferShapes", "Pass",
-           "PassResult", "Rewrite", "default_passes", "make_pass", "passes_from_records", "preserves_operators", "run_passes",
-           "structural_hash"]
+           "PassResult", "Rewrite", "default_passes", "make_pass", "passes_from_records", "preserves_operators",
+           "run_passes", "structural_hash"]

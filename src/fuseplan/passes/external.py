@@ -37,6 +37,7 @@ they end a pipeline.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import tempfile
@@ -366,7 +367,7 @@ def _onnxscript_passes() -> list[type[ExternalPass]]:
 
 def _ort_passes() -> list[type[ExternalPass]]:
     try:
-        import onnxruntime  # noqa: F401
+        importlib.import_module("onnxruntime")
     except ImportError:
         return []
     levels = [_make(OrtPass, f"ort/{level}", f"onnxruntime's {level} graph optimisations", level=level)

@@ -348,7 +348,8 @@ def _verdicts(model: onnx.ModelProto, weights_dir: Path | None, names: list[str]
         if applied.failed:
             verdict.error = applied.error
         elif name.startswith(SWITCH_PREFIX):
-            verdict.dropped_changed = full_level is not None and not full_level.failed and applied.hash != full_level.hash
+            verdict.dropped_changed = (full_level is not None and not full_level.failed
+                                       and applied.hash != full_level.hash)
         else:
             verdict.alone_changed = applied.hash != base
         notify(name)

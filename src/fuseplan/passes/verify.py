@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.external import save_light_model
@@ -118,7 +117,8 @@ def run(model: onnx.ModelProto | Path, feeds: Mapping[str, np.ndarray]) -> dict[
     try:
         import onnxruntime as ort
     except ImportError:
-        raise FuseplanError("verifying rewrites needs onnxruntime: run pip install -e '.[rewrite]' in the fuseplan checkout") from None
+        raise FuseplanError("verifying rewrites needs onnxruntime: run pip install -e '.[rewrite]' "
+                            "in the fuseplan checkout") from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1

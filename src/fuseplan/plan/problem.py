@@ -130,7 +130,8 @@ class FusionProblem:
         missing = self.fuseable - seen.keys()
         if missing:
             listed = ", ".join(names[v].name for v in sorted(missing)[:5])
-            reasons.append(f"{len(missing)} fuseable operators are in no group ({listed}{', ...' if len(missing) > 5 else ''})")
+            more = ", ..." if len(missing) > 5 else ""
+            reasons.append(f"{len(missing)} fuseable operators are in no group ({listed}{more})")
         for v in sorted(seen.keys() - self.fuseable):
             reasons.append(f"operator {names[v].name} is unfuseable (does not fit the buffer alone) but is in a group")
         for position, group in enumerate(plan.groups):

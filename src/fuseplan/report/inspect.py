@@ -20,7 +20,8 @@ class OperatorRow:
     buffer_bytes: int  # F_beta of the operator alone
     dram_bytes: int  # F_D of the operator alone
     fuseable: bool
-    alone_dram_bytes: int | None  # run alone: F_D if it fits, else its least-DRAM blocking (0: a rider; None: none fits)
+    # run alone: F_D if it fits, else its least-DRAM blocking (0: a rider; None: none fits)
+    alone_dram_bytes: int | None
     rides_with: str | None  # the operator that does not fit alone and applies this one to its output blocks
     lower_bound_bytes: int  # no schedule of this operator alone (with its riders) moves less DRAM
     lower_bound_source: str  # which bound that is (see fuseplan.schedule.bounds)

@@ -456,7 +456,8 @@ def measure_latency(model: onnx.ModelProto, feeds: Mapping[str, Any], repeats: i
     try:
         import onnxruntime as ort
     except ImportError:
-        raise FuseplanError("the latency objective needs onnxruntime: run pip install -e '.[rewrite]' in the fuseplan checkout") from None
+        raise FuseplanError("the latency objective needs onnxruntime: run pip install -e '.[rewrite]' "
+                            "in the fuseplan checkout") from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3

@@ -109,7 +109,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                         greedy: RewriteResult | None = None, greedy_time_limit: float | None = None,
                         max_growth: float = MAX_GROWTH,
                         on_progress: Callable[[dict[str, Any]], None] | None = None,
-                        verify: str = "site") -> RewriteResult:
+                        verify: str = "site", clock: Callable[[], float] = time.perf_counter) -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
     With ``alpha > 1`` the search first runs the greedy search (``alpha =
@@ -155,6 +155,10 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     ran or was given, but may be worse than another greedy search cut at
     another time. Give the same greedy result to every alpha to compare
     them (as the benchmark does).
+
+    ``clock`` (seconds, :func:`time.perf_counter` by default) is what the
+    time limits and the wall time are read from; a test gives its own to
+    cross a limit at a chosen expansion, whatever the machine's speed.
     """
     if not alpha >= 1:
         raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
@@ -169,13 +173,14 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise FuseplanError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(registry)}")
-    start = time.perf_counter()
+    start = clock()
     try:
         search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)
         search.on_progress = on_progress
+        search.clock = clock
         search.site_verifier = SiteVerifier(seed) if verify == "site" else None
     except KeyboardInterrupt:  # stopped while the original was being checked and priced: keep it
-        return unsearched(model, objective, start, greedy)
+        return unsearched(model, objective, start, greedy, clock)
     if not search.initial < float("inf"):
         raise FuseplanError(f"the {objective.name} objective cannot price the original model")
     earlier = 0.0  # seconds of a reused greedy phase
@@ -214,7 +219,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         sys.setswitchinterval(switch_interval)
     best = search.best
     return RewriteResult(model=best.model, steps=best.steps, initial_cost=search.initial, cost=best.cost,
-                         max_error=best.error, wall_seconds=earlier + time.perf_counter() - start,
+                         max_error=best.error, wall_seconds=earlier + clock() - start,
                          interrupted=search.interrupted, interrupted_in=search.phase if search.interrupted else None,
                          timed_out=search.timed_out, greedy=record, budget_spent=search.budget_spent,
                          max_operators=search.max_operators, site_checks=search.site_checks(),
@@ -222,13 +227,13 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
 
 
 def unsearched(model: onnx.ModelProto, objective: Objective, start: float | None = None,
-               greedy: RewriteResult | None = None) -> RewriteResult:
+               greedy: RewriteResult | None = None, clock: Callable[[], float] = time.perf_counter) -> RewriteResult:
     """The result of a search a signal stopped before it began: the original ``model``, priced."""
-    start = time.perf_counter() if start is None else start
+    start = clock() if start is None else start
     cost = objective(model)
     counters = dict.fromkeys(_COUNTERS, 0)
     return RewriteResult(model=model, steps=[], initial_cost=cost, cost=cost, max_error=0.0,
-                         wall_seconds=(greedy.wall_seconds if greedy else 0.0) + time.perf_counter() - start,
+                         wall_seconds=(greedy.wall_seconds if greedy else 0.0) + clock() - start,
                          interrupted=True, interrupted_in="set-up",
                          greedy={"cost": cost, "steps": 0, "expanded": 0, "seconds": 0.0, "timed_out": False,
                                  "interrupted": True}, **counters)
@@ -273,6 +278,7 @@ class _Search:
 
         self.objective, self.rules, self.on_expand = objective, rules, on_expand
         self.on_progress: Callable[[dict[str, Any]], None] | None = None
+        self.clock: Callable[[], float] = time.perf_counter
         self.site_verifier: SiteVerifier | None = None
         self.site_lookups = 0
         self.verifier = Verifier(model, seed=seed)
@@ -324,7 +330,7 @@ class _Search:
     def greedy_record(self, start: float) -> dict[str, Any]:
         """What the greedy phase found, for the result's ``greedy``."""
         return {"cost": self.best.cost, "steps": len(self.best.steps), "expanded": self.counters["expanded"],
-                "seconds": round(time.perf_counter() - start, 3), "timed_out": self.timed_out}
+                "seconds": round(self.clock() - start, 3), "timed_out": self.timed_out}
 
     def rebuild(self, steps: list[dict[str, Any]], producers: dict[str, str] | None = None,
                 before_last: Callable[[Any, dict[str, Any]], bool] | None = None) -> Any:
@@ -358,7 +364,7 @@ class _Search:
         return self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and self.clock() > deadline:
             self.timed_out = True
             return True
         return False
@@ -368,10 +374,11 @@ class _Search:
         """Expand up to ``budget`` graphs from ``entries`` (verified graphs), keeping those below alpha x best.
 
         A graph is verified when it is popped to be expanded (while it is
-        expanded; see the module docstring), not when it is generated (most graphs a search keeps are never expanded); when the
-        phase ends, queued graphs cheaper than the best verified one are
-        verified cheapest first until one passes, so the best is always a
-        verified graph. ``bound`` is the cheapest graph kept so far, verified
+        expanded; see the module docstring), not when it is generated (most
+        graphs a search keeps are never expanded); when the phase ends,
+        queued graphs cheaper than the best verified one are verified
+        cheapest first until one passes, so the best is always a verified
+        graph. ``bound`` is the cheapest graph kept so far, verified
         or not: with no failures the search keeps exactly the graphs it
         would keep if it verified each on the spot.
 

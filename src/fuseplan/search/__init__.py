@@ -31,6 +31,7 @@ def make_search(name: str) -> SearchAlgorithm:
         raise FuseplanError(f"unknown search {name!r}; choose one of {', '.join(ALGORITHMS)}") from None
 
 
-__all__ = ["ALGORITHMS", "Auto", "BudgetExhausted", "Candidates", "Exact", "ExactOutcome", "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch",
-           "SearchAlgorithm", "SearchContext", "SearchResult", "candidate_orders", "enumerate_candidates", "interval_dp",
-           "is_interval_plan", "make_search", "minimize", "reference_record", "solve_exact"]
+__all__ = ["ALGORITHMS", "Auto", "BudgetExhausted", "Candidates", "Exact", "ExactOutcome", "IntervalDP", "LocalSearch",
+           "NSGA2", "RandomSearch", "SearchAlgorithm", "SearchContext", "SearchResult", "candidate_orders",
+           "enumerate_candidates", "interval_dp", "is_interval_plan", "make_search", "minimize", "reference_record",
+           "solve_exact"]

@@ -40,7 +40,8 @@ class SearchResult:
     evaluated: int
     wall_seconds: float
     interrupted: bool = False
-    history: list[tuple[int, float]] = field(default_factory=list)  # (plans evaluated, best objective) at each improvement
+    # (plans evaluated, best objective) at each improvement
+    history: list[tuple[int, float]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     reference: dict[str, Any] | None = None  # the interval DP's answer, when the algorithm computed it
 

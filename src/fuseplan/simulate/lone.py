@@ -27,7 +27,7 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.lone import (
-    A_PANEL, B_PANEL, CHANNELS_OUTER, CHUNKS, CONV_BLOCKS, COPY_OPS, ELEMENTWISE_OPS, GLOBAL_POOLS, KEPT,
+    A_PANEL, B_PANEL, CHANNELS_OUTER, CHUNKS, CONV_BLOCKS, COPY_OPS, ELEMENTWISE_OPS, GLOBAL_POOLS,
     LINE_NORMALISATIONS, MATMUL_BLOCKS, ROWS_INNER, ROWS_OUTER, WHOLE_KIND,
 )
 from fuseplan.schedule.model import Schedule
@@ -187,7 +187,6 @@ def run_conv_blocks(schedule: Schedule, graph: CompGraph, values: ModelValues, d
     _, c_in, h_in, w_in = x.shape
     params = schedule.params
     order, k, c, h = params["order"], int(params["k"]), int(params["c"]), int(params["h"])
-    keep = params["halo"] == KEPT
     constants = dict(_float_constants(values, graph, v))
     weight = constants.get(1)
     bias = constants.get(2)

@@ -32,8 +32,9 @@ cost model is consulted):
   model; it is BRR's alternation (tested against ``BRRCostModel.modes``).
 * **Tiles.** Where the weights are resident (``params["weights"]``, one
   tile) every weight is read once and stays; the group then advances in
-  *steps* until every row is made. Where they stream every step is a tile: each operator that has rows to make streams all its
-  weights through the one weight-block buffer (``params["weight_block"]``
+  *steps* until every row is made. Where they stream every step is a
+  tile: each operator that has rows to make streams all its weights
+  through the one weight-block buffer (``params["weight_block"]``
   elements, read in pieces of that size), once per tile.
 * **A step.** Operators (block clusters as one unit) run in topological
   order; each makes as many output rows as its inputs' rows allow and its
@@ -63,7 +64,7 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.model import IN_PLACE, ROWS, Schedule
-from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, Window, clip, conv_rows, pool_rows, \
+from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, pool_rows, \
     resize_rows, row_span
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall

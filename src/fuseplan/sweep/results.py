@@ -213,7 +213,8 @@ def optimum_findings(parts: Sequence[TargetResult]) -> list[Finding]:
                 piece += f", with the best of the paper's explainers {min(best):.3f} to {max(best):.3f} times"
             pieces.append(piece)
         unproven = {(g["model"], g["scheme"]) for g in part.groups if g["reference"] == "best known"}
-        text = f"**{TABLE_NAMES[part.target]}, ratio to the proven optimum** (mean over seeds): " + "; ".join(pieces) + "."
+        text = (f"**{TABLE_NAMES[part.target]}, ratio to the proven optimum** (mean over seeds): "
+                + "; ".join(pieces) + ".")
         if unproven:
             text += f" ({len(unproven)} set-ups have no proven optimum and are left out.)"
         findings.append(Finding("note", text))
@@ -329,8 +330,9 @@ def fig5_findings(part: TargetResult) -> list[Finding]:
         if not points:
             continue
         checkpoints = curves["random"]["checkpoints"]
-        text = (f"**Fig. 5({panel}), {model} {scheme.upper()} {LABELS[search]}**: the paper finds every explainer below the "
-                f"random split at every budget; here {counts[0]} of {points} explainer x budget points are below it, "
+        text = (f"**Fig. 5({panel}), {model} {scheme.upper()} {LABELS[search]}**: the paper finds every explainer "
+                f"below the random split at every budget; here {counts[0]} of {points} explainer x budget points "
+                f"are below it, "
                 f"{counts[1]} equal and {counts[2]} above (budgets {checkpoints[0]} to {checkpoints[-1]}).")
         if panel == "b" and 1000 in checkpoints and 4000 in checkpoints:
             at_1k = min(curves[e]["dram_bytes"][checkpoints.index(1000)] for e in EXPLAINERS if e in curves)

@@ -47,7 +47,8 @@ def optimum(setup: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     outcome = solve_exact(problem)
     excluded = problem.cost.unfuseable_dram()
-    return {"cost_model_version": scheme_version(setup["scheme"]), "dram_bytes": outcome.dram, "total_dram_bytes": None if outcome.dram is None else outcome.dram + excluded,
+    return {"cost_model_version": scheme_version(setup["scheme"]), "dram_bytes": outcome.dram,
+            "total_dram_bytes": None if outcome.dram is None else outcome.dram + excluded,
             "lower_bound_bytes": outcome.lower_bound, "proven": outcome.optimal,
             "seconds": round(time.perf_counter() - start, 3)}
 
@@ -181,7 +182,8 @@ def write_parquet(rows: Sequence[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-MARKDOWN_GROUP_COLUMNS = ("model", "scheme", "buffer_bytes", "search", "splitter", "budget", "refine", "seeds", "failed",
+MARKDOWN_GROUP_COLUMNS = ("model", "scheme", "buffer_bytes", "search", "splitter", "budget", "refine", "seeds",
+                          "failed",
                           "dram_bytes_mean", "dram_bytes_std", "total_dram_bytes_mean", "max_buffer_bytes_mean",
                           "wall_seconds_mean", "rectify_rate_mean", "reference_dram_bytes", "reference",
                           "ratio_to_reference_mean")
