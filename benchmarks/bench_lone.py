@@ -31,16 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-<<<<<<< HEAD
-import numpy
-
-from fuseplan import __version__, load_graph, make_cost_model, zoo
-from fuseplan.cost import scheme_version
-=======
 import harness  # benchmarks/harness.py, beside this script
 from fuseplan import load_graph, make_cost_model, zoo
-from fuseplan.cost.streaming import in_place_operators
->>>>>>> house
 from fuseplan.schedule.bounds import io_lower_bound
 from fuseplan.schedule.lone import epilogue, lone_schedule
 
