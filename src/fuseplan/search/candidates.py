@@ -192,7 +192,10 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     floor = GrowingFloor(problem)
     terms, by_max, extra_rows = floor.terms, floor.by_max, floor.extra_rows
     b = cost.bytes_per_element
-    price = cost.price  # uncached: most visited sets are never priced again
+    # Uncached: most visited sets are never priced again. A seed alone is priced through the cache, so that
+    # the cost model keeps pricing states from there on: a set grown by an operator above all its members
+    # is then priced from the state of the set it grew from (visited just before it, almost always).
+    price, evaluate = cost.price, cost.evaluate
 
     def grow(m: int, allowance: float, growth: _Growth | None = None) -> tuple[_Growth, int, bool]:
         """Fitting sets with smallest member ``m``, smallest first, visiting about ``allowance`` more sets:
@@ -238,7 +241,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         while queue:
             item = queue.popleft()
             visits += 1
-            buffer, dram = price(frozenset(item[1]))
+            members = item[1]
+            buffer, dram = price(frozenset(members)) if len(members) > 1 else evaluate(frozenset(members))
             if buffer < beta:
                 found.append((item[0], dram))
             if deadline is not None and not visits & 1023 and time.perf_counter() > deadline:
