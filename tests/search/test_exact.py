@@ -78,8 +78,10 @@ def test_candidates_are_the_connected_convex_fitting_sets(graph, scheme, buffer_
     found = [frozenset(v for v in range(len(graph)) if mask >> v & 1) for mask in candidates.masks]
     assert len(found) == len(set(found))  # each set once
     assert set(found) == expected and candidates.complete
-    for mask, dram in zip(candidates.masks, candidates.dram):
-        assert dram == problem.cost.dram(frozenset(v for v in range(len(graph)) if mask >> v & 1))
+    for mask, dram, reads in zip(candidates.masks, candidates.dram, candidates.outside, strict=True):
+        members = frozenset(v for v in range(len(graph)) if mask >> v & 1)
+        assert dram == problem.cost.dram(members)
+        assert reads == sum(1 << p for p in {p for v in members for p in graph.predecessors[v]} - members)
 
 
 @pytest.mark.parametrize("scheme, model", [("lbdf", "mobilenet_v2"), ("brr", "mobilenet_v3_small")])
