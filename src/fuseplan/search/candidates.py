@@ -223,7 +223,7 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     # Uncached: most visited sets are never priced again. A seed alone is priced through the cache, so that
     # the cost model keeps pricing states from there on: a set grown by an operator above all its members
     # is then priced from the state of the set it grew from (visited just before it, almost always).
-    price, evaluate = cost.price, cost.evaluate
+    price, evaluate, share_state = cost.price, cost.evaluate, cost.share_state
 
     def grow(m: int, allowance: float, growth: _Growth | None = None) -> tuple[_Growth, int, bool]:
         """Fitting sets with smallest member ``m``, smallest first, visiting about ``allowance`` more sets:
@@ -241,6 +241,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
 
         def expand(item: tuple) -> None:
             mask, members, d, a, frontier, own, rows, reads = item
+            above_all = 1 << mask.bit_length()  # an operator from here on joins above every member
+            grown_above = 0
             rest = frontier
             while rest:
                 low = rest & -rest
@@ -259,6 +261,10 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                     continue
                 queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
                               grown_own, grown_rows, reads | pred[u]))
+                if low >= above_all:
+                    grown_above += 1
+            if grown_above > 1:  # each will be priced from this set's pricing state
+                share_state(frozenset(members), grown_above)
 
         for item in waiting:
             if visits + len(queue) >= allowance:
