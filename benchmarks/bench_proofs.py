@@ -4,9 +4,10 @@ For GoogLeNet (the tests' ``tests/data/googlenet_opset13.onnx``) and every
 zoo model, under both schemes, at 64KB to 2MB: auto (budget 5,000, seed 0)
 on a fresh cost model, its time, its plan's DRAM, its proven lower bound and
 where that comes from (``optimum``, ``linear relaxation``, ``cut packing``,
-``cut bound``, ...), the gap, and the plan's DRAM against the optimum recorded in
-``benchmarks/results/exact.json`` where there is one (the earlier default
-proved every zoo set-up optimal, so that is also its plan). Generated
+``cut bound``, ...), the gap, and the plan's DRAM against the row of the same
+set-up in the results file it updates, where that row was priced the same
+(its cost-model version at least the scheme's: :attr:`CostModel.version`).
+Generated
 branchy networks (``tests.dags.branchy_network``) of 1,000 to 5,000
 operators at 256KB are the ``generated`` part. Writes
 ``benchmarks/results/proofs.json`` (rows of a part replace the same rows of
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.dags, the network generator
 
 from fuseplan import load_graph, make_cost_model, zoo  # noqa: E402
-from fuseplan.cost import COST_MODEL_VERSION  # noqa: E402
+from fuseplan.cost import COST_MODEL_VERSION, scheme_version  # noqa: E402
 from fuseplan.plan import FusionProblem  # noqa: E402
 from fuseplan.search import make_search, minimize  # noqa: E402
 from fuseplan.split import make_splitter  # noqa: E402
@@ -67,13 +68,16 @@ def versions() -> dict[str, str]:
     return found
 
 
-def earlier_optima() -> dict[tuple[str, str, int], int]:
-    """The proven optima of benchmarks/results/exact.json, by (model, scheme, buffer KB)."""
-    path = RESULTS / "exact.json"
-    if not path.exists():
-        return {}
-    rows = json.loads(path.read_text()).get("zoo", [])
-    return {(r["model"], r["scheme"], r["buffer_kb"]): r["optimum_bytes"] for r in rows if r.get("optimum_bytes")}
+def compare_with_earlier(row: dict, earlier: dict | None) -> dict:
+    """``row`` with the plan's DRAM of the ``earlier`` run of the same set-up, and whether this plan moves
+    more; ``None`` for both where there is no earlier row or it was priced differently (run under a
+    cost-model version before the scheme's prices last changed, or recording none)."""
+    comparable = (earlier is not None and str(earlier.get("cost_model", "")).isdigit()
+                  and int(earlier["cost_model"]) >= scheme_version(row["scheme"]))
+    row["earlier_dram_bytes"] = earlier["dram_bytes"] if comparable else None
+    row["earlier_commit"] = earlier.get("commit") if comparable else None
+    row["worse_than_earlier"] = row["dram_bytes"] > earlier["dram_bytes"] if comparable else None
+    return row
 
 
 def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
@@ -101,39 +105,41 @@ def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
         "relaxation_seconds": relaxation.get("seconds"),
         "packing_bound_bytes": packing.get("bound_bytes"), "packing_seconds": packing.get("seconds"),
         "parts": exact.get("decomposition", {}).get("parts", 1),
+        "commit": commit(), "cost_model": str(COST_MODEL_VERSION),
     }
 
 
-def zoo_part(models: list[str], schemes: list[str], buffers: list[int], budget: int) -> list[dict]:
-    optima = earlier_optima()
+def key(row: dict) -> tuple[str, str, int]:
+    return row["model"], row["scheme"], row["buffer_kb"]
+
+
+def zoo_part(models: list[str], schemes: list[str], buffers: list[int], budget: int,
+             earlier: dict[tuple[str, str, int], dict]) -> list[dict]:
     rows = []
     for name in models:
         graph = load_graph(str(GOOGLENET) if name == "googlenet" else name)
         for scheme in schemes:
             for kb in buffers:
                 row = auto_row(graph, scheme, kb, budget)
-                earlier = optima.get((row["model"], scheme, kb))
-                row["earlier_optimum_bytes"] = earlier
-                row["worse_than_earlier"] = None if earlier is None else row["dram_bytes"] > earlier
-                rows.append(row)
+                rows.append(compare_with_earlier(row, earlier.get(key(row))))
                 print(json.dumps(row), flush=True)
     return rows
 
 
-def generated_part(sizes: list[int], schemes: list[str], budget: int) -> list[dict]:
+def generated_part(sizes: list[int], schemes: list[str], budget: int,
+                   earlier: dict[tuple[str, str, int], dict]) -> list[dict]:
     rows = []
     for size in sizes:
         graph = branchy_network(size, seed=0)
         for scheme in schemes:
             row = auto_row(graph, scheme, GENERATED_KB, budget)
-            rows.append(row)
+            rows.append(compare_with_earlier(row, earlier.get(key(row))))
             print(json.dumps(row), flush=True)
     return rows
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` with the rows of the same set-ups replaced by ``new``'s."""
-    key = lambda r: (r["model"], r["scheme"], r["buffer_kb"])  # noqa: E731
     fresh = {key(r) for r in new}
     return [r for r in old if key(r) not in fresh] + new
 
@@ -160,11 +166,13 @@ def main() -> None:
                              "1-minute load average when each run started; cpu_seconds is the process's CPU "
                              "time, less sensitive to the load than seconds (wall clock)"})
     if args.part in ("zoo", "all"):
-        document["zoo"] = merge(document.get("zoo", []), zoo_part(args.models, args.schemes, args.buffers,
-                                                                   args.budget))
+        old = document.get("zoo", [])
+        document["zoo"] = merge(old, zoo_part(args.models, args.schemes, args.buffers, args.budget,
+                                              {key(r): r for r in old}))
     if args.part in ("generated", "all"):
-        document["generated"] = merge(document.get("generated", []),
-                                      generated_part(args.sizes, args.schemes, args.budget))
+        old = document.get("generated", [])
+        document["generated"] = merge(old, generated_part(args.sizes, args.schemes, args.budget,
+                                                          {key(r): r for r in old}))
     write_results(document, args.output)
 
 

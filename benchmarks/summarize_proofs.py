@@ -1,5 +1,9 @@
 """Markdown tables for docs/search.md from benchmarks/results/proofs.json (written by bench_proofs.py).
 
+Each plan is compared with the row its run replaced (``earlier_dram_bytes``, recorded by bench_proofs.py
+only where that row was priced the same), not with ``exact.json``, whose optima are priced under cost-model
+version 3.
+
     python benchmarks/summarize_proofs.py [--input benchmarks/results/proofs.json]
 """
 
@@ -44,8 +48,9 @@ def zoo_tables(rows: list[dict]) -> str:
 
 def facts(rows: list[dict]) -> str:
     proven = [r for r in rows if r["optimal"]]
-    worse = [r for r in rows if r.get("worse_than_earlier")]
-    better = [r for r in rows if r.get("earlier_optimum_bytes") and r["dram_bytes"] < r["earlier_optimum_bytes"]]
+    compared = [r for r in rows if r.get("earlier_dram_bytes") is not None]
+    worse = [r for r in compared if r["dram_bytes"] > r["earlier_dram_bytes"]]
+    better = [r for r in compared if r["dram_bytes"] < r["earlier_dram_bytes"]]
     slow_wall = [r for r in proven if r["seconds"] > 10]
     slow_cpu = [r for r in proven if r["cpu_seconds"] > 10]
     loads = [r["load_average_at_start"] for r in rows]
@@ -58,7 +63,9 @@ def facts(rows: list[dict]) -> str:
         f"- set-ups: {len(rows)}; proven optimal: {len(proven)}; not proven: "
         + (", ".join(f"{name(r)} (gap {100 * r['gap']:.1f}%, {r['bound_source']})"
                      for r in rows if not r["optimal"]) or "none") + ".",
-        f"- plans worse than the optimum recorded in exact.json: {len(worse)}; better: {len(better)}.",
+        f"- against the previous run's row of the same set-up, priced the same ({len(compared)} of {len(rows)} "
+        f"set-ups): {len(worse)} plans move more ("
+        + (", ".join(name(r) for r in worse) or "none") + f"), {len(better)} less.",
         f"- proven set-ups over 10 s: {len(slow_wall)} by the wall clock, {len(slow_cpu)} by CPU time; slowest "
         f"by CPU time {slowest['cpu_seconds']:.1f} s ({slowest['seconds']:.1f} s wall, {name(slowest)}).",
         f"- load average at the start of each run: {min(loads):.1f} to {max(loads):.1f} (2 cores).",

@@ -124,3 +124,45 @@ def test_every_price_is_its_schedule(zoo_graphs, name, scheme):
             schedule = cost.schedule(group)
             assert (width * schedule.on_chip, width * schedule.dram) == tuple(cost.evaluate(group)), sorted(group)
             assert sorted(schedule.operators) == sorted(group)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_a_shared_state_prices_every_group_grown_from_it_as_from_scratch(scheme):
+    # GoogLeNet's inception blocks: one group grown by each of several later operators in turn, the state
+    # shared (copied for all but the last), then each grown group grown once more
+    graph = load_graph(GOOGLENET)
+    cost = make_cost_model(scheme, graph, 256 * KB)
+    reference = from_scratch(cost)
+    states = []
+    pricing_state = cost.pricing_state
+    cost.pricing_state = lambda group: states.append(pricing_state(group)) or states[-1]
+    rng = random.Random(3)
+    shared = 0
+    for start in rng.sample(range(len(graph)), 40):
+        members = [start]
+        while len(members) < 6:  # a chain of successors: each above every member
+            later = [s for s in graph.successors[members[-1]]]
+            if not later:
+                break
+            members.append(min(later))
+        base = frozenset(members)
+        if len(base) < 2:
+            continue
+        cost.evaluate(frozenset(members[:1]))  # in the cache: the states start from here
+        for size in range(2, len(members) + 1):  # priced a prefix at a time, so the state is kept
+            cost.price(frozenset(members[:size]))
+        top = max(base)
+        neighbours = sorted({s for v in base for s in graph.successors[v] if s > top})
+        if len(neighbours) < 2:
+            continue
+        cost.share_state(base, len(neighbours))
+        for u in neighbours:
+            grown = base | {u}
+            before = len(states)
+            assert cost.price(grown) == reference.price(grown), (scheme, sorted(grown))
+            assert states[before] is not None  # priced from the shared state, not from scratch
+            shared += 1
+            onward = sorted(s for s in graph.successors[u] if s > u)
+            if onward:
+                assert cost.price(grown | {onward[0]}) == reference.price(grown | {onward[0]})
+    assert shared >= 20

@@ -231,6 +231,7 @@ class CostModel(ABC):
         self.tables = GraphTables.from_graph(graph)
         self._cache: dict[Group, GroupCost] = {}
         self._states: dict[Group, Any] = {}  # group -> its pricing state, for the group grown by one operator
+        self._shared: dict[Group, int] = {}  # group -> growths its kept state is still copied for (share_state)
         self.hits = 0
         self.misses = 0
 
@@ -261,8 +262,9 @@ class CostModel(ABC):
     #: the same prices; ``False`` prices every group from scratch, for tests).
     incremental: bool = True
     #: How many pricing states :meth:`pricing_state` keeps. Searches grow a group one operator at a time
-    #: and price each step at once, so the few most recent states are the ones grown.
-    kept_states: ClassVar[int] = 64
+    #: and price each step at once, or (the exact search's enumeration) breadth-first, a few hundred sets
+    #: later at most on the zoo (128 on deeplabv3), so the most recent states are the ones grown.
+    kept_states: ClassVar[int] = 256
 
     def new_state(self) -> Any:
         """An empty pricing state (a scheme that prices incrementally says which)."""
@@ -288,6 +290,11 @@ class CostModel(ABC):
         rest = group - {last}
         state = states.pop(rest, None)
         if state is not None:
+            left = self._shared.pop(rest, 0)
+            if left:  # another group will grow from the rest too: it keeps a copy
+                states[rest] = _copy_state(state)
+                if left > 1:
+                    self._shared[rest] = left - 1
             state.grow(last, group)
         elif rest in self._cache:
             state = self.new_state()
@@ -297,9 +304,18 @@ class CostModel(ABC):
         else:
             return None
         if len(states) >= self.kept_states:
-            del states[next(iter(states))]  # the oldest
+            oldest = next(iter(states))
+            del states[oldest]
+            self._shared.pop(oldest, None)
         states[group] = state
         return state
+
+    def share_state(self, group: Group, growths: int) -> None:
+        """Say that ``growths`` groups, each ``group`` and one operator above all its members, will be priced
+        next: the pricing state of ``group``, where one is kept, then serves each of them (copied for all
+        but the last) instead of only the first. For searches that grow one group in several ways."""
+        if growths > 1 and group in self._states:
+            self._shared[group] = growths - 1
 
     def buffer(self, group: Iterable[int]) -> int:
         """``F_beta``: on-chip bytes needed to execute ``group``."""
@@ -467,6 +483,7 @@ class CostModel(ABC):
     def clear_cache(self) -> None:
         self._cache.clear()
         self._states.clear()
+        self._shared.clear()
         self.hits = self.misses = 0
 
     # -- whole-model figures ---------------------------------------------
@@ -514,3 +531,16 @@ class CostModel(ABC):
     def fuseable_components(self) -> list[Group]:
         """Weakly connected components of the graph restricted to fuseable operators."""
         return sorted(self.graph.components(self.fuseable), key=min)
+
+
+def _copy_state(state: Any) -> Any:
+    """A copy of a pricing state that grows apart from it: every container it holds copied (the states
+    hold scalars in them), everything else shared."""
+    twin = object.__new__(type(state))
+    for cls in type(state).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            value = getattr(state, name)
+            setattr(twin, name, value.copy() if isinstance(value, (dict, set, list)) else value)
+    for name, value in getattr(state, "__dict__", {}).items():
+        setattr(twin, name, value.copy() if isinstance(value, (dict, set, list)) else value)
+    return twin

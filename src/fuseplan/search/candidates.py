@@ -54,6 +54,25 @@ def bits(mask: int) -> list[int]:
     return out
 
 
+def predecessor_masks(problem: FusionProblem) -> list[int]:
+    """Per operator, its direct predecessors as a bitmask."""
+    masks = [0] * len(problem.graph)
+    for v, preds in enumerate(problem.graph.predecessors):
+        for p in preds:
+            masks[v] |= 1 << p
+    return masks
+
+
+def predecessors_outside(problem: FusionProblem, mask: int) -> int:
+    """The operators outside the set ``mask`` that its members read from."""
+    preds = problem.graph.predecessors
+    needed = 0
+    for v in bits(mask):
+        for p in preds[v]:
+            needed |= 1 << p
+    return needed & ~mask
+
+
 @dataclass(frozen=True)
 class Reachability:
     """Strict descendants and ancestors of every operator, as bitmasks over operator labels."""
@@ -89,6 +108,14 @@ class Candidates:
     by_min: dict[int, tuple[int, ...]]  # smallest member -> candidate positions
     sets_visited: int
     complete: bool = True  # False when a per-seed limit cut the enumeration short
+    #: per candidate, the operators outside it that it reads from (a bitmask); empty where not recorded
+    outside: tuple[int, ...] = ()
+
+    def outside_predecessors(self, problem: FusionProblem) -> tuple[int, ...]:
+        """Per candidate, the operators outside it that its members read from, as bitmasks."""
+        if len(self.outside) == len(self.masks):
+            return self.outside
+        return tuple(predecessors_outside(problem, mask) for mask in self.masks)
 
     def __len__(self) -> int:
         return len(self.masks)
@@ -163,7 +190,7 @@ class _Growth:
     queue: deque
     waiting: list
     seen: set[int]
-    found: list[tuple[int, int]]
+    found: list[tuple[int, int, int]]  # (set, DRAM, the operators outside it that it reads from)
 
 
 def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
@@ -189,10 +216,14 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         for u in graph.neighbours[v]:
             neighbour_mask[v] |= 1 << u
         neighbour_mask[v] &= fuseable_mask
+    pred = predecessor_masks(problem)
     floor = GrowingFloor(problem)
     terms, by_max, extra_rows = floor.terms, floor.by_max, floor.extra_rows
     b = cost.bytes_per_element
-    price = cost.price  # uncached: most visited sets are never priced again
+    # Uncached: most visited sets are never priced again. A seed alone is priced through the cache, so that
+    # the cost model keeps pricing states from there on: a set grown by an operator above all its members
+    # is then priced from the state of the set it grew from (visited just before it, almost always).
+    price, evaluate, share_state = cost.price, cost.evaluate, cost.share_state
 
     def grow(m: int, allowance: float, growth: _Growth | None = None) -> tuple[_Growth, int, bool]:
         """Fitting sets with smallest member ``m``, smallest first, visiting about ``allowance`` more sets:
@@ -202,14 +233,16 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         if growth is None:
             start = 1 << m
             growth = _Growth(deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m],
-                                     extra_rows(m, 0))]), [], {start}, [])
+                                     extra_rows(m, 0), pred[m])]), [], {start}, [])
         queue, seen, found = growth.queue, growth.seen, growth.found
         waiting, growth.waiting = growth.waiting, []  # priced by an earlier call, not yet grown
         visits = 0
         cut = False
 
         def expand(item: tuple) -> None:
-            mask, members, d, a, frontier, own, rows = item
+            mask, members, d, a, frontier, own, rows, reads = item
+            above_all = 1 << mask.bit_length()  # an operator from here on joins above every member
+            grown_above = 0
             rest = frontier
             while rest:
                 low = rest & -rest
@@ -227,7 +260,11 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                 if b * (grown_own + grown_rows) >= beta and floor.reaches(grown_own, grown_rows, (*members, u)):
                     continue
                 queue.append((grown, (*members, u), gd, ga, (frontier | neighbour_mask[u]) & above & ~grown,
-                              grown_own, grown_rows))
+                              grown_own, grown_rows, reads | pred[u]))
+                if low >= above_all:
+                    grown_above += 1
+            if grown_above > 1:  # each will be priced from this set's pricing state
+                share_state(frozenset(members), grown_above)
 
         for item in waiting:
             if visits + len(queue) >= allowance:
@@ -238,9 +275,10 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         while queue:
             item = queue.popleft()
             visits += 1
-            buffer, dram = price(frozenset(item[1]))
+            members = item[1]
+            buffer, dram = price(frozenset(members)) if len(members) > 1 else evaluate(frozenset(members))
             if buffer < beta:
-                found.append((item[0], dram))
+                found.append((item[0], dram, item[7] & ~item[0]))
             if deadline is not None and not visits & 1023 and time.perf_counter() > deadline:
                 allowance = 0  # out of time: stop growing, as at the limit
             if visits + len(queue) >= allowance:
@@ -287,23 +325,26 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     complete = not cut_seeds
 
     if not complete:
-        known = {mask for found in per_seed.values() for mask, _ in found}
+        known = {mask for found in per_seed.values() for mask, _, _ in found}
         for order in orders:
             for mask, dram in run_components(problem, order, reach):
                 if mask not in known:
                     known.add(mask)
-                    per_seed[(mask & -mask).bit_length() - 1].append((mask, dram))
+                    per_seed[(mask & -mask).bit_length() - 1].append((mask, dram,
+                                                                      predecessors_outside(problem, mask)))
 
     masks: list[int] = []
     drams: list[int] = []
+    outside: list[int] = []
     by_min: dict[int, tuple[int, ...]] = {}
     for m in seeds:
         by_min[m] = tuple(range(len(masks), len(masks) + len(per_seed[m])))
-        for mask, dram in per_seed[m]:
+        for mask, dram, reads in per_seed[m]:
             masks.append(mask)
             drams.append(dram)
+            outside.append(reads)
     return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min, sets_visited=visited,
-                      complete=complete)
+                      complete=complete, outside=tuple(outside))
 
 
 #: How far past the last growth of a run's component :func:`run_components` keeps scanning.

@@ -59,6 +59,8 @@ def restrict(candidates: Candidates, part: int) -> Candidates:
     """The candidates inside ``part`` (a bitmask)."""
     masks: list[int] = []
     drams: list = []
+    outside: list[int] = []
+    recorded = len(candidates.outside) == len(candidates.masks)
     by_min: dict[int, tuple[int, ...]] = {}
     for seed, positions in candidates.by_min.items():
         if not part >> seed & 1:
@@ -67,5 +69,7 @@ def restrict(candidates: Candidates, part: int) -> Candidates:
         for c in positions:
             masks.append(candidates.masks[c])
             drams.append(candidates.dram[c])
+            if recorded:
+                outside.append(candidates.outside[c])
     return Candidates(masks=tuple(masks), dram=tuple(drams), by_min=by_min,
-                      sets_visited=candidates.sets_visited, complete=candidates.complete)
+                      sets_visited=candidates.sets_visited, complete=candidates.complete, outside=tuple(outside))

@@ -53,7 +53,7 @@ from typing import Any
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
-from fuseplan.search.candidates import Candidates, bits, enumerate_candidates
+from fuseplan.search.candidates import Candidates, bits, enumerate_candidates, predecessor_masks
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.interval_dp import candidate_orders
 from fuseplan.search.packing import cut_lower_bound, packing_lower_bound
@@ -77,24 +77,6 @@ class ExactOutcome:
     method: str
     stats: dict[str, Any] = field(default_factory=dict)
     bound_source: str = ""  # which proof gave lower_bound: "optimum", "linear relaxation", "cut bound", ...
-
-
-def _predecessor_masks(problem: FusionProblem) -> list[int]:
-    masks = [0] * len(problem.graph)
-    for v, preds in enumerate(problem.graph.predecessors):
-        for p in preds:
-            masks[v] |= 1 << p
-    return masks
-
-
-def _outside_predecessors(candidates: Candidates, pred: list[int]) -> list[int]:
-    out = []
-    for mask in candidates.masks:
-        needed = 0
-        for v in bits(mask):
-            needed |= pred[v]
-        out.append(needed & ~mask)
-    return out
 
 
 def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
@@ -128,42 +110,55 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
     graph = problem.graph
     n = len(graph)
     full = (1 << n) - 1
-    pred = _predecessor_masks(problem)
-    outside = _outside_predecessors(candidates, pred)
+    pred = predecessor_masks(problem)
+    outside = candidates.outside_predecessors(problem)
     charge = _charges(problem, candidates) if charges is None else charges
     if fixed:  # fixed operators cost nothing here
         charge = [0 if fixed >> v & 1 else c for v, c in enumerate(charge)]
     excluded_mask = fixed
     for v in problem.excluded:
         excluded_mask |= 1 << v
-    successors = graph.successors
+    successor_mask = [0] * n
+    for v, succs in enumerate(graph.successors):
+        for s in succs:
+            successor_mask[v] |= 1 << s
     masks, drams, by_min = candidates.masks, candidates.dram, candidates.by_min
+    reached: dict[int, int] = {}  # per candidate: the operators outside it that read from it
     for v in problem.fuseable:
         if not by_min.get(v) and not fixed >> v & 1:  # cannot happen: a fuseable operator fits alone
             return ExactOutcome(None, None, 0, False, "downset", {"states": 0})
 
-    def advance(state: int, ready: int, added: int) -> tuple[int, int]:
-        """``state`` grown by ``added``, then by every unfuseable operator that becomes ready; and the
-        new ready set (operators outside the state whose predecessors are all in it)."""
+    def readers(added: int) -> int:
+        """The operators outside ``added`` that read from it."""
+        found = 0
+        for v in bits(added):
+            found |= successor_mask[v]
+        return found & ~added
+
+    def advance(state: int, ready: int, added: int, reading: int) -> tuple[int, int]:
+        """``state`` grown by ``added`` (``reading``: the operators outside it that read from it), then by
+        every unfuseable operator that becomes ready; and the new ready set (operators outside the state
+        whose predecessors are all in it)."""
         state |= added
         ready &= ~added
         while added:
             newly = 0
-            for v in bits(added):
-                for s in successors[v]:
-                    if not state >> s & 1 and pred[s] & state == pred[s]:
-                        newly |= 1 << s
+            for s in bits(reading & ~state):
+                if pred[s] & state == pred[s]:
+                    newly |= 1 << s
             ready |= newly
             added = ready & excluded_mask
             state |= added
             ready &= ~added
+            if added:
+                reading = readers(added)
         return state, ready
 
     sources = 0
     for v in range(n):
         if not pred[v]:
             sources |= 1 << v
-    origin, origin_ready = advance(0, sources, sources & excluded_mask)
+    origin, origin_ready = advance(0, sources, sources & excluded_mask, readers(sources & excluded_mask))
     best_g = {origin: 0}
     ready_of = {origin: origin_ready}
     parent: dict[int, tuple[int, int]] = {}
@@ -197,7 +192,10 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
                 if mask & state or outside[c] & state != outside[c]:
                     continue
                 ng = g + drams[c]
-                nxt, nxt_ready = advance(state, ready, mask)
+                reading = reached.get(c)
+                if reading is None:
+                    reading = reached[c] = readers(mask)
+                nxt, nxt_ready = advance(state, ready, mask, reading)
                 if ng < best_g.get(nxt, ng + 1):
                     best_g[nxt] = ng
                     ready_of[nxt] = nxt_ready
