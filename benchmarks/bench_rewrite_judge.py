@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--burners", type=int, default=1, help="CPU-spinning processes started beside the timing")
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_judge.json")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the burners are killed on the way out
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(args.burners)]
     started = time.perf_counter()
     rows: list[dict] = []
