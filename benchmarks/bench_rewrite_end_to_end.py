@@ -4,9 +4,10 @@ For each model: ``rewrite_model`` with the latency objective (per-operator times
 ``--cache``, so configurations measured before are not measured again; new ones are measured here and
 kept only in the copy), then the original and the rewritten graph (seeded random weights for the zoo's
 stripped ones) timed end to end with ``judge_latency``: onnxruntime with its own optimisations on
-(ORT_ENABLE_ALL), warm-up runs, ``--rounds`` interleaved rounds, at 1 and 2 intra-op threads. Each
-timing is a median and an interquartile range; "faster" means the rewritten graph's third quartile is
-below the original's first. The load average is recorded before and after each model. Run::
+(ORT_ENABLE_ALL), warm-up runs, ``--rounds`` paired rounds, at 1 and 2 intra-op threads. Each side's
+timing is a median and an interquartile range; "faster" is the judge's rule (the sign test's interval on
+the median per-round ratio below 0.98, confirmed by a second set of rounds; docs/rewrite.md). The load
+average is recorded before and after each model. Run::
 
     nice -n 5 python benchmarks/bench_rewrite_end_to_end.py [--models resnet18 vgg16 ...] [--budget 300]
         [--alpha 1] [--time-limit 60] [--rounds 30] [--quick] [--output benchmarks/results/rewrite_end_to_end.json]
@@ -150,7 +151,8 @@ def replay_recorded(args: argparse.Namespace) -> None:
 
 def _show(run: dict) -> None:
     shown = "; ".join(f"{t} thr {v['original']['median_seconds'] * 1e3:.2f} -> "
-                      f"{v['candidate']['median_seconds'] * 1e3:.2f} ms ({100 * v['change']:+.1f}%, "
+                      f"{v['candidate']['median_seconds'] * 1e3:.2f} ms (ratio {1 + v['change']:.3f} "
+                      f"[{v['ratio_interval'][0]:.3f}, {v['ratio_interval'][1]:.3f}], "
                       f"{'faster' if v['faster'] else 'no gain'})" for t, v in run["end_to_end"].items())
     print(f"{run['model']}: {run['steps']} steps, operator sum {100 * run['operator_sum']['change']:+.2f}%; "
           f"{shown or 'nothing to time'}", flush=True)

@@ -162,21 +162,23 @@ def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
         return f"{timing['median_seconds'] * 1e3:.2f} ± {timing['iqr_seconds'] * 1e3:.2f}"
 
     print("| model | steps (rules) | per-operator sum | threads | original, ms (median ± IQR) | rewritten, ms "
-          "| change | verdict | written | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| change | median ratio [95% interval] | verdict | written | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for run in document["runs"]:
         if "error" in run:
-            print(f"| {run['model']} | – | – | – | – | – | – | {run['error']} | – | – |")
+            print(f"| {run['model']} | – | – | – | – | – | – | – | {run['error']} | – | – |")
             continue
         steps = f"{run['steps']} ({', '.join(run['rules'])})" if run["steps"] else "0"
         proxy = f"{100 * run['operator_sum']['change']:+.2f}%"
         load = "–".join(f"{x:.1f}" for x in run["load_average"])
         if not run["end_to_end"]:
-            print(f"| {run['model']} | {steps} | {proxy} | – | – | – | – | nothing to time | original | {load} |")
+            print(f"| {run['model']} | {steps} | {proxy} | – | – | – | – | – | nothing to time | original | {load} |")
             continue
         for threads, verdict in run["end_to_end"].items():
+            interval = verdict.get("ratio_interval")  # absent in records of the quartile rule the judge used before
+            ratio = "–" if interval is None else f"{1 + verdict['change']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]"
             print(f"| {run['model']} | {steps} | {proxy} | {threads} | {ms(verdict['original'])} | "
-                  f"{ms(verdict['candidate'])} | {100 * verdict['change']:+.1f}% | "
+                  f"{ms(verdict['candidate'])} | {100 * verdict['change']:+.1f}% | {ratio} | "
                   f"{'faster' if verdict['faster'] else 'no gain'} | {run['written']} | {load} |")
 
 
