@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import floor, prod
 from typing import Any, ClassVar, NamedTuple
 
@@ -114,6 +114,7 @@ class GraphTables:
 MAX_TOUCHED_LINES = 1 << 16
 
 
+@lru_cache(maxsize=65536)  # a rewrite search builds the tables of the same few operators for every candidate
 def _lines(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> int | None:
     """Bit mask of the lines (rows or columns) of an input that the windows of a 2-D sliding window touch;
     ``None`` where they touch every line."""
