@@ -104,7 +104,7 @@ def rates(rows: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["squeezenet", "resnet18", "mobilenet_v2"])
-    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--trials", type=int, default=10, help="judgements of each model against its copy")
     parser.add_argument("--detection-trials", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=30)
@@ -124,29 +124,36 @@ def main() -> None:
                 for threads in args.threads:
                     for seed in range(args.trials):
                         rows.append(trial("copy", name, weighted, copy, threads, "all", args, seed))
+                        write(rows, args, started)
                 optimised = ort_optimised(weighted, Path(scratch))
                 for threads in args.threads:
                     for seed in range(args.detection_trials):
                         rows.append(trial("ort-opt", name, weighted, optimised, threads, "disabled", args, seed))
+                        write(rows, args, started)
             if "squeezenet" in args.models:
                 plain = with_random_weights(prepared("squeezenet"), 0)
                 heavy = enlarged(plain)
                 for threads in args.threads:
                     for seed in range(args.detection_trials):
                         rows.append(trial("enlarged", "squeezenet", heavy, plain, threads, "all", args, seed))
+                        write(rows, args, started)
     finally:
         for burner in burners:
             burner.kill()
             burner.wait()
+    write(rows, args, started)
+
+
+def write(rows: list[dict], args: argparse.Namespace, started: float) -> None:
+    """The results so far (written after every trial, so a stopped run keeps what it measured)."""
     summary = {}
+    threads = sorted({r["threads"] for r in rows})
     for kind in dict.fromkeys(r["kind"] for r in rows):
         summary[kind] = {"all": rates([r for r in rows if r["kind"] == kind]),
                          **{f"{m}/{t}": rates([r for r in rows if r["kind"] == kind and r["model"] == m
                                                and r["threads"] == t])
                             for m in dict.fromkeys(r["model"] for r in rows if r["kind"] == kind)
-                            for t in args.threads}}
-    for kind, by in summary.items():
-        print(f"{kind}: {by['all']}")
+                            for t in threads}}
     write_results({"benchmark": "rewrite_judge", "machine": machine(), "cpus": os.cpu_count(), **provenance(),
                    "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
                    "settings": {"models": args.models, "trials": args.trials, "detection_trials": args.detection_trials,
@@ -154,7 +161,6 @@ def main() -> None:
                    "seconds": round(time.perf_counter() - started, 1),
                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
                    "summary": summary, "trials": rows}, args.output)
-
 
 if __name__ == "__main__":
     main()
