@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_judge.json")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the burners are killed on the way out
+    args.provenance = provenance()  # the commit and load when the run began, whenever the results are written
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(args.burners)]
     started = time.perf_counter()
     rows: list[dict] = []
@@ -154,7 +155,7 @@ def write(rows: list[dict], args: argparse.Namespace, started: float) -> None:
                                                and r["threads"] == t])
                             for m in dict.fromkeys(r["model"] for r in rows if r["kind"] == kind)
                             for t in threads}}
-    write_results({"benchmark": "rewrite_judge", "machine": machine(), "cpus": os.cpu_count(), **provenance(),
+    write_results({"benchmark": "rewrite_judge", "machine": machine(), "cpus": os.cpu_count(), **args.provenance,
                    "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
                    "settings": {"models": args.models, "trials": args.trials, "detection_trials": args.detection_trials,
                                 "threads": args.threads, "rounds": args.rounds, "burners": args.burners},
