@@ -12,7 +12,8 @@ pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
 
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model  # noqa: E402
 from fuseplan.passes.rewrite import apply_sequence, load_rules  # noqa: E402
-from fuseplan.rewrite.latency import LatencyVerdict, PairedRounds, judge_latency, judged_faster, median_interval  # noqa: E402
+from fuseplan.rewrite.latency import (  # noqa: E402
+    LatencyVerdict, PairedRounds, judge_latency, judged_faster, median_interval)
 from tests.cli.test_cli import fuseplan  # noqa: E402
 
 
