@@ -8,7 +8,8 @@ with ``total_dram`` under the current cost models: does the gain survive? Where 
 and the plans' schedules run by the simulator as ``fuseplan simulate`` runs them, each in a child process, at
 the model's own input shape, and where that takes over ``--simulate-timeout`` seconds, for CNNs, again at
 ``--size`` x ``--size`` (112; planned at that shape); the
-simulated DRAM of the rewritten model's plan is compared with the original's where every schedule of both ran.
+simulated DRAM of the rewritten model's plan is compared with the original's where every schedule of both ran
+and agreed with its price.
 A child over ``--simulate-timeout`` seconds is stopped and recorded as not finished.
 
 ``--grid benchmarks/results/rewrite_speed_budget300.json`` does the same for the searches that
@@ -78,7 +79,8 @@ def _plan_and_simulate(model: str, scheme: str, buffer_kb: int, shape: tuple[str
         schedules = [cost.schedule(group) for group in result.plan.groups]
         schedules += [cost.alone_schedule(v) for v in cost.unfuseable if v not in cost.riding]
         started = time.perf_counter()
-        outcome = simulate(graph, schedules, ModelValues(prepared, graph, 0), (cost.buffer_bytes - 1) // cost.bytes_per_element)
+        capacity = (cost.buffer_bytes - 1) // cost.bytes_per_element
+        outcome = simulate(graph, schedules, ModelValues(prepared, graph, 0), capacity)
         run = [g for g in outcome.groups if g.skipped is None]
         error = outcome.output_error
         b = cost.bytes_per_element
@@ -150,7 +152,7 @@ def main() -> None:
                    "now": {"scheme_version": scheme_version(scheme), "initial_cost": before, "cost": after,
                            "change_percent": round(100 * (after - before) / before, 3) if before else 0.0}}
             if args.simulate and after < before:
-                files = {"original": scratch / f"{label}.original.onnx", "rewritten": scratch / f"{label}.rewritten.onnx"}
+                files = {side: scratch / f"{label}.{side}.onnx" for side in ("original", "rewritten")}
                 onnx.save(original, files["original"])
                 onnx.save(rewritten, files["rewritten"])
                 dims = [d.dim_value for d in original.graph.input[0].type.tensor_type.shape.dim]
@@ -161,7 +163,7 @@ def main() -> None:
                     row["simulation"] = {"input_shape": shape, **{
                         side: simulated(file, scheme, kb, shape, args.simulate_timeout) for side, file in files.items()}}
                     both = [row["simulation"][side] for side in files]
-                    if all(s.get("simulated") and s["groups_run"] == s["groups"] for s in both):
+                    if all(s.get("simulated") and s["groups_agreeing"] == s["groups"] for s in both):
                         row["simulation"]["rewritten_below_original"] = (both[1]["simulated_dram_bytes"]
                                                                          < both[0]["simulated_dram_bytes"])
                     if not any(s.get("why", "").startswith("over ") for s in both):

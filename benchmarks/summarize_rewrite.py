@@ -233,13 +233,23 @@ def reprice_table(path: Path = RESULTS / "rewrite_reprice.json") -> None:
         sim = r.get("simulation")
         if sim is None:
             simulated, below = "–", "not simulated (no gain now)" if r["now"]["change_percent"] >= 0 else "–"
-        elif "rewritten_below_original" in sim:
+        elif all(sim[side].get("simulated") and sim[side]["groups_agreeing"] == sim[side]["groups"]
+                 for side in ("original", "rewritten")):  # every schedule of both plans ran and agreed
             before, after = sim["original"]["simulated_dram_bytes"], sim["rewritten"]["simulated_dram_bytes"]
             simulated = f"{before / 1024**2:.3f} → {after / 1024**2:.3f} MB"
-            below = "yes" if sim["rewritten_below_original"] else "no"
+            below = "yes" if after < before else "no"
+        elif all(sim[side].get("simulated") and sim[side]["groups_run"] == sim[side]["groups"]
+                 for side in ("original", "rewritten")):
+            findings = {side: sim[side]["findings"][0] for side in ("original", "rewritten") if sim[side]["findings"]}
+            side, finding = next(iter(findings.items()))
+            simulated, below = "–", f"no verdict: the simulator stopped a group of the {side} plan ({finding[:70]})"
         else:
-            failed = next(side for side in ("original", "rewritten") if not sim[side].get("simulated"))
-            simulated, below = "–", f"not simulated ({failed}: {sim[failed].get('why', '')[:80]})"
+            failed = next((side for side in ("original", "rewritten") if not sim[side].get("simulated")), None)
+            if failed is None:  # both ran, but some schedule of a plan has no executor: totals not comparable
+                skipped = {side: sim[side]["groups"] - sim[side]["groups_run"] for side in ("original", "rewritten")}
+                simulated, below = "–", f"not comparable (schedules not run: {skipped})"
+            else:
+                simulated, below = "–", f"not simulated ({failed}: {sim[failed].get('why', '')[:80]})"
         rules = ", ".join(r["rules"]) or "–"
         print(f"| {r['model']} | {r['scheme'].upper()} | {r['buffer_kb']} KB | {rules} | "
               f"{r['recorded']['change_percent']:+.2f}% (v{r['recorded']['cost_model_version']}) | "
