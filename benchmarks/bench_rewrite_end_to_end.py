@@ -4,9 +4,10 @@ For each model: ``rewrite_model`` with the latency objective (per-operator times
 ``--cache``, so configurations measured before are not measured again; new ones are measured here and
 kept only in the copy), then the original and the rewritten graph (seeded random weights for the zoo's
 stripped ones) timed end to end with ``judge_latency``: onnxruntime with its own optimisations on
-(ORT_ENABLE_ALL), warm-up runs, ``--rounds`` interleaved rounds, at 1 and 2 intra-op threads. Each
-timing is a median and an interquartile range; "faster" means the rewritten graph's third quartile is
-below the original's first. The load average is recorded before and after each model. Run::
+(ORT_ENABLE_ALL), warm-up runs, ``--rounds`` paired rounds, at 1 and 2 intra-op threads. Each side's
+timing is a median and an interquartile range; "faster" is the judge's rule (the sign test's interval on
+the median per-round ratio below 0.98, confirmed by a second set of rounds; docs/rewrite.md). The load
+average is recorded before and after each model. Run::
 
     nice -n 5 python benchmarks/bench_rewrite_end_to_end.py [--models resnet18 vgg16 ...] [--budget 300]
         [--alpha 1] [--time-limit 60] [--rounds 30] [--quick] [--output benchmarks/results/rewrite_end_to_end.json]
@@ -14,7 +15,9 @@ below the original's first. The load average is recorded before and after each m
 ``--quick``: SqueezeNet, ResNet-18, VGG-16 and MobileNetV2, budget 50, time limit 30 s.
 
 ``--steps-from benchmarks/results/rewrite.json`` searches nothing: it times the rewrites that grid's
-latency-objective greedy searches (alpha 1) found, replayed on the original, against the original.
+latency-objective searches at ``--alpha`` (1: the greedy ones) found, replayed on the original, against the
+original; ``--steps-from benchmarks/results/rewrite_speed_budget300.json --alpha 1.05`` does the same for
+``bench_rewrite_speed.py``'s latency searches (the defaults of ``fuseplan rewrite --objective latency``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from peers import machine, write_results
+from peers import machine, provenance, write_results
 
 from fuseplan import zoo
 from fuseplan.errors import FuseplanError
@@ -117,40 +120,48 @@ def main() -> None:
 
 
 def replay_recorded(args: argparse.Namespace) -> None:
-    """Time the rewrites a grid's latency searches found (alpha 1) against their originals."""
+    """Time the rewrites a grid's latency searches found (those at ``--alpha``) against their originals.
+
+    Reads ``bench_rewrite.py``'s grid and ``bench_rewrite_speed.py``'s results (whose runs keep their
+    substitutions as ``steps_taken``); a search that found nothing is listed with nothing to time."""
     grid = json.loads(args.steps_from.read_text())
-    recorded = [r for r in grid["runs"] if r["objective"] == "latency" and r["alpha"] == 1 and r["steps"]]
+    recorded = [r for r in grid["runs"] if r["objective"] == "latency" and r["alpha"] == args.alpha]
     if args.models:
         recorded = [r for r in recorded if r["model"] in args.models]
     runs = []
     for record in recorded:
-        load_before = os.getloadavg()[0]
-        name = str(GOOGLENET) if record["model"] == "googlenet_opset13" else record["model"]
-        path, label = model_path(name)
-        verifier = Verifier(_prepared(path, label), seed=args.seed)
-        rewritten = Rewrite(record["steps"]).transform(verifier.model)
-        run = {"model": label, "steps": len(record["steps"]), "rules": record["rules_used"],
+        steps = record.get("steps_taken", record["steps"])
+        change = record["cost"] / record["initial_cost"] - 1 if record["initial_cost"] else 0.0
+        run = {"model": record["model"], "steps": len(steps), "rules": sorted({s["rule"] for s in steps}),
                "operator_sum": {"before_seconds": record["initial_cost"], "after_seconds": record["cost"],
-                                "change": record["cost"] / record["initial_cost"] - 1},
-               "end_to_end": {}}
-        for threads in args.threads:
-            run["end_to_end"][str(threads)] = judge_latency(verifier.model, rewritten, threads=threads,
-                                                            rounds=args.rounds, seed=args.seed).record()
-        run["written"] = "rewritten" if run["end_to_end"][str(args.threads[0])]["faster"] else "original"
+                                "change": change},
+               "end_to_end": {}, "written": "original"}
+        load_before = os.getloadavg()[0]
+        if steps:
+            name = str(GOOGLENET) if record["model"] == "googlenet_opset13" else record["model"]
+            path, label = model_path(name)
+            verifier = Verifier(_prepared(path, label), seed=args.seed)
+            rewritten = Rewrite(steps).transform(verifier.model)
+            for threads in args.threads:
+                run["end_to_end"][str(threads)] = judge_latency(verifier.model, rewritten, threads=threads,
+                                                                rounds=args.rounds, seed=args.seed).record()
+            run["written"] = "rewritten" if run["end_to_end"][str(args.threads[0])]["faster"] else "original"
         run["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         runs.append(run)
         _show(run)
     write_results({"benchmark": "rewrite_end_to_end", "machine": machine(), "cpus": os.cpu_count(),
+                   **provenance(),
                    "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
-                   "commit": _commit(), "settings": {"steps_from": str(args.steps_from.name), "rounds": args.rounds,
-                                                     "threads": args.threads, "seed": args.seed,
-                                                     "optimization": "all"},
+                   "commit": _commit(), "settings": {"steps_from": str(args.steps_from.name), "alpha": args.alpha,
+                                                     "rounds": args.rounds, "threads": args.threads,
+                                                     "seed": args.seed, "optimization": "all"},
                    "runs": runs}, args.output)
 
 
 def _show(run: dict) -> None:
     shown = "; ".join(f"{t} thr {v['original']['median_seconds'] * 1e3:.2f} -> "
-                      f"{v['candidate']['median_seconds'] * 1e3:.2f} ms ({100 * v['change']:+.1f}%, "
+                      f"{v['candidate']['median_seconds'] * 1e3:.2f} ms (ratio {1 + v['change']:.3f} "
+                      f"[{v['ratio_interval'][0]:.3f}, {v['ratio_interval'][1]:.3f}], "
                       f"{'faster' if v['faster'] else 'no gain'})" for t, v in run["end_to_end"].items())
     print(f"{run['model']}: {run['steps']} steps, operator sum {100 * run['operator_sum']['change']:+.2f}%; "
           f"{shown or 'nothing to time'}", flush=True)

@@ -11,10 +11,17 @@ recorded before and after each run.
 ``--sections`` also records the CPU seconds spent in two parts no faster code around them can remove:
 the window DP that prices each candidate exactly (``window_dp``) and onnxruntime verification of each
 expanded graph (``Verifier.check``), and projects them to the budget: the time the search would still
-take if everything else cost nothing. Run::
+take if everything else cost nothing.
+
+``--objectives dram latency`` also runs the latency objective (per-operator times from a copy of
+``--latency-cache``, so configurations measured before are not measured again; the objective has no
+scheme, so it runs once per model). Each search runs in a process of its own, which records its peak
+resident memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: set-up, verification weights and the
+whole search). Run::
 
     nice -n 15 python benchmarks/bench_rewrite_speed.py [--models squeezenet ...] [--time-limit 60]
-        [--schemes lbdf brr] [--sections] [--output benchmarks/results/rewrite_speed.json]
+        [--schemes lbdf brr] [--objectives dram latency] [--sections]
+        [--output benchmarks/results/rewrite_speed.json]
 """
 
 from __future__ import annotations
@@ -23,11 +30,17 @@ import argparse
 import importlib
 import json
 import os
+import resource
+import shutil
+import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from importlib import metadata
+from multiprocessing import get_context
 from pathlib import Path
 
-from peers import machine, write_results
+from peers import machine, provenance, write_results
 
 from fuseplan import zoo
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
@@ -61,10 +74,16 @@ def time_sections() -> None:
         setattr(owner, attribute, timed)
 
 
-def run(source: str, scheme: str, args) -> dict:
+def run(source: str, scheme: str | None, objective_name: str, args, cache: Path | None) -> dict:
+    """One search, in a process of its own (its peak memory is the search's)."""
+    if args.sections:
+        time_sections()
     path, name = model_path(source)
     model = prepare_model(read_model(path), name)[0]
-    objective = make_objective("dram", scheme=scheme, buffer_bytes=args.buffer_kb * 1024)
+    if objective_name == "dram":
+        objective = make_objective("dram", scheme=scheme, buffer_bytes=args.buffer_kb * 1024)
+    else:
+        objective = make_objective(objective_name, cache=cache, seed=args.seed)
     load_before = os.getloadavg()[0]
     SECTION_CPU.clear()
     wall, cpu = time.perf_counter(), time.process_time()
@@ -73,7 +92,10 @@ def run(source: str, scheme: str, args) -> dict:
                                  time_limit=limit, greedy_time_limit=limit)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finished = result.expanded >= args.budget or not (result.timed_out or result.greedy.get("timed_out"))
-    entry = {"model": name, "scheme": scheme, "buffer_kb": args.buffer_kb, "alpha": args.alpha,
+    if hasattr(objective, "save"):
+        objective.save()
+    entry = {"model": name, "objective": objective_name, "scheme": scheme, "buffer_kb": args.buffer_kb,
+             "alpha": args.alpha,
              "budget": args.budget, "time_limit_seconds": args.time_limit or None, "expanded": result.expanded,
              "generated": result.generated, "duplicates": result.duplicates, "steps": len(result.steps),
              "change_percent": round(100 * (result.cost - result.initial_cost) / result.initial_cost, 3),
@@ -82,6 +104,9 @@ def run(source: str, scheme: str, args) -> dict:
              "cpu_ms_per_candidate": round(1000 * cpu / max(result.generated, 1), 2),
              "finished": finished,
              "projected_seconds_for_budget": round(wall if finished else wall * args.budget / max(result.expanded, 1), 1),
+             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+             "initial_cost": result.initial_cost, "cost": result.cost, "steps_taken": result.steps,
+             "verification_failures": result.verification_failures,
              "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     if args.sections:
         scale = 1 if finished else args.budget / max(result.expanded, 1)
@@ -100,22 +125,32 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds; 0 for none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--objectives", nargs="*", default=["dram"], choices=["dram", "latency"])
+    parser.add_argument("--latency-cache", type=Path, default=RESULTS / "rewrite_latency_cache.json")
     parser.add_argument("--sections", action="store_true",
                         help="also record CPU time in the window DP and in verification (see the docstring)")
     parser.add_argument("--label", default=None, help="a note saying which code ran (e.g. a commit)")
     parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_speed.json")
     args = parser.parse_args()
-    if args.sections:
-        time_sections()
     sources = args.models or [*zoo.names(), GOOGLENET]
-    document = {**machine(), "cpus": os.cpu_count(), "label": args.label, "settings": {k: v for k, v in vars(args).items()
-                                                                 if k not in ("output", "models", "label")},
+    document = {**machine(), "cpus": os.cpu_count(), **provenance(), "label": args.label,
+                "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
+                "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                             if k not in ("output", "models", "label")},
                 "runs": []}
-    for source in sources:
-        for scheme in args.schemes:
-            document["runs"].append(run(source, scheme, args))
+    runs = [(source, scheme, "dram") for source in sources for scheme in args.schemes] if "dram" in args.objectives \
+        else []
+    runs += [(source, None, "latency") for source in sources] if "latency" in args.objectives else []
+    with tempfile.TemporaryDirectory(prefix="fuseplan-speed-") as scratch:
+        cache = Path(scratch) / "latency_cache.json"
+        if args.latency_cache.exists():
+            shutil.copyfile(args.latency_cache, cache)
+        for source, scheme, objective in runs:
+            # a fresh process per search: its peak resident memory is this search's alone
+            with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+                document["runs"].append(pool.submit(run, source, scheme, objective, args, cache).result())
+            document["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
             write_results(document, args.output)
-
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,8 @@
 """Print benchmarks/results/rewrite.json as the markdown tables of docs/rewrite.md (``--speed [FILE [PREVIOUS]]``:
 the speed table from benchmarks/results/rewrite_speed.json, beside an earlier run of the same benchmark;
-``--end-to-end [FILE]``: rewrite_end_to_end.json; ``--bounds [FILE [BEFORE]]``: rewrite_bounds.json)."""
+``--end-to-end [FILE]``: rewrite_end_to_end.json; ``--bounds [FILE [BEFORE]]``: rewrite_bounds.json;
+``--judge [FILE]``: rewrite_judge.json; ``--budget300 [FILE]``: rewrite_speed_budget300.json, whole searches
+with peak memory; ``--reprice [FILE]``: rewrite_reprice.json)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,15 @@ def main() -> None:
         return
     if sys.argv[1:2] == ["--before-after"]:
         before_after_table(Path(sys.argv[2]))
+        return
+    if sys.argv[1:2] == ["--judge"]:
+        judge_table(*[Path(a) for a in sys.argv[2:3]])
+        return
+    if sys.argv[1:2] == ["--budget300"]:
+        budget_table(*[Path(a) for a in sys.argv[2:3]])
+        return
+    if sys.argv[1:2] == ["--reprice"]:
+        reprice_table(*[Path(a) for a in sys.argv[2:3]])
         return
     if sys.argv[1:2] == ["--speed"]:
         speed_table(*[Path(a) for a in sys.argv[2:4]])
@@ -162,22 +173,87 @@ def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
         return f"{timing['median_seconds'] * 1e3:.2f} ± {timing['iqr_seconds'] * 1e3:.2f}"
 
     print("| model | steps (rules) | per-operator sum | threads | original, ms (median ± IQR) | rewritten, ms "
-          "| change | verdict | written | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| change | median ratio [95% interval] | verdict | written | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for run in document["runs"]:
         if "error" in run:
-            print(f"| {run['model']} | – | – | – | – | – | – | {run['error']} | – | – |")
+            print(f"| {run['model']} | – | – | – | – | – | – | – | {run['error']} | – | – |")
             continue
         steps = f"{run['steps']} ({', '.join(run['rules'])})" if run["steps"] else "0"
         proxy = f"{100 * run['operator_sum']['change']:+.2f}%"
         load = "–".join(f"{x:.1f}" for x in run["load_average"])
         if not run["end_to_end"]:
-            print(f"| {run['model']} | {steps} | {proxy} | – | – | – | – | nothing to time | original | {load} |")
+            print(f"| {run['model']} | {steps} | {proxy} | – | – | – | – | – | nothing to time | original | {load} |")
             continue
         for threads, verdict in run["end_to_end"].items():
+            interval = verdict.get("ratio_interval")  # absent in records of the quartile rule the judge used before
+            ratio = "–" if interval is None else f"{1 + verdict['change']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]"
             print(f"| {run['model']} | {steps} | {proxy} | {threads} | {ms(verdict['original'])} | "
-                  f"{ms(verdict['candidate'])} | {100 * verdict['change']:+.1f}% | "
+                  f"{ms(verdict['candidate'])} | {100 * verdict['change']:+.1f}% | {ratio} | "
                   f"{'faster' if verdict['faster'] else 'no gain'} | {run['written']} | {load} |")
+
+
+def judge_table(path: Path = RESULTS / "rewrite_judge.json") -> None:
+    """How often each rule called a copy faster, and a truly faster graph faster (bench_rewrite_judge.py)."""
+    document = json.loads(path.read_text())
+    print("| pair | model | threads | trials | quartile rule says faster | first paired set says faster "
+          "| judge: faster (confirmed) | median ratio (range over trials) | load average |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    groups: dict = defaultdict(list)
+    for row in document["trials"]:
+        groups[(row["kind"], row["model"], row["threads"])].append(row)
+    for (kind, model, threads), rows in groups.items():
+        ratios = [r["median_ratio"] for r in rows]
+        loads = [x for r in rows for x in r["load_average"]]
+        print(f"| {kind} | {model} | {threads} | {len(rows)} | {sum(r['quartile_rule_faster'] for r in rows)} | "
+              f"{sum(r['first_set_faster'] for r in rows)} | {sum(r['faster'] for r in rows)} | "
+              f"{min(ratios):.3f}–{max(ratios):.3f} | {min(loads):.1f}–{max(loads):.1f} |")
+
+
+def budget_table(path: Path = RESULTS / "rewrite_speed_budget300.json") -> None:
+    """Whole budget-300 searches per model, scheme and objective, with peak memory (bench_rewrite_speed.py)."""
+    document = json.loads(path.read_text())
+    print("| model | objective | scheme | expanded | finished | wall s | CPU s | projected wall s for 300 "
+          "| peak RSS MB | change | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in document["runs"]:
+        print(f"| {r['model']} | {r.get('objective', 'dram')} | {(r['scheme'] or '–').upper()} | {r['expanded']} | "
+              f"{'yes' if r['finished'] else 'no'} | {r['wall_seconds']:.0f} | {r['cpu_seconds']:.0f} | "
+              f"{r['projected_seconds_for_budget']:.0f} | {r.get('peak_rss_mb', '–')} | {r['change_percent']:+.2f}% | "
+              f"{'–'.join(f'{x:.1f}' for x in r['load_average'])} |")
+
+
+def reprice_table(path: Path = RESULTS / "rewrite_reprice.json") -> None:
+    """The grid's best rewrites priced under today's cost models, and simulated (bench_rewrite_reprice.py)."""
+    document = json.loads(path.read_text())
+    print("| model | scheme | buffer | rules | recorded change (version) | change now (version) | simulated DRAM, "
+          "original → rewritten | rewritten below original (simulated) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in document["runs"]:
+        sim = r.get("simulation")
+        if sim is None:
+            simulated, below = "–", "not simulated (no gain now)" if r["now"]["change_percent"] >= 0 else "–"
+        elif all(sim[side].get("simulated") and sim[side]["groups_agreeing"] == sim[side]["groups"]
+                 for side in ("original", "rewritten")):  # every schedule of both plans ran and agreed
+            before, after = sim["original"]["simulated_dram_bytes"], sim["rewritten"]["simulated_dram_bytes"]
+            simulated = f"{before / 1024**2:.3f} → {after / 1024**2:.3f} MB"
+            below = "yes" if after < before else "no"
+        elif all(sim[side].get("simulated") and sim[side]["groups_run"] == sim[side]["groups"]
+                 for side in ("original", "rewritten")):
+            findings = {side: sim[side]["findings"][0] for side in ("original", "rewritten") if sim[side]["findings"]}
+            side, finding = next(iter(findings.items()))
+            simulated, below = "–", f"no verdict: the simulator stopped a group of the {side} plan ({finding[:70]})"
+        else:
+            failed = next((side for side in ("original", "rewritten") if not sim[side].get("simulated")), None)
+            if failed is None:  # both ran, but some schedule of a plan has no executor: totals not comparable
+                skipped = {side: sim[side]["groups"] - sim[side]["groups_run"] for side in ("original", "rewritten")}
+                simulated, below = "–", f"not comparable (schedules not run: {skipped})"
+            else:
+                simulated, below = "–", f"not simulated ({failed}: {sim[failed].get('why', '')[:80]})"
+        rules = ", ".join(r["rules"]) or "–"
+        print(f"| {r['model']} | {r['scheme'].upper()} | {r['buffer_kb']} KB | {rules} | "
+              f"{r['recorded']['change_percent']:+.2f}% (v{r['recorded']['cost_model_version']}) | "
+              f"{r['now']['change_percent']:+.2f}% (v{r['now']['scheme_version']}) | {simulated} | {below} |")
 
 
 def bounds_table(path: Path = RESULTS / "rewrite_bounds.json", before: Path | None = None) -> None:

@@ -15,7 +15,7 @@ pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
 
 from fuseplan.passes.external import ExternalPass, external_passes  # noqa: E402
 from fuseplan.passes.select import Pruning, normalise  # noqa: E402
-from fuseplan.rewrite.latency import LatencyVerdict, Timing  # noqa: E402
+from fuseplan.rewrite.latency import LatencyVerdict, PairedRounds  # noqa: E402
 from fuseplan.rewrite.pass_search import (  # noqa: E402
     Applied, Graph, PassSearch, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs,
     pareto_front,
@@ -175,12 +175,13 @@ def test_the_graph_written_is_the_best_measured_unless_no_faster_than_the_baseli
                         0.0)
     assert search.best is selected and search.measured_best is drawn  # the random pipeline's graph is fastest
     assert search.written is drawn  # not yet timed end to end: the best measured
-    beyond = LatencyVerdict(Timing(2.0, 1.9, 2.1), Timing(1.0, 0.9, 1.1), 1, 30, "disabled")
-    within = LatencyVerdict(Timing(2.0, 1.5, 2.5), Timing(1.9, 1.4, 2.4), 1, 30, "disabled")
+    halved = PairedRounds((2.0,) * 10, (1.0,) * 10)
+    beyond = LatencyVerdict(halved, halved, 1, 10, "disabled")
+    unconfirmed = LatencyVerdict(halved, PairedRounds((2.0,) * 10, (2.0,) * 10), 1, 10, "disabled")
     search.timings = {"random": beyond}
     assert search.written is drawn and search.to_json()["measured_best_against_baseline"]["faster"] is True
-    search.timings = {"random": within}
-    assert search.written is baseline  # no gain beyond the spread: ort/all, the baseline a user has
+    search.timings = {"random": unconfirmed}
+    assert search.written is baseline  # not confirmed faster: ort/all, the baseline a user has
     assert search.to_json()["written"]["pipeline"] == ["ort/all"]
 
 
@@ -200,7 +201,8 @@ def test_fuseplan_passes_writes_the_fastest_graph_it_measured_or_the_baseline(cl
         assert timing is None and report["written"]["hash"] == baseline["hash"]
     else:
         assert timing["rounds"] == 30 and timing["optimization"] == "disabled"
-        assert timing["faster"] is (timing["candidate"]["q3_seconds"] < timing["original"]["q1_seconds"])
+        confirmed = timing["confirmation"] is not None and timing["confirmation"]["says_faster"]
+        assert timing["faster"] is (timing["first"]["says_faster"] and confirmed)
         assert report["written"]["hash"] == (fastest if timing["faster"] else baseline)["hash"]
     assert onnx.load(best).graph.node
 

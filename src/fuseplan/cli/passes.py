@@ -65,8 +65,7 @@ def passes_command(
     seed: Annotated[int, typer.Option(help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write the best verified graph measured here (the baseline's and random pipelines' "
-                               "included; under latency, ort/all's unless faster end to end beyond the "
-                               "spread).")] = None,
+                               "included; under latency, ort/all's unless confirmed faster end to end).")] = None,
     png: Annotated[Optional[Path], typer.Option("--png", help="Draw latency against DRAM, the Pareto front marked.")]
     = None,
     scheme: Annotated[Scheme, typer.Option(help="Fusion scheme of the DRAM figure.")] = Scheme.lbdf,
@@ -230,7 +229,7 @@ def _against_baseline(timing: dict | None) -> str:
     original, candidate = timing["original"], timing["candidate"]
     measured = (f"{candidate['median_seconds'] * 1e3:.2f} ms (IQR {candidate['iqr_seconds'] * 1e3:.2f}) "
                 f"against ort/all {original['median_seconds'] * 1e3:.2f} ms (IQR {original['iqr_seconds'] * 1e3:.2f}), "
-                f"{timing['rounds']} interleaved runs")
+                f"{timing['rounds']} paired rounds, median ratio {1 + timing['change']:.3f}")
     if timing["faster"]:
         return f"; {measured}: faster by {-100 * timing['change']:.1f}%"
-    return f"; {measured}: no gain over ort/all beyond the spread"
+    return f"; {measured}: not confirmed faster than ort/all"

@@ -66,8 +66,9 @@ def rewrite(
     latency_cache: Annotated[Optional[Path], typer.Option(
         help="Per-operator latency cache of the latency objective (default ~/.cache/fuseplan).")] = None,
     timing_rounds: Annotated[int, typer.Option(
-        help="Latency objective: interleaved end-to-end runs of the graph found and the original; the original is "
-             "written unless the graph found is faster beyond their spread.")] = 30,
+        help="Latency objective: paired end-to-end rounds of the graph found and the original; the original is "
+             "written unless the graph found is faster by the paired-ratio rule, confirmed by a second set of "
+             "rounds (docs/rewrite.md).")] = 30,
     timing_threads: Annotated[int, typer.Option(help="Latency objective: onnxruntime threads of those runs.")] = 1,
     verify: Annotated[VerifyMode, typer.Option(help=VERIFY_HELP)] = VerifyMode.site,
     bytes_per_element: HardwareBytesPerElementOpt = None,
@@ -146,14 +147,16 @@ def rewrite(
         f"{' (time limit reached)' if result.cut_by_time else ''}", highlight=False)
     if done.timing is not None:
         timing = done.timing
+        low, high = timing.first.interval(timing.confidence)
 
         def ms(seconds: float) -> str:
             return f"{seconds * 1e3:.2f} ms"
 
         stdout.print(
             f"end to end         original {ms(timing.original.median)} (IQR {ms(timing.original.iqr)}), rewritten "
-            f"{ms(timing.candidate.median)} (IQR {ms(timing.candidate.iqr)}), {timing.rounds} interleaved runs, "
-            f"{timing.threads} thread(s): "
-            + (f"faster by {-100 * timing.change:.1f}%" if timing.faster else
-               "not faster beyond the spread, so the original is written unchanged"), highlight=False)
+            f"{ms(timing.candidate.median)} (IQR {ms(timing.candidate.iqr)}), {timing.rounds} paired rounds, "
+            f"{timing.threads} thread(s), median ratio {1 + timing.change:.3f} "
+            f"({100 * timing.confidence:.0f}% interval {low:.3f}-{high:.3f}): "
+            + (f"faster by {-100 * timing.change:.1f}%, confirmed by a second set of rounds" if timing.faster else
+               "not confirmed faster, so the original is written unchanged"), highlight=False)
     stdout.print(f"{'original' if done.keeps_original else 'rewritten'} model written to {output}", highlight=False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import floor, prod
 from typing import Any, ClassVar, NamedTuple
 
@@ -114,6 +114,7 @@ class GraphTables:
 MAX_TOUCHED_LINES = 1 << 16
 
 
+@lru_cache(maxsize=65536)  # a rewrite search builds the tables of the same few operators for every candidate
 def _lines(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> int | None:
     """Bit mask of the lines (rows or columns) of an input that the windows of a 2-D sliding window touch;
     ``None`` where they touch every line."""
@@ -152,6 +153,45 @@ def _window_rows(kernel: float, stride: float, reach: float, out_rows: int, heig
     return None if mask == (1 << height) - 1 else mask
 
 
+#: per reader, what :func:`_reader_masks` found, keyed by everything it reads (a rewrite search builds the
+#: tables of graphs that share most of their operators, thousands of times)
+_READER_MASKS: dict[tuple, tuple[tuple[int, int] | None, ...]] = {}
+MAX_READER_MASKS = 1 << 16
+#: the attributes :func:`~fuseplan.schedule.lone.conv_geometry` reads
+_GEOMETRY_ATTRIBUTES = ("kernel_shape", "strides", "dilations", "group", "auto_pad", "pads", "storage_order")
+
+
+def _geometry_attributes(attributes: Any) -> tuple:
+    return tuple([(name, tuple(value) if isinstance(value, (list, tuple)) else value)
+                  for name in _GEOMETRY_ATTRIBUTES if (value := attributes.get(name)) is not None])
+
+
+def _reader_masks(graph: CompGraph, v: int) -> tuple[tuple[int, int] | None, ...]:
+    """Per window of operator ``v`` (:attr:`OpNode.windows`), the (rows, columns) bit masks of its input
+    that it touches, ``None`` where it touches all of it."""
+    node = graph.nodes[v]
+    out_rows = graph.tensors[node.outputs[0]].rows
+    geometry = conv_geometry(graph, v)
+    masks: list[tuple[int, int] | None] = []
+    for t, kernel, stride, reach in node.windows:
+        shape = graph.tensors[t].shape
+        if len(shape) < 4 or node.is_barrier or max(shape[-2:]) > MAX_TOUCHED_LINES:
+            masks.append(None)
+            continue
+        height, width = shape[-2], shape[-1]
+        if geometry is not None:
+            g = geometry
+            rows = _lines(height, g.h_out, g.kh, g.sh, g.dh, g.pad_top)
+            cols = _lines(width, g.w_out, g.kw, g.sw, g.dw, g.pad_left)
+        else:
+            rows, cols = _window_rows(kernel, stride, reach, out_rows, height), None
+        if rows is None and cols is None:
+            masks.append(None)
+            continue
+        masks.append(((1 << height) - 1 if rows is None else rows, (1 << width) - 1 if cols is None else cols))
+    return tuple(masks)
+
+
 def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] | None, ...]:
     """Per tensor, the rows and columns each reader touches where some reader skips some
     (:attr:`GraphTables.tensor_partial_reads`).
@@ -165,33 +205,28 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
     """
     found: list[dict[int, tuple[int, int] | None] | None] = [None] * len(graph.tensors)
     whole: set[tuple[int, int]] = set()  # (tensor, reader) where one of the reader's windows touches all of it
+    tensors = graph.tensors
     for v, node in enumerate(graph.nodes):
         if not node.outputs:
             continue
-        out_rows = graph.tensors[node.outputs[0]].rows
-        geometry = conv_geometry(graph, v)
-        for t, kernel, stride, reach in node.windows:
-            shape = graph.tensors[t].shape
-            if len(shape) < 4 or node.is_barrier or max(shape[-2:]) > MAX_TOUCHED_LINES:
+        windows = node.windows
+        key = (node.op_type, _geometry_attributes(node.attributes), node.weight_numel, node.is_barrier,
+               tuple([tensors[t].shape for t in node.inputs]), len(node.outputs), tensors[node.outputs[0]].shape,
+               tuple([(tensors[t].shape, kernel, stride, reach) for t, kernel, stride, reach in windows]))
+        masks = _READER_MASKS.get(key)
+        if masks is None:
+            if len(_READER_MASKS) > MAX_READER_MASKS:
+                _READER_MASKS.clear()
+            masks = _READER_MASKS[key] = _reader_masks(graph, v)
+        for (t, _, _, _), touched in zip(windows, masks):
+            if touched is None:
                 whole.add((t, v))
                 continue
-            height, width = shape[-2], shape[-1]
-            if geometry is not None:
-                g = geometry
-                rows = _lines(height, g.h_out, g.kh, g.sh, g.dh, g.pad_top)
-                cols = _lines(width, g.w_out, g.kw, g.sw, g.dw, g.pad_left)
-            else:
-                rows, cols = _window_rows(kernel, stride, reach, out_rows, height), None
-            if rows is None and cols is None:
-                whole.add((t, v))
-                continue
-            rows = (1 << height) - 1 if rows is None else rows
-            cols = (1 << width) - 1 if cols is None else cols
             readers = found[t]
             if readers is None:
-                readers = found[t] = dict.fromkeys(graph.tensors[t].consumers)
+                readers = found[t] = dict.fromkeys(tensors[t].consumers)
             known = readers.get(v)
-            readers[v] = (rows, cols) if known is None else (known[0] | rows, known[1] | cols)
+            readers[v] = touched if known is None else (known[0] | touched[0], known[1] | touched[1])
     for t, v in whole:
         if found[t] is not None:
             found[t][v] = None

@@ -17,9 +17,9 @@ The graph a search gives as its result (:attr:`PassSearch.written`) is the
 best of every verified graph it measured, the baseline's and the random
 pipelines' included. Under the latency objective it is then timed end to
 end against the baseline (:func:`~fuseplan.rewrite.latency.judge_latency`,
-interleaved rounds, the same session options), and so is the best selected
-pipeline's graph: a graph no faster than ``ort/all`` beyond the spread is
-no gain, and the baseline is given instead.
+paired rounds, the same session options), and so is the best selected
+pipeline's graph: a graph not confirmed faster than ``ort/all`` is no
+gain, and the baseline is given instead.
 """
 
 from __future__ import annotations
@@ -523,8 +523,8 @@ class PassSearch:
 
     @property
     def written(self) -> Graph | None:
-        """The graph to give as the result: :attr:`measured_best`, unless timed end to end it was no faster
-        than the baseline beyond the spread (then the baseline)."""
+        """The graph to give as the result: :attr:`measured_best`, unless timed end to end it was not
+        confirmed faster than the baseline (then the baseline)."""
         best = self.measured_best
         timing = None if best is None else self.timings.get(best.hash)
         if timing is not None and not timing.faster and self.baseline is not None:
@@ -569,7 +569,7 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, object
     """Search pipelines of the passes ``pruning`` found relevant to ``model`` (normalised) and measure their graphs.
 
     Under the latency objective the best selected graph and the fastest graph measured are each timed against
-    the baseline end to end (``timing_rounds`` interleaved rounds; see the module docstring)."""
+    the baseline end to end (``timing_rounds`` paired rounds; see the module docstring)."""
     if objective not in OBJECTIVES:
         raise FuseplanError(f"unknown objective {objective!r}; the objectives are {', '.join(OBJECTIVES)}")
     if budget < 1:

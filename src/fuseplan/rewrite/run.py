@@ -32,7 +32,7 @@ class Rewritten:
     @property
     def keeps_original(self) -> bool:
         """Whether the original model, unchanged, is the result: timed end to end, the graph found was not
-        faster beyond the spread."""
+        confirmed faster (:func:`~fuseplan.rewrite.latency.judged_faster`)."""
         return self.timing is not None and not self.timing.faster
 
     def to_json(self) -> dict[str, Any]:
@@ -92,8 +92,8 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
     Under the latency objective, whose search adds up per-operator times,
     the graph found is timed end to end against the original
     (:func:`~fuseplan.rewrite.latency.judge_latency`: ``timing_rounds``
-    interleaved rounds, ``timing_threads`` threads, onnxruntime's own
-    optimisations on); unless it is faster beyond the spread,
+    paired rounds, ``timing_threads`` threads, onnxruntime's own
+    optimisations on); unless it is confirmed faster,
     :attr:`Rewritten.keeps_original` says to keep the original.
 
     ``on_progress(state)`` follows the search (:func:`backtracking_search`)

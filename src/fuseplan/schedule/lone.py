@@ -337,6 +337,7 @@ class ConvGeometry:
 
 
 
+@lru_cache(maxsize=65536)  # a rewrite search reads the same few convolutions for every candidate
 def used_taps(size_in: int, size_out: int, kernel: int, stride: int, dilation: int, pad: int) -> tuple[int, ...]:
     """The filter taps along one axis that some output reads off the padding."""
     return tuple(i for i in range(kernel)
