@@ -172,10 +172,10 @@ def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
 
 
 def reduced_over_rows(graph: CompGraph, t: int) -> bool:
-    """Whether tensor ``t`` is made by a barrier from an input of several rows (a global pooling): each of
-    its elements sums (or takes the largest of) rows that come over several steps of the row tiles."""
+    """Whether tensor ``t`` is a global pooling's output from an input of several rows: each of its elements
+    sums (or takes the largest of) rows that come over several steps of the row tiles."""
     producer = graph.tensors[t].producer
-    if producer is None or not graph.nodes[producer].is_barrier:
+    if producer is None or graph.nodes[producer].op_type not in ("GlobalAveragePool", "GlobalMaxPool"):
         return False
     return any(graph.tensors[x].rows > 1 for x in graph.nodes[producer].inputs)
 
