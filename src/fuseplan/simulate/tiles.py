@@ -76,6 +76,9 @@ SLICEABLE = frozenset(ELEMENTWISE) | {"Clip", "BatchNormalization", "MaxPool", "
 # operators without weights that make output channels j from input channels j but see all their input rows
 # at once (a Flatten only of a 1x1 map: then input channel j is output feature j)
 REDUCING = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
+# operators that work on each position of axis 1 of a rank-3 tensor alone (a token of a transformer's
+# activations), normalising or weighing along the last axis only
+ALONG_LAST_AXIS = frozenset({"LayerNormalization", "Softmax"})
 
 
 class Unsupported(Exception):
@@ -119,7 +122,7 @@ class TileRun:
         for t, u in uses.items():
             whole = u.rows * tensors[t].row_numel
             if 0 < u.elements < whole:
-                if len(tensors[t].shape) not in (2, 4):
+                if len(tensors[t].shape) not in (2, 3, 4):
                     raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
                                       f"{len(tensors[t].shape)}")
                 channels = tensors[t].shape[1]
@@ -140,6 +143,7 @@ class TileRun:
                 self.shadow[v] = {t: [] for t in graph.nodes[v].inputs}
         self.kernels = {v: OperatorRows(graph, graph.nodes[v], values.operands(graph.nodes[v]), values.opset)
                         for v in schedule.operators}
+        self.weights_per_block: set[int] = set()  # operators that need all their weights in every block
         self.units = self._units()
         self.steps = 0
         self.peaks: dict[int, int] = {}  # the most elements each tensor held at once
@@ -176,7 +180,11 @@ class TileRun:
                 c = readers[0]
                 # the reader works by blocks, so its input comes by blocks; or a producer without weights
                 # works by blocks, so its output does (a full convolution's output comes whole)
-                joined = c in blocked_ops or (p in blocked_ops and not dense(graph, p))
+                # (a dense producer whose input comes whole, or on a rank-3 tensor's axis-1 blocks, makes its
+                # output a block at a time too)
+                makes_blocks = (not dense(graph, p) or len(graph.tensors[t].shape) == 3
+                                or not any(x in self.block for x in graph.nodes[p].inputs))
+                joined = c in blocked_ops or (p in blocked_ops and makes_blocks)
                 if joined and (p not in blocked_ops or c not in blocked_ops or find(p) != find(c)):
                     blocked_ops.update((p, c))
                     if find(p) != find(c):
@@ -575,6 +583,8 @@ class TileRun:
         node, tensors = self.graph.nodes[v], self.graph.tensors
         blocked_input = any(t in by_block for t in node.inputs)
         out_shape = tensors[node.outputs[0]].shape
+        if len(out_shape) == 3:
+            return self._token_role(v)
         if dense(self.graph, v):
             conv = node.op_type == "Conv" and len(out_shape) == 4
             product = (node.op_type in ("Gemm", "MatMul") and len(out_shape) == 2
@@ -604,6 +614,27 @@ class TileRun:
                 or (len(out_shape) == 2 and node.op_type not in ELEMENTWISE and node.op_type != "Clip"):
             raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
         return SLICE
+
+    def _token_role(self, v: int) -> str:
+        """The role of an operator making a rank-3 tensor, whose axis 1 the schedule blocks: every operator the
+        loop nest runs on such blocks works on each position of that axis alone. A matrix product by a constant
+        contracts the last axis, so it makes block ``j`` from block ``j`` of its input with all its weights
+        (streamed once per block where they stream)."""
+        node = self.graph.nodes[v]
+        if node.op_type == "MatMul" and dense(self.graph, v):
+            weight = self.kernels[v].operands.constant(1)
+            if weight is None or weight.ndim != 2:
+                raise Unsupported(f"no block kernel for the matrix product {node.name}")
+            self.weights_per_block.add(v)
+            return SLICE
+        if node.op_type in ALONG_LAST_AXIS:
+            axis = int(node.attributes.get("axis", -1))
+            if axis not in (-1, 2):
+                raise Unsupported(f"no block kernel for {node.op_type} {node.name} along axis {axis}")
+            return SLICE
+        if node.op_type in ELEMENTWISE or node.op_type == "Clip":
+            return SLICE
+        raise Unsupported(f"no block kernel for {node.op_type} {node.name} on rank-3 blocks")
 
     def _run_cluster(self, unit: tuple[int, ...]) -> None:
         graph = self.graph
@@ -653,7 +684,8 @@ class TileRun:
         if not active and not loads:
             return
         for v in active:
-            self._stream_weights(v)
+            if v not in self.weights_per_block:
+                self._stream_weights(v)
         # the rows each block-held tensor's readers need after this step (kept whole with keep_halo)
         after = dict(self.emitted)
         after.update({v: stop for v, (_, stop) in plans.items() if v not in self.taken})
@@ -796,7 +828,10 @@ class TileRun:
             else:
                 sums[v] += matmul_block(held[0].data, weight, None, kernel.attrs, node.op_type, in_span=span)
             return
-        if role == PRODUCE and node.op_type == "Conv":
+        if v in self.weights_per_block:  # a matrix product on block j of axis 1 (tokens): all its weights
+            self._stream_weights(v)
+            rows = matmul_block(held[0].data, weight, None, kernel.attrs, node.op_type)
+        elif role == PRODUCE and node.op_type == "Conv":
             rows = conv_rows(held[0], weight[out_span], None if bias is None else bias[out_span], kernel.window, 1,
                              first, stop, width)
         elif role == PRODUCE:
@@ -819,6 +854,8 @@ class TileRun:
         elif node.op_type in REDUCING:
             self._reduce(v, held[0].data, out_span, j, first, stop)
             return
+        elif node.op_type in ALONG_LAST_AXIS:
+            rows = kernel.rows([Rows(x.data, 0, 1) for x in held], 0, 1)[0]
         else:
             rows = self._elementwise(v, held, out_span, first, stop)
         self._store(out, 0 if barrier else first, rows, out_span, j)
@@ -873,6 +910,9 @@ class TileRun:
             elif isinstance(slot, np.ndarray) and len(self.graph.tensors[node.outputs[0]].shape) == 2 \
                     and slot.ndim >= 1 and slot.shape[-1] == channels:
                 operands.append(slot[..., span])
+            elif isinstance(slot, np.ndarray) and len(self.graph.tensors[node.outputs[0]].shape) == 3 \
+                    and slot.ndim >= 2 and slot.shape[-2] == channels:
+                operands.append(slot[..., span, :])
             else:
                 operands.append(slot)
         if node.op_type == "Clip":
