@@ -583,6 +583,8 @@ class TileRun:
         node, tensors = self.graph.nodes[v], self.graph.tensors
         blocked_input = any(t in by_block for t in node.inputs)
         out_shape = tensors[node.outputs[0]].shape
+        if node.op_type == "Reshape" and self._splits_last_axes(v):
+            return SLICE
         if len(out_shape) == 3:
             return self._token_role(v)
         if dense(self.graph, v):
@@ -614,6 +616,15 @@ class TileRun:
                 or (len(out_shape) == 2 and node.op_type not in ELEMENTWISE and node.op_type != "Clip"):
             raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
         return SLICE
+
+    def _splits_last_axes(self, v: int) -> bool:
+        """Whether Reshape ``v`` splits the last axis of a rank-3 tensor in two, or joins the last two of a
+        rank-4 one (a transformer's heads), keeping axes 0 and 1: position ``i`` of axis 1 of its output is
+        position ``i`` of its input's."""
+        node, tensors = self.graph.nodes[v], self.graph.tensors
+        shapes = sorted((tensors[node.inputs[0]].shape, tensors[node.outputs[0]].shape), key=len)
+        return ([len(x) for x in shapes] == [3, 4] and shapes[0][:2] == shapes[1][:2]
+                and shapes[0][2] == shapes[1][2] * shapes[1][3])
 
     def _token_role(self, v: int) -> str:
         """The role of an operator making a rank-3 tensor, whose axis 1 the schedule blocks: every operator the
@@ -771,12 +782,14 @@ class TileRun:
     def _barrier_plan(self, v: int, available: dict[int, int]) -> tuple[int, int]:
         """The rows of its input a barrier in a block loop takes this step: an input held whole (or of one
         row) all at once, when every row is there, so that the barrier runs once (nothing of its output
-        is dropped meanwhile); a streamed one as its rows come, the reduction so far kept in the output's
-        buffer from step to step."""
+        is dropped meanwhile); a streamed one of a global pooling as its rows come, the sums so far kept in
+        the output's buffer from step to step. Any other barrier waits for all its input's rows (where its
+        buffer holds fewer, the run stalls: a finding)."""
         t = self.graph.nodes[v].inputs[0]
         first, height = self.taken[v][t], self._height(t)
         have = min(height, available.get(t, self.made[t]))
-        if self._done(v) or (self.cap[t] >= height and have < height):
+        whole = self.cap[t] >= height or self.graph.nodes[v].op_type not in REDUCING
+        if self._done(v) or (whole and have < height):
             return first, first
         return first, have
 
@@ -851,6 +864,10 @@ class TileRun:
             rows = np.concatenate(parts, axis=1)
         elif node.op_type == "Flatten":
             rows = held[0].data.reshape(held[0].data.shape[0], -1)
+        elif node.op_type == "Reshape":  # the heads of positions ``out_span`` of axis 1 split or joined
+            shape = list(graph.tensors[out].shape)
+            shape[1] = out_span.stop - out_span.start
+            rows = held[0].data.reshape(shape)
         elif node.op_type in REDUCING:
             self._reduce(v, held[0].data, out_span, j, first, stop)
             return
