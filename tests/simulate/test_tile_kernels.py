@@ -143,3 +143,30 @@ def test_a_partial_gemm_writes_its_output_a_block_at_a_time():
     logits = graph.nodes[graph.node_index("/fc/Gemm")].outputs[0]
     assert logits in _block_held(graph, schedule) and schedule.tensor(logits).dram_writes
     _runs_as_priced(graph, schedule, values, cost, group)
+
+
+OUTPUT_DENSE = ("/layers.0/output/MatMul", "/layers.0/output/Add")
+
+
+def test_bert_blocks_along_its_tokens_and_reads_a_matmuls_weights_once_per_block():
+    # BRR blocks a rank-3 tensor along axis 1, bert_encoder's 128 tokens: the MatMul makes the tokens of block j
+    # from those of its input, with every weight (they contract the last axis). The run computes onnxruntime's
+    # values within the priced buffer, and streams the weights once per block where the price reads them once:
+    # the price's disagreement, measured.
+    from tests.simulate.conftest import prepared
+
+    graph, values = prepared("bert_encoder")
+    cost, group, schedule = _schedule(graph, OUTPUT_DENSE, 64)
+    matmul = graph.node_index("/layers.0/output/MatMul")
+    source = graph.nodes[matmul].inputs[0]
+    assert len(graph.tensors[source].shape) == 3 and source in _block_held(graph, schedule)
+    assert schedule.params["weights"] == "streamed"
+    run = TileRun(graph, schedule, values, {}, OnChip(None), DramTraffic())
+    assert run.roles[matmul] == SLICE and matmul in run.weights_per_block
+    blocks = -(-graph.tensors[source].shape[1] // run.block[source])
+    assert blocks > 1
+    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
+    assert outcome.finding is None and outcome.skipped is None
+    assert outcome.max_error <= TOLERANCE and outcome.peak_on_chip <= schedule.on_chip
+    weights = graph.nodes[matmul].weight_numel
+    assert outcome.simulated_dram == schedule.dram + (blocks - 1) * weights
