@@ -21,6 +21,21 @@ cost model is consulted):
   channel (*full*, its output rows held whole while the sums accumulate);
   an operator without weights, a depthwise convolution, pooling and resizing
   work on block ``j`` alone (channels ``j`` of an input that comes whole).
+  A dense Gemm or MatMul of a rank-2 tensor is partial or full the same
+  way. A loop runs over the channels of its widest tensor: a Concat's
+  output lays its inputs' channels one after another, so an operator making
+  a Concat's second input has nothing to do in the blocks of its first. A
+  global pooling takes block ``j`` of its input's rows: all at once where
+  the input is held whole, else as they come, its sums kept in its output's
+  buffer from step to step (a buffer holding one block of them drops the
+  others' sums: :class:`MissingRows`); a Flatten of a 1x1 map passes block
+  ``j`` on. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
+  axis 1: on a rank-3 ``(batch, tokens, features)`` tensor, tokens; every
+  operator on such blocks works on each token alone, a MatMul by a constant
+  with all its weights, streamed once per block where they stream (the
+  weights are read once per block: more DRAM than BRR prices), a Reshape
+  splitting or joining the heads, LayerNormalization and Softmax along the
+  last axis. Other barriers in a block loop wait for all their input rows.
   Operators of a cluster that read what a full convolution accumulates
   (complete only after the last block), or what an operator outside the
   cluster makes from the cluster's earlier block loop, run in a later block
@@ -62,7 +77,7 @@ from math import ceil
 import numpy as np
 
 from fuseplan.graph.ir import CompGraph
-from fuseplan.schedule.model import IN_PLACE, ROWS, Schedule
+from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS, Schedule
 from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, Window, clip, conv_rows, \
     matmul_block, pool_rows, resize_rows, row_span
 from fuseplan.simulate.memory import DramTraffic, OnChip
@@ -125,7 +140,7 @@ class TileRun:
                 if len(tensors[t].shape) not in (2, 3, 4):
                     raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
                                       f"{len(tensors[t].shape)}")
-                channels = tensors[t].shape[1]
+                channels = tensors[t].shape[BLOCK_AXIS]
                 self.block[t] = max(1, round(channels * u.elements / whole))
         self.readers = {t: [c for c in tensors[t].consumers if c in self.members] for t in uses}
         self.external = {t for t in uses if tensors[t].producer not in self.members}
@@ -319,8 +334,9 @@ class TileRun:
         return self.emitted[v] >= self._height(self.graph.nodes[v].outputs[0])
 
     def _channels(self, t: int) -> int:
+        """The positions of ``t``'s block axis (:data:`~fuseplan.schedule.model.BLOCK_AXIS`: its channels)."""
         shape = self.graph.tensors[t].shape
-        return shape[1] if len(shape) > 1 else 1
+        return shape[BLOCK_AXIS] if len(shape) > BLOCK_AXIS else 1
 
     def _span(self, t: int, j: int) -> slice:
         k = self.block.get(t)
