@@ -237,9 +237,11 @@ class BRRCostModel(CostModel):
         self._once_weights = weights_read_once(graph)
         # Share of a tensor one channel block is: min(1, k / C). A global pooling's output is never held a
         # block at a time: its sums build up over every step of the tiles that brings input rows, and a
-        # buffer that moved to another block would drop them (found by the tile executor).
+        # buffer that moved to another block would drop them (found by the tile executor). Nor is a rank-3
+        # tensor: its axis 1 is a transformer's tokens, which a MatMul's weights do not index, so every
+        # block would need all of them (read once per block, the tile executor found).
         self._block_share = tuple(
-            min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0
+            min(1.0, channel_block / t.shape[1]) if len(t.shape) in (2, 4) and t.shape[1] > 0
             and not reduced_over_rows(graph, t.index) else 1.0
             for t in graph.tensors
         )
