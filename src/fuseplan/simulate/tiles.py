@@ -296,8 +296,8 @@ class TileRun:
                                 changed = True
                             elif placed[y] != placed[x] + d:
                                 raise Unsupported(f"{graph.tensors[y].name} lies at two places of a block loop")
-            # tensors tied to none (the input of a partial operator, the output of a full one) are read or
-            # made whole; the rest of the cluster's block-held tensors start a loop of their own place
+            # every block-held tensor of the cluster has its place in the one loop (one tied to none would
+            # need a loop of its own)
             for t in touched:
                 if t not in placed:
                     raise Unsupported(f"{graph.tensors[t].name} is in a block loop but tied to no place in it")
