@@ -29,7 +29,8 @@ cost model is consulted):
   the input is held whole, else as they come, its sums kept in its output's
   buffer from step to step (a buffer holding one block of them drops the
   others' sums: :class:`MissingRows`); a Flatten of a 1x1 map passes block
-  ``j`` on. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
+  ``j`` on, one of a larger map (read whole) makes block ``j`` of its
+  features from all of it. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
   axis 1: on a rank-3 ``(batch, tokens, features)`` tensor, tokens; every
   operator on such blocks works on each token alone, a MatMul by a constant
   with all its weights, streamed once per block where they stream (the
@@ -622,9 +623,12 @@ class TileRun:
                 raise Unsupported(f"no channel-block kernel for the Concat {node.name} along axis {axis}")
             return SLICE
         if node.op_type == "Flatten":
+            # of a 1x1 map, input channel j is output feature j; of a larger map, which the input comes whole
+            # for, block j of the features is a slice of the whole input flattened
             shape = tensors[node.inputs[0]].shape
-            if int(node.attributes.get("axis", 1)) != 1 or len(shape) != 4 or shape[2] * shape[3] != 1:
-                raise Unsupported(f"no channel-block kernel for the Flatten {node.name} of a map larger than 1x1")
+            if int(node.attributes.get("axis", 1)) != 1 or len(shape) != 4 \
+                    or (shape[2] * shape[3] != 1 and blocked_input):
+                raise Unsupported(f"no channel-block kernel for the Flatten {node.name}")
             return SLICE
         if node.op_type in REDUCING and len(out_shape) == 4:
             return SLICE
@@ -880,6 +884,8 @@ class TileRun:
             rows = np.concatenate(parts, axis=1)
         elif node.op_type == "Flatten":
             rows = held[0].data.reshape(held[0].data.shape[0], -1)
+            if rows.shape[1] != out_span.stop - out_span.start:  # a map larger than 1x1, read whole
+                rows = rows[:, out_span]
         elif node.op_type == "Reshape":  # the heads of positions ``out_span`` of axis 1 split or joined
             shape = list(graph.tensors[out].shape)
             shape[1] = out_span.stop - out_span.start
