@@ -176,14 +176,3 @@ def test_bert_runs_as_priced_and_a_schedule_blocking_its_tokens_reads_the_weight
     weights = graph.nodes[matmul].weight_numel
     assert outcome.simulated_dram == blocked.dram + (blocks - 1) * weights
 
-
-@pytest.mark.slow
-def test_vgg16s_flatten_of_a_7x7_map_makes_its_feature_blocks_from_the_whole_map():
-    from tests.simulate.conftest import prepared
-
-    graph, values = prepared("vgg16")
-    cost, group, schedule = _schedule(graph, ("/Flatten", "/classifier/classifier.0/Gemm"), 1024)
-    flat = _tensor(graph, "/Flatten_output_0")
-    assert flat in _block_held(graph, schedule)
-    assert graph.tensors[graph.nodes[graph.node_index("/Flatten")].inputs[0]].shape[2:] == (7, 7)
-    _runs_as_priced(graph, schedule, values, cost, group)
