@@ -171,6 +171,15 @@ def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
     return ok
 
 
+def reduced_over_rows(graph: CompGraph, t: int) -> bool:
+    """Whether tensor ``t`` is a global pooling's output from an input of several rows: each of its elements
+    sums (or takes the largest of) rows that come over several steps of the row tiles."""
+    producer = graph.tensors[t].producer
+    if producer is None or graph.nodes[producer].op_type not in ("GlobalAveragePool", "GlobalMaxPool"):
+        return False
+    return any(graph.tensors[x].rows > 1 for x in graph.nodes[producer].inputs)
+
+
 def weights_read_once(graph: CompGraph) -> tuple[int, ...]:
     """Per operator: its weights where its output has one row, else 0.
 
@@ -226,9 +235,14 @@ class BRRCostModel(CostModel):
         self._tall_readers = tall_readers(graph)
         self._reader_windows = reader_windows(graph)
         self._once_weights = weights_read_once(graph)
-        # Share of a tensor one channel block is: min(1, k / C).
+        # Share of a tensor one channel block is: min(1, k / C). A global pooling's output is never held a
+        # block at a time: its sums build up over every step of the tiles that brings input rows, and a
+        # buffer that moved to another block would drop them (found by the tile executor). Nor is a rank-3
+        # tensor: its axis 1 is a transformer's tokens, which a MatMul's weights do not index, so every
+        # block would need all of them (read once per block, the tile executor found).
         self._block_share = tuple(
-            min(1.0, channel_block / t.shape[1]) if len(t.shape) > 1 and t.shape[1] > 0 else 1.0
+            min(1.0, channel_block / t.shape[1]) if len(t.shape) in (2, 4) and t.shape[1] > 0
+            and not reduced_over_rows(graph, t.index) else 1.0
             for t in graph.tensors
         )
 

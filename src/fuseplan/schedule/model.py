@@ -38,6 +38,11 @@ ROWS = "rows"  # a line buffer of ``rows`` rows (all channels) that advances as 
 IN_PLACE = "in-place"  # overwritten where it lies by its only reader: holds nothing of its own
 TILE = "tile"  # the tile a lone operator's loop nest holds at once (``elements`` says how much)
 HOLDINGS = (WHOLE, ROWS, IN_PLACE, TILE)
+#: The axis a tensor is held a block of at a time where its ``elements`` are fewer than its ``rows`` of
+#: ``row_numel`` (a ``row-tiles`` schedule): axis 1, the channels of an ``NCHW`` map or of a rank-2 tensor,
+#: and the positions (tokens) of a rank-3 ``(batch, tokens, features)`` one. A block is
+#: ``shape[BLOCK_AXIS] * elements / (rows * row_numel)`` positions of that axis, every other axis whole.
+BLOCK_AXIS = 1
 
 
 @dataclass(frozen=True)

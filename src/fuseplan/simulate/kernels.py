@@ -283,3 +283,20 @@ def row_span(kernel: float, stride: float, reach: float, first: int, stop: int, 
     start = floor(stride * first + reach - kernel + 1 + 1e-9)
     end = floor(stride * (stop - 1) + reach + 1e-9) + 1
     return max(0, min(start, height)), max(0, min(end, height))
+
+
+def matmul_block(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, attrs: Mapping[str, Any], op_type: str,
+                 out_span: slice = slice(None), in_span: slice = slice(None)) -> np.ndarray:
+    """Output columns ``out_span`` of a Gemm (``transA`` 0) or a MatMul by a constant, from input features
+    ``in_span`` (``x`` holds only those): a share of the sums where ``in_span`` is a block of them.
+    ``bias`` (a Gemm's ``C``, times ``beta``) is added where given."""
+    if op_type == "Gemm":
+        alpha = float(attrs.get("alpha", 1.0))
+        matrix = weight.T if int(attrs.get("transB", 0)) else weight
+    else:
+        alpha, matrix = 1.0, weight
+    out = alpha * (x @ matrix[in_span, out_span])
+    if bias is not None:
+        beta = float(attrs.get("beta", 1.0)) if op_type == "Gemm" else 1.0
+        out = out + beta * np.broadcast_to(bias, (x.shape[0], matrix.shape[1]))[:, out_span]
+    return out.astype(np.float32)

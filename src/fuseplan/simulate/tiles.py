@@ -21,6 +21,22 @@ cost model is consulted):
   channel (*full*, its output rows held whole while the sums accumulate);
   an operator without weights, a depthwise convolution, pooling and resizing
   work on block ``j`` alone (channels ``j`` of an input that comes whole).
+  A dense Gemm or MatMul of a rank-2 tensor is partial or full the same
+  way. A loop runs over the channels of its widest tensor: a Concat's
+  output lays its inputs' channels one after another, so an operator making
+  a Concat's second input has nothing to do in the blocks of its first. A
+  global pooling takes block ``j`` of its input's rows: all at once where
+  the input is held whole, else as they come, its sums kept in its output's
+  buffer from step to step (a buffer holding one block of them drops the
+  others' sums: :class:`MissingRows`); a Flatten of a 1x1 map passes block
+  ``j`` on, one of a larger map (read whole) makes block ``j`` of its
+  features from all of it. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
+  axis 1: on a rank-3 ``(batch, tokens, features)`` tensor, tokens; every
+  operator on such blocks works on each token alone, a MatMul by a constant
+  with all its weights, streamed once per block where they stream (the
+  weights are read once per block: more DRAM than BRR prices), a Reshape
+  splitting or joining the heads, LayerNormalization and Softmax along the
+  last axis. Other barriers in a block loop wait for all their input rows.
   Operators of a cluster that read what a full convolution accumulates
   (complete only after the last block), or what an operator outside the
   cluster makes from the cluster's earlier block loop, run in a later block
@@ -63,9 +79,9 @@ from math import ceil
 import numpy as np
 
 from fuseplan.graph.ir import CompGraph
-from fuseplan.schedule.model import IN_PLACE, ROWS, Schedule
-from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, pool_rows, \
-    resize_rows, row_span
+from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS, Schedule
+from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, Window, clip, conv_rows, \
+    matmul_block, pool_rows, resize_rows, row_span
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall
 from fuseplan.simulate.values import ModelValues
@@ -74,6 +90,12 @@ WEIGHT_BLOCK = "weight block"
 
 PRODUCE, ACCUMULATE, SLICE = "partial", "full", "slice"  # roles of an operator in a block cluster
 SLICEABLE = frozenset(ELEMENTWISE) | {"Clip", "BatchNormalization", "MaxPool", "AveragePool", "Resize"}
+# operators without weights that make output channels j from input channels j but see all their input rows
+# at once (a Flatten only of a 1x1 map: then input channel j is output feature j)
+REDUCING = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
+# operators that work on each position of axis 1 of a rank-3 tensor alone (a token of a transformer's
+# activations), normalising or weighing along the last axis only
+ALONG_LAST_AXIS = frozenset({"LayerNormalization", "Softmax"})
 
 
 class Unsupported(Exception):
@@ -117,9 +139,10 @@ class TileRun:
         for t, u in uses.items():
             whole = u.rows * tensors[t].row_numel
             if 0 < u.elements < whole:
-                if len(tensors[t].shape) < 4:
-                    raise Unsupported(f"{tensors[t].name} is held a channel block at a time and has no rows")
-                channels = tensors[t].shape[1]
+                if len(tensors[t].shape) not in (2, 3, 4):
+                    raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
+                                      f"{len(tensors[t].shape)}")
+                channels = tensors[t].shape[BLOCK_AXIS]
                 self.block[t] = max(1, round(channels * u.elements / whole))
         self.readers = {t: [c for c in tensors[t].consumers if c in self.members] for t in uses}
         self.external = {t for t in uses if tensors[t].producer not in self.members}
@@ -137,6 +160,7 @@ class TileRun:
                 self.shadow[v] = {t: [] for t in graph.nodes[v].inputs}
         self.kernels = {v: OperatorRows(graph, graph.nodes[v], values.operands(graph.nodes[v]), values.opset)
                         for v in schedule.operators}
+        self.weights_per_block: set[int] = set()  # operators that need all their weights in every block
         self.units = self._units()
         self.steps = 0
         self.peaks: dict[int, int] = {}  # the most elements each tensor held at once
@@ -173,7 +197,11 @@ class TileRun:
                 c = readers[0]
                 # the reader works by blocks, so its input comes by blocks; or a producer without weights
                 # works by blocks, so its output does (a full convolution's output comes whole)
-                joined = c in blocked_ops or (p in blocked_ops and not dense(graph, p))
+                # (a dense producer whose input comes whole, or on a rank-3 tensor's axis-1 blocks, makes its
+                # output a block at a time too)
+                makes_blocks = (not dense(graph, p) or len(graph.tensors[t].shape) == 3
+                                or not any(x in self.block for x in graph.nodes[p].inputs))
+                joined = c in blocked_ops or (p in blocked_ops and makes_blocks)
                 if joined and (p not in blocked_ops or c not in blocked_ops or find(p) != find(c)):
                     blocked_ops.update((p, c))
                     if find(p) != find(c):
@@ -224,7 +252,70 @@ class TileRun:
             raise Unsupported("tensors held in channel blocks of different sizes")
         for t in self.by_block:
             self.block.setdefault(t, next(iter(sizes)))  # in-place tensors between block operators: same blocks
+        self._place_channels(blocked_ops, find)
         return order
+
+    def _place_channels(self, blocked_ops: set[int], find) -> None:
+        """Where each tensor a block cluster touches lies in the channels its block loop runs over.
+
+        A loop runs over the channels of its widest tensor: a Concat's output holds its inputs' channels one
+        after another, so input ``i`` starts where the channels of the inputs before it end; an operator that
+        makes channels ``j`` from channels ``j`` keeps its input's place. Block ``j`` of the loop is channels
+        ``[j k, (j + 1) k)`` of that range; a tensor's share of it (:meth:`_local`) may be empty (an operator
+        making a Concat's first input has nothing to do in the blocks of its second)."""
+        graph = self.graph
+        self.offset: dict[int, int] = {}
+        self.loop_channels: dict[int, int] = {}
+        clusters: dict[int, list[int]] = {}
+        for v in self.schedule.operators:
+            if v in blocked_ops:
+                clusters.setdefault(find(v), []).append(v)
+        for root, members in clusters.items():
+            ties: list[tuple[int, int, int]] = []  # (tensor a, tensor b, offset of b minus offset of a)
+            for v in members:
+                node, role = graph.nodes[v], self.roles[v]
+                out = node.outputs[0]
+                if role == SLICE and node.op_type == "Concat":
+                    start = 0
+                    for t in node.inputs:
+                        ties.append((out, t, start))
+                        start += self._channels(t)
+                elif role == SLICE:
+                    ties.extend((out, t, 0) for t in node.inputs if self._channels(t) == self._channels(out))
+            touched = [t for t in sorted(self.by_block)
+                       if graph.tensors[t].producer in members or any(c in members for c in self.readers[t])]
+            if not touched:
+                continue
+            placed = {touched[0]: 0}
+            changed = True
+            while changed:
+                changed = False
+                for a, b, shift in ties:
+                    for x, y, d in ((a, b, shift), (b, a, -shift)):
+                        if x in placed:
+                            if y not in placed:
+                                placed[y] = placed[x] + d
+                                changed = True
+                            elif placed[y] != placed[x] + d:
+                                raise Unsupported(f"{graph.tensors[y].name} lies at two places of a block loop")
+            # every block-held tensor of the cluster has its place in the one loop (one tied to none would
+            # need a loop of its own)
+            for t in touched:
+                if t not in placed:
+                    raise Unsupported(f"{graph.tensors[t].name} is in a block loop but tied to no place in it")
+            low = min(placed.values())
+            for t, at in placed.items():
+                if t in self.offset and self.offset[t] != at - low:
+                    raise Unsupported(f"{graph.tensors[t].name} lies in two block loops at other places")
+                self.offset[t] = at - low
+            self.loop_channels[root] = max(at - low + self._channels(t) for t, at in placed.items())
+        self.root_of = {v: find(v) for v in blocked_ops}
+
+    def _local(self, t: int, channels: slice) -> slice:
+        """The channels of ``t`` that channels ``channels`` of its block loop are (possibly none)."""
+        at = self.offset.get(t, 0)
+        size = self._channels(t)
+        return slice(min(size, max(0, channels.start - at)), max(0, min(size, channels.stop - at)))
 
     def room(self, t: int) -> int:
         """The elements the schedule gives tensor ``t``: its buffer's rows of its block (or all) channels."""
@@ -245,12 +336,13 @@ class TileRun:
         return self.emitted[v] >= self._height(self.graph.nodes[v].outputs[0])
 
     def _channels(self, t: int) -> int:
+        """The positions of ``t``'s block axis (:data:`~fuseplan.schedule.model.BLOCK_AXIS`: its channels)."""
         shape = self.graph.tensors[t].shape
-        return shape[1] if len(shape) > 1 else 1
+        return shape[BLOCK_AXIS] if len(shape) > BLOCK_AXIS else 1
 
     def _span(self, t: int, j: int) -> slice:
         k = self.block.get(t)
-        return slice(None) if k is None else slice(j * k, min(self._channels(t), (j + 1) * k))
+        return slice(None) if k is None else self._local(t, slice(j * k, (j + 1) * k))
 
     # -- rows held ------------------------------------------------------------------------------------------
     def _first_needed(self, t: int, emitted: dict[int, int] | None = None, ahead: bool = False) -> int:
@@ -300,7 +392,7 @@ class TileRun:
             if rows.ndim >= 4:
                 target[:, span, first:first + count, :] = rows
             else:
-                target[...] = rows
+                target[:, span] = rows
             self.traffic.write(f"tensor {self.graph.tensors[t].name}", rows.size)
         if not self.readers[t] and t not in self.in_place:
             return  # written back only: each row leaves as it is made
@@ -312,7 +404,7 @@ class TileRun:
             if rows.ndim >= 4:
                 self.held[t][r][:, span] = rows[..., i:i + 1, :]
             else:
-                self.held[t][r][...] = rows
+                self.held[t][r][:, span] = rows
             self.valid[t].setdefault(r, set()).add(block)
         self._account(t)
 
@@ -346,6 +438,12 @@ class TileRun:
         channel block ``block`` from row ``first`` on."""
         source = self.dram[t]
         name = f"tensor {self.graph.tensors[t].name}"
+        if source.ndim < 4 and block is not None:  # one row: block ``block`` of its channels
+            span = self._span(t, block)
+            if stop > first and self._nonempty(span):
+                self.traffic.read(name, source[:, span].size)
+                self._store(t, 0, source[:, span], span, block)
+            return
         if source.ndim < 4:
             if self.made[t] < 1:
                 self._store(t, 0, source)
@@ -500,10 +598,18 @@ class TileRun:
 
     # -- a block cluster ------------------------------------------------------------------------------------
     def _role(self, v: int, by_block: set[int]) -> str:
-        node = self.graph.nodes[v]
+        node, tensors = self.graph.nodes[v], self.graph.tensors
         blocked_input = any(t in by_block for t in node.inputs)
+        out_shape = tensors[node.outputs[0]].shape
+        if node.op_type == "Reshape" and self._splits_last_axes(v):
+            return SLICE
+        if len(out_shape) == 3:
+            return self._token_role(v)
         if dense(self.graph, v):
-            if node.op_type != "Conv" or len(self.graph.tensors[node.outputs[0]].shape) != 4:
+            conv = node.op_type == "Conv" and len(out_shape) == 4
+            product = (node.op_type in ("Gemm", "MatMul") and len(out_shape) == 2
+                       and not int(node.attributes.get("transA", 0)))
+            if not (conv or product):
                 raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
             return ACCUMULATE if blocked_input else PRODUCE
         # without an input by blocks, it makes block j of its output from channels j of its whole input
@@ -512,20 +618,63 @@ class TileRun:
             if group != self._channels(node.inputs[0]) or group != self._channels(node.outputs[0]):
                 raise Unsupported(f"no channel-block kernel for the grouped convolution {node.name}")
             return SLICE
-        if node.op_type not in SLICEABLE or len(self.graph.tensors[node.outputs[0]].shape) != 4:
+        if node.op_type == "Concat":
+            axis = int(node.attributes.get("axis", 1))
+            if axis not in (1, 1 - len(out_shape)) or len(out_shape) not in (2, 4):
+                raise Unsupported(f"no channel-block kernel for the Concat {node.name} along axis {axis}")
+            return SLICE
+        if node.op_type == "Flatten":
+            # of a 1x1 map, input channel j is output feature j; of a larger map, which the input comes whole
+            # for, block j of the features is a slice of the whole input flattened
+            shape = tensors[node.inputs[0]].shape
+            if int(node.attributes.get("axis", 1)) != 1 or len(shape) != 4 \
+                    or (shape[2] * shape[3] != 1 and blocked_input):
+                raise Unsupported(f"no channel-block kernel for the Flatten {node.name}")
+            return SLICE
+        if node.op_type in REDUCING and len(out_shape) == 4:
+            return SLICE
+        if node.op_type not in SLICEABLE or len(out_shape) not in (2, 4) \
+                or (len(out_shape) == 2 and node.op_type not in ELEMENTWISE and node.op_type != "Clip"):
             raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
         return SLICE
+
+    def _splits_last_axes(self, v: int) -> bool:
+        """Whether Reshape ``v`` splits the last axis of a rank-3 tensor in two, or joins the last two of a
+        rank-4 one (a transformer's heads), keeping axes 0 and 1: position ``i`` of axis 1 of its output is
+        position ``i`` of its input's."""
+        node, tensors = self.graph.nodes[v], self.graph.tensors
+        shapes = sorted((tensors[node.inputs[0]].shape, tensors[node.outputs[0]].shape), key=len)
+        return ([len(x) for x in shapes] == [3, 4] and shapes[0][:2] == shapes[1][:2]
+                and shapes[0][2] == shapes[1][2] * shapes[1][3])
+
+    def _token_role(self, v: int) -> str:
+        """The role of an operator making a rank-3 tensor, whose axis 1 the schedule blocks: every operator the
+        loop nest runs on such blocks works on each position of that axis alone. A matrix product by a constant
+        contracts the last axis, so it makes block ``j`` from block ``j`` of its input with all its weights
+        (streamed once per block where they stream)."""
+        node = self.graph.nodes[v]
+        if node.op_type == "MatMul" and dense(self.graph, v):
+            weight = self.kernels[v].operands.constant(1)
+            if weight is None or weight.ndim != 2:
+                raise Unsupported(f"no block kernel for the matrix product {node.name}")
+            self.weights_per_block.add(v)
+            return SLICE
+        if node.op_type in ALONG_LAST_AXIS:
+            axis = int(node.attributes.get("axis", -1))
+            if axis not in (-1, 2):
+                raise Unsupported(f"no block kernel for {node.op_type} {node.name} along axis {axis}")
+            return SLICE
+        if node.op_type in ELEMENTWISE or node.op_type == "Clip":
+            return SLICE
+        raise Unsupported(f"no block kernel for {node.op_type} {node.name} on rank-3 blocks")
 
     def _run_cluster(self, unit: tuple[int, ...]) -> None:
         graph = self.graph
         roles = self.roles
         touched = {t for v in unit for t in (*graph.nodes[v].inputs, *graph.nodes[v].outputs)}
         by_block = touched & self.by_block
-        channels = {self._channels(t) for t in by_block}
-        if len(channels) != 1:
-            raise Unsupported("a block loop over tensors of different channel counts")
         width = self.block[next(iter(by_block))]
-        blocks = ceil(channels.pop() / width)
+        blocks = ceil(self.loop_channels[self.root_of[unit[0]]] / width)
         # plan: rows each operator makes this step
         available: dict[int, int] = {}
         loads: dict[int, tuple[int, int]] = {}
@@ -539,8 +688,13 @@ class TileRun:
                     else:
                         self._evict(t)
                         self._load(t, self._external_room(t))
-        plans: dict[int, tuple[int, int]] = {}
+        plans: dict[int, tuple[int, int]] = {}  # per operator: output rows; per barrier: the input rows it takes
         for v in unit:
+            if v in self.taken:
+                plans[v] = self._barrier_plan(v, available)
+                if plans[v][1] > plans[v][0] and plans[v][1] >= self._height(graph.nodes[v].inputs[0]):
+                    available.update((t, self._height(t)) for t in graph.nodes[v].outputs)
+                continue
             stop = self._plan(v, available)
             plans[v] = (self.emitted[v], stop)
             for t in graph.nodes[v].outputs:
@@ -548,6 +702,8 @@ class TileRun:
         # A block-held tensor keeps one block: make (or read) only the rows its readers here take this
         # step, lest rows made for block j be dropped before they are read.
         for v in reversed(unit):
+            if v in self.taken:  # a barrier makes its output at once, when it has taken its input
+                continue
             for t in graph.nodes[v].outputs:
                 if t in self.block:
                     needed = self._taken_here(t, unit, plans)
@@ -560,10 +716,11 @@ class TileRun:
         if not active and not loads:
             return
         for v in active:
-            self._stream_weights(v)
+            if v not in self.weights_per_block:
+                self._stream_weights(v)
         # the rows each block-held tensor's readers need after this step (kept whole with keep_halo)
         after = dict(self.emitted)
-        after.update({v: stop for v, (_, stop) in plans.items()})
+        after.update({v: stop for v, (_, stop) in plans.items() if v not in self.taken})
         saved_made = dict(self.made)
         for t, stop in available.items():
             self.made[t] = max(self.made[t], stop)
@@ -578,7 +735,7 @@ class TileRun:
                 out = graph.nodes[v].outputs[0]
                 shape = list(graph.tensors[out].shape)
                 shape[ROW_AXIS] = stop - first
-                sums[v] = np.zeros(shape, dtype=np.float32)
+                sums[v] = self._bias(v, shape)
                 for r in range(first, stop):  # the partial sums live in the output's buffer, all channels
                     self.held[out].setdefault(r, np.zeros((*shape[:-2], 1, shape[-1]), dtype=np.float32))
                     self.valid[out][r] = {0}
@@ -594,13 +751,19 @@ class TileRun:
             self.made[t] = max(self.made[t], stop)
         for v in active:
             first, stop = plans[v]
+            node = graph.nodes[v]
             if roles[v] == ACCUMULATE:
-                out = graph.nodes[v].outputs[0]
+                out = node.outputs[0]
                 for r in range(first, stop):
                     self.held[out].pop(r, None)
                     self.valid[out].pop(r, None)
                 self._store(out, first, sums[v])
-            for t in graph.nodes[v].outputs:
+            if v in self.taken:
+                self.taken[v][node.inputs[0]] = stop
+                if stop < self._height(node.inputs[0]):
+                    continue
+                stop = self._height(node.outputs[0])
+            for t in node.outputs:
                 self.made[t] = stop
             self.emitted[v] = stop
         for v in unit:
@@ -612,7 +775,9 @@ class TileRun:
         when none of them makes a row)."""
         ends = []
         for c in self.readers[t]:
-            if c in plans and plans[c][1] > plans[c][0]:
+            if c in plans and plans[c][1] > plans[c][0] and c in self.taken:
+                ends.append(plans[c][1])
+            elif c in plans and plans[c][1] > plans[c][0]:
                 for x, k, s, reach in self.graph.nodes[c].windows:
                     if x == t:
                         ends.append(row_span(k, s, reach, plans[c][1] - 1, plans[c][1], self._height(t))[1])
@@ -635,55 +800,144 @@ class TileRun:
                 del self.held[t][r]
         self._account(t)
 
+    def _barrier_plan(self, v: int, available: dict[int, int]) -> tuple[int, int]:
+        """The rows of its input a barrier in a block loop takes this step: an input held whole (or of one
+        row) all at once, when every row is there, so that the barrier runs once (nothing of its output
+        is dropped meanwhile); a streamed one of a global pooling as its rows come, the sums so far kept in
+        the output's buffer from step to step. Any other barrier waits for all its input's rows (where its
+        buffer holds fewer, the run stalls: a finding)."""
+        t = self.graph.nodes[v].inputs[0]
+        first, height = self.taken[v][t], self._height(t)
+        have = min(height, available.get(t, self.made[t]))
+        whole = self.cap[t] >= height or self.graph.nodes[v].op_type not in REDUCING
+        if self._done(v) or (whole and have < height):
+            return first, first
+        return first, have
+
+    def _bias(self, v: int, shape: list[int]) -> np.ndarray:
+        """The sums a full operator starts from: its bias (``beta C`` of a Gemm), broadcast to ``shape``."""
+        node, operands = self.graph.nodes[v], self.kernels[v].operands
+        bias = operands.constant(2)
+        sums = np.zeros(shape, dtype=np.float32)
+        if bias is None:
+            return sums
+        if node.op_type == "Conv":
+            return sums + bias.reshape(1, -1, 1, 1)
+        return (sums + float(node.attributes.get("beta", 1.0)) * bias).astype(np.float32)
+
     def _block_step(self, v: int, role: str, j: int, channels: slice, plan: tuple[int, int],
                     sums: dict[int, np.ndarray]) -> None:
-        """Operator ``v``'s share of block ``j`` (``channels``) of its rows ``plan``."""
+        """Operator ``v``'s share of block ``j`` (``channels`` of its block loop) of its rows ``plan`` (a
+        barrier's: the input rows it takes)."""
         graph, node = self.graph, self.graph.nodes[v]
         first, stop = plan
         kernel = self.kernels[v]
         operands = kernel.operands
-        held = []
-        for t, k, s, reach in node.windows:
-            start, end = row_span(k, s, reach, first, stop, self._height(t))
-            if t in self.block:
-                held.append(self._rows(t, start, end, j))
-            else:
-                rows = self._rows(t, start, end)
-                span = channels if role == SLICE else slice(None)
-                held.append(Rows(rows.data[:, span], rows.first, rows.height))
         out = node.outputs[0]
+        out_span = self._local(out, channels)
+        if role == ACCUMULATE:
+            if not self._nonempty(self._span(node.inputs[0], j)):
+                return
+        elif not self._nonempty(out_span):
+            return
+        barrier = v in self.taken
+        held: list[Rows | None] = []
+        for t, k, s, reach in node.windows:
+            start, end = (first, stop) if barrier else row_span(k, s, reach, first, stop, self._height(t))
+            if t in self.block:
+                held.append(self._rows(t, start, end, j) if self._nonempty(self._span(t, j)) else None)
+                continue
+            rows = self._rows(t, start, end)
+            if role != SLICE or (self._channels(t) != self._channels(out) and node.op_type != "Concat"):
+                held.append(rows)  # read whole: all channels (a partial operator), or broadcast along them
+                continue
+            span = self._local(t, channels)
+            held.append(Rows(rows.data[:, span], rows.first, rows.height) if self._nonempty(span) else None)
         width = graph.tensors[out].shape[-1]
+        weight, bias = operands.constant(1), operands.constant(2)
         if role == ACCUMULATE:
             span = self._span(node.inputs[0], j)
-            weight, bias = operands.constant(1), operands.constant(2)
-            sums[v] += conv_rows(held[0], weight[:, span], bias if j == 0 else None, kernel.window, 1,
-                                 first, stop, width)
+            if node.op_type == "Conv":
+                sums[v] += conv_rows(held[0], weight[:, span], None, kernel.window, 1, first, stop, width)
+            else:
+                sums[v] += matmul_block(held[0].data, weight, None, kernel.attrs, node.op_type, in_span=span)
             return
-        span = slice(channels.start, min(channels.stop, self._channels(out)))
-        if role == PRODUCE:
-            weight, bias = operands.constant(1), operands.constant(2)
-            rows = conv_rows(held[0], weight[span], None if bias is None else bias[span], kernel.window, 1,
+        if v in self.weights_per_block:  # a matrix product on block j of axis 1 (tokens): all its weights
+            self._stream_weights(v)
+            rows = matmul_block(held[0].data, weight, None, kernel.attrs, node.op_type)
+        elif role == PRODUCE and node.op_type == "Conv":
+            rows = conv_rows(held[0], weight[out_span], None if bias is None else bias[out_span], kernel.window, 1,
                              first, stop, width)
+        elif role == PRODUCE:
+            rows = matmul_block(held[0].data, weight, bias, kernel.attrs, node.op_type, out_span=out_span)
         elif node.op_type == "Conv":
-            weight, bias = operands.constant(1), operands.constant(2)
-            size = span.stop - span.start
-            rows = conv_rows(held[0], weight[span], None if bias is None else bias[span], kernel.window, size,
-                             first, stop, width)
+            size = out_span.stop - out_span.start
+            rows = conv_rows(held[0], weight[out_span], None if bias is None else bias[out_span], kernel.window,
+                             size, first, stop, width)
         elif node.op_type in ("MaxPool", "AveragePool"):
             rows = pool_rows(node.op_type, held[0], kernel.window, kernel.attrs, first, stop, width)
         elif node.op_type == "Resize":
             shape = list(graph.tensors[out].shape)
-            shape[1] = span.stop - span.start
+            shape[1] = out_span.stop - out_span.start
             rows = resize_rows(held[0], kernel.attrs, shape, first, stop)
+        elif node.op_type == "Concat":
+            parts = [x.take(first, stop) if x.data.ndim >= 4 else x.data for x in held if x is not None]
+            rows = np.concatenate(parts, axis=1)
+        elif node.op_type == "Flatten":
+            rows = held[0].data.reshape(held[0].data.shape[0], -1)
+            if rows.shape[1] != out_span.stop - out_span.start:  # a map larger than 1x1, read whole
+                rows = rows[:, out_span]
+        elif node.op_type == "Reshape":  # the heads of positions ``out_span`` of axis 1 split or joined
+            shape = list(graph.tensors[out].shape)
+            shape[1] = out_span.stop - out_span.start
+            rows = held[0].data.reshape(shape)
+        elif node.op_type in REDUCING:
+            self._reduce(v, held[0].data, out_span, j, first, stop)
+            return
+        elif node.op_type in ALONG_LAST_AXIS:
+            rows = kernel.rows([Rows(x.data, 0, 1) for x in held], 0, 1)[0]
         else:
-            rows = self._elementwise(v, held, span, first, stop)
-        self._store(out, first, rows, span, j)
+            rows = self._elementwise(v, held, out_span, first, stop)
+        self._store(out, 0 if barrier else first, rows, out_span, j)
+
+    @staticmethod
+    def _nonempty(span: slice) -> bool:
+        return span.start is None or span.stop > span.start
+
+    def _reduce(self, v: int, rows: np.ndarray, span: slice, j: int, first: int, stop: int) -> None:
+        """A global pooling takes input rows ``[first, stop)`` of channels ``span`` (block ``j``): it adds them
+        into (or takes the largest with) what the output's buffer holds of the rows before, and writes the
+        output when the last row is in. A buffer that dropped block ``j`` meanwhile lacks those sums."""
+        node = self.graph.nodes[v]
+        out = node.outputs[0]
+        shape = self.graph.tensors[out].shape
+        largest = node.op_type == "GlobalMaxPool"
+        part = rows.max(axis=(-2, -1), keepdims=True) if largest else rows.sum(axis=(-2, -1), keepdims=True)
+        if first > 0:
+            if 0 not in self.held[out] or (out in self.block and j not in self.valid[out].get(0, ())):
+                channels = span.stop - span.start
+                raise MissingRows(f"tensor {self.graph.tensors[out].name} block {j} (channels {span.start}.."
+                                  f"{span.stop - 1}) lacks the {'largest values' if largest else 'sums'} of rows "
+                                  f"0..{first - 1} of {node.name}'s input: {channels} elements missing")
+            before = self.held[out][0][:, span]
+            part = np.maximum(before, part) if largest else before + part
+        height = self._height(node.inputs[0])
+        if stop >= height:
+            if not largest:
+                part = part / (height * rows.shape[-1])
+            self._store(out, 0, part.astype(np.float32), span, j)
+            return
+        if 0 not in self.held[out]:
+            self.held[out][0] = np.full((*shape[:-2], 1, shape[-1]), np.nan, dtype=np.float32)
+        self.held[out][0][:, span] = part
+        self.valid[out].setdefault(0, set()).add(j)
+        self._account(out)
 
     def _elementwise(self, v: int, held: list[Rows], span: slice, first: int, stop: int) -> np.ndarray:
         node = self.graph.nodes[v]
         kernel = self.kernels[v]
         channels = self._channels(node.outputs[0])
-        slices = iter([rows.take(*row_span(k, s, reach, first, stop, rows.height))
+        slices = iter([rows.take(*row_span(k, s, reach, first, stop, rows.height)) if rows is not None else None
                        for rows, (_t, k, s, reach) in zip(held, node.windows)])
         operands = []
         for slot in kernel.operands.slots:
@@ -693,6 +947,12 @@ class TileRun:
                 operands.append(slot[span] if slot.shape[0] == channels else slot)
             elif isinstance(slot, np.ndarray) and slot.ndim >= 3 and slot.shape[-3] == channels:
                 operands.append(slot[..., span, :, :])
+            elif isinstance(slot, np.ndarray) and len(self.graph.tensors[node.outputs[0]].shape) == 2 \
+                    and slot.ndim >= 1 and slot.shape[-1] == channels:
+                operands.append(slot[..., span])
+            elif isinstance(slot, np.ndarray) and len(self.graph.tensors[node.outputs[0]].shape) == 3 \
+                    and slot.ndim >= 2 and slot.shape[-2] == channels:
+                operands.append(slot[..., span, :])
             else:
                 operands.append(slot)
         if node.op_type == "Clip":
