@@ -172,6 +172,8 @@ def test_bert_encoder_runs_every_operator_at_256kb_for_a_few_megabytes():
         totals[scheme] = fused + problem.cost.unfuseable_dram()
     weights = graph.weight_numel
     assert weights < totals["lbdf"] < 12 * 2**20
-    # BRR streams weights through fused groups that hold the sequence a block of positions at a time (its
-    # channel blocks on axis 1): far less, but by row-tile schedules the simulator does not run yet
-    assert weights < totals["brr"] < totals["lbdf"]
+    # BRR holds every rank-3 tensor whole (a block of token positions would need all of a MatMul's weights
+    # in every block: the tile executor read them once per block where the price read them once), so it
+    # streams weights through fused groups but cannot block the sequence: a little above LBDF here
+    assert weights < totals["brr"] < 12 * 2**20
+    assert 1 < totals["brr"] / totals["lbdf"] < 2

@@ -80,7 +80,7 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS, Schedule
-from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, Window, clip, conv_rows, \
+from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, \
     matmul_block, pool_rows, resize_rows, row_span
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall
