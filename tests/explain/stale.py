@@ -25,3 +25,7 @@ def weights_current(scheme: str) -> bool:
 NEEDS_CURRENT_LBDF_WEIGHTS = pytest.mark.xfail(
     condition=not weights_current("lbdf"), strict=True, raises=(FuseplanError, AssertionError),
     reason="the shipped LBDF classifier weights learned labels of an earlier cost-model version: retrain them")
+
+NEEDS_CURRENT_BRR_WEIGHTS = pytest.mark.xfail(
+    condition=not weights_current("brr"), strict=True, raises=(FuseplanError, AssertionError),
+    reason="the shipped BRR classifier weights learned labels of an earlier cost-model version: retrain them")

@@ -10,7 +10,7 @@ pytest.importorskip("torch_geometric")
 from fuseplan.errors import FuseplanError  # noqa: E402
 from fuseplan.explain import gnn  # noqa: E402
 from fuseplan.explain.dataset import build_dataset, load_dataset, sample_dataset  # noqa: E402
-from tests.explain.stale import NEEDS_CURRENT_LBDF_WEIGHTS  # noqa: E402
+from tests.explain.stale import NEEDS_CURRENT_BRR_WEIGHTS, NEEDS_CURRENT_LBDF_WEIGHTS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_weights_round_trip_and_errors(trained, tmp_path):
 
 
 @pytest.mark.parametrize("scheme,model", [pytest.param("lbdf", "efficientnet_b0", marks=NEEDS_CURRENT_LBDF_WEIGHTS),
-                                          ("brr", "resnet50")])
+                                          pytest.param("brr", "resnet50", marks=NEEDS_CURRENT_BRR_WEIGHTS)])
 def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
     from fuseplan.cost import label_version
 

@@ -43,6 +43,12 @@ SCHEMES: dict[str, type[CostModel]] = {"lbdf": LBDFCostModel, "brr": BRRCostMode
 #    more DRAM than the chain (fuseplan.schedule.lone.epilogue): those
 #    operators leave the search and their tensors DRAM. No group's price
 #    changes (labels unchanged).
+# 8: BRR: a global pooling's output is held whole (its sums build over every
+#    step that brings input rows; held a channel block at a time, the other
+#    blocks' sums were lost), and every rank-3 tensor is held whole (a block
+#    of a transformer's token positions needs all of a MatMul's weights, read
+#    once per block where the price read them once). F_beta of those groups
+#    changes, so BRR labels are version 8.
 COST_MODEL_VERSION = max(cls.version for cls in SCHEMES.values())
 
 
@@ -54,7 +60,7 @@ def _scheme(scheme: str) -> type[CostModel]:
 
 
 def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 7, BRR 6): sweep cells and
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 7, BRR 8): sweep cells and
     proven optima priced under an earlier one are stale."""
     return _scheme(scheme).version
 

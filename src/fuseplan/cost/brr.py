@@ -210,8 +210,8 @@ class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 6  # an operator with one output row reads its weights once, not once per tile
-    label_version = 5  # the same: one-row tiles hold more where such a tensor was held a channel block at a time
+    version = 8  # a global pooling's output and every rank-3 tensor held whole (the tile executor found both)
+    label_version = 8  # the same: F_beta of groups holding a global pooling or a transformer's tensors changes
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
