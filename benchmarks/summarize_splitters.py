@@ -11,7 +11,9 @@ BRR runs of seeds 3 and 4): a sweep cell and a benchmark run of the same
 set-up, splitter and seed are the same planning run, so the reproduce run and
 the files must have priced under the same cost-model version. A results file
 may also be split by scheme (``splitters_control_lbdf{suffix}.json`` and
-``splitters_control_brr{suffix}.json``). Run::
+``splitters_control_brr{suffix}.json``), and the control's baseline, the
+random split, is read from the reproduce cells on the seeds the control
+files do not hold. Run::
 
     python benchmarks/summarize_splitters.py [--results benchmarks/results] [--suffix _v6]
     python benchmarks/summarize_splitters.py --suffix _v3 --reproduce benchmarks/results/reproduce/full_v3
@@ -233,9 +235,10 @@ def main() -> None:
                  *sorted(args.results.glob(f"splitters_{name}_gnnexplainer*{args.suffix}.json"))]
         return keyed([row for path in paths for row in load(path)])
 
-    control = rows("control")
     default = {**keyed(reproduce_rows(args.reproduce, "lbdf")), **keyed(reproduce_rows(args.reproduce, "brr")),
                **rows("default_brr")}
+    # The random split's runs of the reproduce cells are the control's baseline where its files hold none.
+    control = {**{key: row for key, row in default.items() if key[1] == "random"}, **rows("control")}
     sections = [("Random-ranking control, Tables II-IV set-ups", control_table(control, default))]
     for name, what in [("ablation_topk4", "top 4 edges"), ("ablation_nomerge", "no merge-back (Local Search)"),
                        ("ablation_nomerge_rs", "no merge-back (Random Search)"), ("ablation_refine", "refinement")]:
