@@ -32,10 +32,12 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from fuseplan.cost import scheme_version
+from fuseplan.cost import COST_MODEL_VERSION, scheme_version
 from fuseplan.files import write_text
 from fuseplan.explain.explainers import ExplainerAlgorithm, Explanation
 from fuseplan.search import make_search, minimize
@@ -88,10 +90,13 @@ def run(setup: tuple, splitter: str, seed: int, merge: bool, top_k: int | None, 
     model, scheme, buffer_bytes, search, budget = setup
     problem = problem_for(model, scheme, buffer_bytes, 1)
     repair = splitter_for(splitter, merge, top_k, refine)
+    cpu_start = time.process_time()
     result = minimize(problem, make_search(search), repair, budget=budget, seed=seed)
+    cpu_seconds = time.process_time() - cpu_start
     return {"model": model, "scheme": scheme, "buffer_kb": buffer_bytes // 1024, "search": search, "budget": budget,
             "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
             "max_buffer_bytes": result.cost.max_buffer, "wall_seconds": round(result.wall_seconds, 2),
+            "cpu_seconds": round(cpu_seconds, 2),
             "rectify_rate": result.details.get("rectify_rate"), "invalid_groups": result.details.get("invalid_groups"),
             "explainer_calls": result.details.get("explainer_calls"), "merges": result.details.get("merges"),
             "merge_back": merge, "top_k": getattr(repair, "top_k", None),
@@ -116,6 +121,9 @@ def main() -> None:
         parser.error("--refine needs explainer-driven splitters; the random split cannot refine")
     header = {"benchmark": "splitters", **machine(), "processor": processor(),
               "load_average_at_start": round(os.getloadavg()[0], 2), "weights": shipped_weights_text(),
+              "cost_model_version": COST_MODEL_VERSION, "commit": subprocess.run(
+                  ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
+                  capture_output=True, text=True).stdout.strip() or None,
               "merge_back": not args.no_merge, "top_k": args.top_k, "refine": args.refine}
     single_threaded_torch()
     rows = []

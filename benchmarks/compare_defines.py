@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from onnx import TensorProto, helper
 
-from fuseplan.cost import LBDFCostModel
+from fuseplan.cost import COST_MODEL_VERSION, LBDFCostModel, scheme_version
 from fuseplan.graph import graph_from_model
 from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    ours = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    load_start, wall_start = os.getloadavg(), time.perf_counter()
     entries, thresholds = [], []
     for name, stack in STACKS.items():
         sweep: list[tuple[int, float]] = []
@@ -262,6 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "machine": machine(),
         "defines_commit": args.commit or commit.stdout.strip() or None,
+        "fuseplan_commit": ours.stdout.strip() or None,
+        "cost_model_version": COST_MODEL_VERSION,
+        "lbdf_version": scheme_version("lbdf"),
+        # The machine is shared: the load beside the run, and CPU time (ours, then DeFiNES's subprocesses).
+        "load_average": {"start": [round(x, 2) for x in load_start],
+                         "end": [round(x, 2) for x in os.getloadavg()]},
+        "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        "cpu_seconds": {"fuseplan": round(time.process_time(), 1),
+                        "defines": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                                         + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime, 1)},
         "mode": "fully cached (horizontal and vertical), tiles 1 output row x full width",
         "bytes_per_element": 1,
         "results": entries,

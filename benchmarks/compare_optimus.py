@@ -17,8 +17,12 @@ the checkout may also come from ``$OPTIMUS_DIR``). ``--reuse DIR`` keeps
 each Optimus answer in ``DIR`` and reads it back on the next run instead of
 planning again (the planner is deterministic); with ``--cached-only`` the
 pairs not in ``DIR`` are skipped rather than planned, and a folder that holds
-every answer needs no Optimus at all. A checkout that is not a git work tree
-names its commit with ``--commit``.
+every answer needs no Optimus at all. ``--recorded FILE`` takes Optimus's plan
+of a pair that ``DIR`` lacks from an earlier results file instead (each
+group's layers, its DRAM and weight bytes, and the plan time, as that file
+recorded them; Optimus's answers do not depend on fuseplan's cost model), and
+where ``DIR`` holds the pair too, says whether the two answers agree. A
+checkout that is not a git work tree names its commit with ``--commit``.
 
 Alignment. Optimus compares its buffer capacity (the ``capacity`` of its
 ``fusion/arch/3_level_mem_<N>KB.json`` files: ``N*512``) with *element*
@@ -54,6 +58,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -64,7 +69,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from fuseplan import load_graph, zoo
-from fuseplan.cost import BRRCostModel
+from fuseplan.cost import COST_MODEL_VERSION, BRRCostModel, scheme_version
 from fuseplan.cost.base import GroupCost
 from fuseplan.cost.brr import DEFAULT_CHANNEL_BLOCK
 from fuseplan.cost.streaming import footprint
@@ -135,8 +140,41 @@ def find_peer(args: argparse.Namespace) -> tuple[Path, Path]:
     return peer_paths("Optimus", args.optimus, args.python, "OPTIMUS", "fusion/scheduling/interlayer.py")
 
 
+def cached_answer(reuse: Path | None, mode: str, net: str, kb: int) -> Path | None:
+    return reuse / f"optimus_{net}_{kb}_{mode}.json" if reuse else None
+
+
+def recorded_answers(path: Path | None) -> dict[tuple[str, int], dict]:
+    """Optimus's plans as an earlier results file of this script recorded them, by (network, KB).
+
+    A group's DRAM is recorded in bytes, weights apart: the answer keeps the two terms the comparison reads
+    (its total and its weights), not Optimus's split of the rest into inputs and outputs.
+    """
+    if path is None:
+        return {}
+    found = {}
+    for entry in json.loads(path.read_text())["results"]:
+        groups = [{"layers": row["layers"],
+                   "dram_elements": {"weights": row["optimus_weight_bytes"] // BYTES_PER_ELEMENT,
+                                     "features": (row["optimus_bytes"] - row["optimus_weight_bytes"])
+                                     // BYTES_PER_ELEMENT}}
+                  for row in entry["group_by_group"]]
+        found[entry["network"], entry["optimus_arch_kb"]] = {
+            "capacity_elements": entry["buffer_elements"], "plan_seconds": entry["optimus"]["plan_seconds"],
+            "groups": groups}
+    return found
+
+
+def same_answer(one: dict, other: dict) -> bool:
+    """Two Optimus plans with the same groups, each moving the same DRAM and the same weights."""
+    def terms(answer: dict) -> list[tuple]:
+        return [(tuple(g["layers"]), sum(g["dram_elements"].values()), g["dram_elements"]["weights"])
+                for g in answer["groups"]]
+    return one["capacity_elements"] == other["capacity_elements"] and terms(one) == terms(other)
+
+
 def run_optimus(root: Path | None, python: Path | None, mode: str, net: str, kb: int, reuse: Path | None) -> dict:
-    cached = reuse / f"optimus_{net}_{kb}_{mode}.json" if reuse else None
+    cached = cached_answer(reuse, mode, net, kb)
     if cached and cached.is_file():
         return json.loads(cached.read_text())
     if root is None or python is None:
@@ -355,12 +393,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", type=Path, help="keep and reuse Optimus's answers in this folder")
     parser.add_argument("--cached-only", action="store_true",
                         help="with --reuse: skip the network and buffer pairs Optimus has not planned yet")
+    parser.add_argument("--recorded", type=Path,
+                        help="an earlier results file whose Optimus plans stand in for pairs --reuse lacks")
     parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), choices=list(BUFFERS_KB))
     parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
     parser.add_argument("--commit", help="the checkout's commit, where it is not a git work tree")
     parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.recorded and args.recorded.resolve() == args.output.resolve():
+        parser.error("--recorded must not be the results file this run writes")
     try:
         return compare_all(args)
     except PeerMissing as missing:
@@ -371,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_all(args: argparse.Namespace) -> int:
     register()  # Optimus's accounting by name, for this process only
+    load_start, wall_start = os.getloadavg(), time.perf_counter()
+    recorded = recorded_answers(args.recorded)
     root = python = None
     if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
         root, python = find_peer(args)
@@ -383,10 +427,19 @@ def compare_all(args: argparse.Namespace) -> int:
         same = graph_from_model(onnx_from_optimus(structure), name=net)
         zoo_model = zoo_graph(NETWORKS[net])
         for kb in args.buffers:
-            if args.cached_only and not (args.reuse and (args.reuse / f"optimus_{net}_{kb}_plan.json").is_file()):
+            cached = cached_answer(args.reuse, "plan", net, kb)
+            in_folder = bool(cached and cached.is_file())
+            if args.cached_only and not in_folder and (net, kb) not in recorded:
                 print(f"{net:10s} {kb:3d}KB  skipped: no Optimus plan in {args.reuse}", flush=True)
                 continue
-            theirs = run_optimus(root, python, "plan", net, kb, args.reuse)
+            if in_folder or (net, kb) not in recorded:
+                theirs = run_optimus(root, python, "plan", net, kb, args.reuse)
+                source = {"from": "reuse folder" if in_folder else "planned by Optimus in this run"}
+                if (net, kb) in recorded:
+                    source["same_as_recorded"] = same_answer(theirs, recorded[net, kb])
+            else:
+                theirs = recorded[net, kb]
+                source = {"from": f"recorded in {args.recorded.name}"}
             buffer_bytes = BYTES_PER_ELEMENT * int(theirs["capacity_elements"])
             ours = plan_fuseplan(same, buffer_bytes, args.budget)
             zoo_plan = plan_fuseplan(zoo_model, buffer_bytes, args.budget)
@@ -406,6 +459,7 @@ def compare_all(args: argparse.Namespace) -> int:
             entry = {
                 "network": net, "optimus_arch_kb": kb, "buffer_elements": int(theirs["capacity_elements"]),
                 "fuseplan_buffer_bytes": buffer_bytes, "bytes_per_element": BYTES_PER_ELEMENT,
+                "optimus_answer": source,
                 "optimus": {"dram_bytes": their_bytes, "plan_seconds": round(theirs["plan_seconds"], 3),
                             "groups": len(theirs["groups"]),
                             "weight_bytes": BYTES_PER_ELEMENT * sum(g["dram_elements"]["weights"]
@@ -438,9 +492,21 @@ def compare_all(args: argparse.Namespace) -> int:
                   + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
                   + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}",
                   flush=True)
+    ours = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     payload = {
         "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,
+        "fuseplan_commit": ours.stdout.strip() or None,
+        "cost_model_version": COST_MODEL_VERSION,
+        "brr_version": scheme_version("brr"),
+        # The machine is shared: the load beside the run, and CPU time (ours, then Optimus's subprocesses).
+        "load_average": {"start": [round(x, 2) for x in load_start],
+                         "end": [round(x, 2) for x in os.getloadavg()]},
+        "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        "cpu_seconds": {"fuseplan": round(time.process_time(), 1),
+                        "optimus": round(children.ru_utime + children.ru_stime, 1)},
         "dataflow": DATAFLOW,
         "channel_block": CHANNEL_BLOCK,
         "results": entries,

@@ -4,14 +4,19 @@ Prints, in Markdown, what docs/explainers.md reports: the random-ranking
 control against the random split and the explainer-driven splitters on the
 Tables II-IV set-ups, and the top-k, merge-back and refinement ablations
 against Algorithm 1's defaults (top 16 edges, merge-back on, no refinement).
-Runs are paired by set-up and seed. The defaults' runs come from
-``splitters_default_brr*{suffix}.json`` under BRR and, under LBDF, from the
-cells of the full reproduce run (``--reproduce``): a sweep cell and a
-benchmark run of the same set-up, splitter and seed are the same planning run,
-and LBDF's prices have not changed since those cells ran (cost-model version 2).
-Run::
+Runs are paired by set-up and seed. The defaults' runs come from the cells
+of the full reproduce run (``--reproduce``), under both schemes, and from
+``splitters_default_brr*{suffix}.json`` where such files exist (version 3's
+BRR runs of seeds 3 and 4): a sweep cell and a benchmark run of the same
+set-up, splitter and seed are the same planning run, so the reproduce run and
+the files must have priced under the same cost-model version. A results file
+may also be split by scheme (``splitters_control_lbdf{suffix}.json`` and
+``splitters_control_brr{suffix}.json``), and the control's baseline, the
+random split, is read from the reproduce cells on the seeds the control
+files do not hold. Run::
 
-    python benchmarks/summarize_splitters.py [--results benchmarks/results] [--suffix _v3]
+    python benchmarks/summarize_splitters.py [--results benchmarks/results] [--suffix _v6]
+    python benchmarks/summarize_splitters.py --suffix _v3 --reproduce benchmarks/results/reproduce/full_v3
 """
 
 from __future__ import annotations
@@ -105,8 +110,13 @@ def control_table(control: dict, default: dict) -> list[str]:
     tally = defaultdict(int)
     per_seed = [0, 0, 0]
     against = {name: [0, 0, 0] for name in REGISTRY}
+    compared_setups = 0
     for setup in setups_of(control):
-        seeds = seeds_of(control, setup, "random-edges")
+        # the seeds both ran: the random split's reproduce cells may cover set-ups the control has not run
+        seeds = [s for s in seeds_of(control, setup, "random-edges") if (setup, "random", s) in control]
+        if not seeds:
+            continue
+        compared_setups += 1
         base, edges = drams(control, setup, "random", seeds), drams(control, setup, "random-edges", seeds)
         mark = marker(edges, base)
         tally[mark.strip() or "="] += 1
@@ -129,7 +139,7 @@ def control_table(control: dict, default: dict) -> list[str]:
         lines.append(f"| {label(setup)} | {len(seeds)} | {statistics.fmean(base):.3f} | "
                      f"{statistics.fmean(edges):.3f}{mark} | {compared} |")
     lines.append("")
-    lines.append(f"random-edges against random over {len(setups_of(control))} set-ups: lower on {tally['↓']}, "
+    lines.append(f"random-edges against random over {compared_setups} set-ups: lower on {tally['↓']}, "
                  f"equal on {tally['=']}, higher on {tally['↑'] + tally['↑!']} ({tally['↑!']} beyond noise); "
                  f"per seed lower / equal / higher: {per_seed[0]} / {per_seed[1]} / {per_seed[2]}.")
     lines.append("")
@@ -215,20 +225,28 @@ def setup_pairs(variant: dict, default: dict, control: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
-    parser.add_argument("--suffix", default="_v3")
+    parser.add_argument("--suffix", default="_v6")
     parser.add_argument("--reproduce", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "reproduce" / "full",
-                        help="reproduce output directory whose LBDF cells give the defaults' LBDF runs")
+                        help="reproduce output directory whose cells give the defaults' runs (priced under the "
+                             "version of the files named by --suffix)")
     args = parser.parse_args()
 
     def rows(name: str) -> dict:
-        """A file's rows and those of its GNNExplainer files (run apart: that explainer is the slow one)."""
+        """A file's rows, those of its files per scheme and those of its GNNExplainer files (run apart: that
+        explainer is the slow one)."""
         paths = [args.results / f"splitters_{name}{args.suffix}.json",
+                 *(args.results / f"splitters_{name}_{scheme}{args.suffix}.json" for scheme in SCHEME_NAMES),
                  *sorted(args.results.glob(f"splitters_{name}_gnnexplainer*{args.suffix}.json"))]
         return keyed([row for path in paths for row in load(path)])
 
+    default = {**keyed(reproduce_rows(args.reproduce, "lbdf")), **keyed(reproduce_rows(args.reproduce, "brr")),
+               **rows("default_brr")}
+    # The random split's runs of the reproduce cells are the control's baseline where its files hold none.
     control = rows("control")
-    default = {**keyed(reproduce_rows(args.reproduce, "lbdf")), **rows("default_brr")}
+    for key, row in default.items():
+        if key[1] == "random":
+            control.setdefault(key, row)
     sections = [("Random-ranking control, Tables II-IV set-ups", control_table(control, default))]
     for name, what in [("ablation_topk4", "top 4 edges"), ("ablation_nomerge", "no merge-back (Local Search)"),
                        ("ablation_nomerge_rs", "no merge-back (Random Search)"), ("ablation_refine", "refinement")]:

@@ -32,6 +32,35 @@ def test_missing_peer_is_one_error_line(tmp_path, name, flag):
     assert not (tmp_path / "out.json").exists()
 
 
+def test_optimus_plans_recorded_in_the_results_stand_in_for_its_answers():
+    optimus = load_script("compare_optimus")
+    results = BENCHMARKS / "results" / "optimus.json"
+    recorded = optimus.recorded_answers(results)
+    entries = json.loads(results.read_text())["results"]
+    assert len(recorded) == len(entries) == 12
+    for entry in entries:
+        answer = recorded[entry["network"], entry["optimus_arch_kb"]]
+        groups = answer["groups"]
+        # the terms the comparison reads: each plan's total and its weights, in Optimus's 16-bit elements
+        assert 2 * sum(sum(g["dram_elements"].values()) for g in groups) == entry["optimus"]["dram_bytes"]
+        assert 2 * sum(g["dram_elements"]["weights"] for g in groups) == entry["optimus"]["weight_bytes"]
+        assert answer["capacity_elements"] == entry["buffer_elements"] and optimus.same_answer(answer, answer)
+    answer = recorded["squeezenet", 128]
+    moved = {**answer, "groups": [{**answer["groups"][0], "dram_elements": {
+        **answer["groups"][0]["dram_elements"], "weights": answer["groups"][0]["dram_elements"]["weights"] + 1}},
+        *answer["groups"][1:]]}
+    assert not optimus.same_answer(answer, moved)
+
+
+def test_optimus_recorded_answers_are_never_overwritten(tmp_path):
+    recorded = tmp_path / "optimus.json"
+    recorded.write_text("{}")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "compare_optimus.py"), "--recorded", str(recorded),
+                           "-o", str(recorded)], capture_output=True, text=True)
+    assert done.returncode == 2 and "--recorded must not be the results file" in done.stderr
+    assert recorded.read_text() == "{}"
+
+
 def test_optimus_network_rebuilt_with_its_sizes():
     # A small network in the form the Optimus driver prints: a strided convolution, a pooling,
     # two branches joined by an element-wise sum and by a channel concatenation.

@@ -1,8 +1,14 @@
-"""The Algorithm 1 ablation scripts in benchmarks/: the variants they run and how their summary pairs runs."""
+"""The Algorithm 1 ablation scripts in benchmarks/ (the variants they run, how their summary pairs runs) and the
+partial reproduce run's cell filter."""
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
+
 from fuseplan.cost import scheme_version
+from fuseplan.sweep.reproduce import target_config
 from tests.scripts import load_script
 
 SQUEEZENET_LS = ("squeezenet", "brr", 128 * 1024, "ls", 2000)
@@ -52,3 +58,15 @@ def test_summary_marks_a_control_higher_beyond_noise():
     assert summary.marker([1.0, 1.2, 0.9], [1.0, 1.0, 1.0]) == " ↑"
     assert summary.marker([0.5, 1.0, 1.0], [1.0, 1.0, 1.0]) == " ↓"
     assert summary.marker([1.0, 1.0], [1.0, 1.0]) == ""
+
+
+def test_partial_reproduce_leaves_out_the_cells_its_rules_match():
+    partial = load_script("reproduce_partial")
+    config, _ = target_config("table5", quick=False)
+    rules = [partial.parse_rule("search=rs,splitter=gnnexplainer"), partial.parse_rule("seed=2")]
+    kept = [c for c in config.cells if not partial.left_out(c, rules)]
+    # Table V: 2 searches x 7 splitters x 3 seeds; seed 2 goes, then GNNExplainer inside Random Search
+    assert len(config.cells) == 42 and len(kept) == 42 - 14 - 2
+    assert not any(c.seed == 2 or (c.search, c.splitter) == ("rs", "gnnexplainer") for c in kept)
+    with pytest.raises(argparse.ArgumentTypeError):
+        partial.parse_rule("search")

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from fuseplan.cost import COST_MODEL_VERSION
 from fuseplan.sweep import LocalExecutor, SweepConfig, SweepStore, run_sweep
 from fuseplan.sweep.reproduce import TargetResult, paper_data, target_config
 from fuseplan.sweep.results import fig5_findings, load_runs, table5_findings, table_findings
@@ -81,6 +82,9 @@ def test_a_run_records_itself_and_the_page_names_it(tmp_path, cli):
     runs = load_runs(out)
     assert len(runs) == 1 and runs[0]["command"] == "fuseplan reproduce table5 --quick --executor local"
     assert runs[0]["targets"] == ["table5"] and runs[0]["wall_seconds"] > 0
+    # what the times depend on: the version priced, the load beside the run and its CPU time
+    assert runs[0]["cost_model_version"] == COST_MODEL_VERSION and len(runs[0]["load_average"]) == 2
+    assert runs[0]["cpu_seconds"] > 0 and f"CPU time {runs[0]['cpu_seconds']:.0f} s" in (out / "results.md").read_text()
     page = (out / "results.md").read_text()
     assert "Complete: all 13 cells of Table V finished." in page and "## Not finished" not in page
     assert f"wall time {runs[0]['wall_seconds']:.0f} s" in page
@@ -185,3 +189,15 @@ def test_a_run_is_recorded_as_it_starts_and_updated_when_it_ends(tmp_path):
     assert "not finished" in text and "Table II 12 s" in text
     record_run(tmp_path, {**run, "wall_seconds": 30.0})
     assert len(load_runs(tmp_path)) == 1 and "wall time 30 s" in _runs_text(load_runs(tmp_path), "m")
+
+
+def test_a_run_names_its_commit_version_load_and_cpu_time(tmp_path):
+    from fuseplan.sweep.results import _runs_text, record_run
+
+    run = {"command": "fuseplan reproduce table3", "started": "2026-01-01 10:00:00 UTC", "machine": "m",
+           "python": "3.11", "executor": "local", "wall_seconds": 90.0, "target_seconds": {"table3": 90.0},
+           "commit": "0123456789abcdef", "cost_model_version": 6, "load_average": [3.96, 12.04], "cpu_seconds": 41.6}
+    record_run(tmp_path, run)
+    text = _runs_text(load_runs(tmp_path), "m")
+    assert ("fuseplan commit 0123456, cost-model version 6, load average 4.0 to 12.0," in text
+            and "wall time 90 s (Table III 90 s), CPU time 42 s." in text)

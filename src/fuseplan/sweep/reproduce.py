@@ -10,6 +10,7 @@ unpublished), so absolute DRAM differs; relative improvements compare.
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
@@ -416,6 +417,26 @@ def _digest(path: Path) -> str:
         return "missing"
 
 
+def source_commit() -> str | None:
+    """The git commit of the fuseplan source that runs, where it runs from a git work tree (else None)."""
+    import subprocess
+
+    try:
+        found = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the executor's worker processes)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def machine() -> str:
     """The processor and core count, for the record."""
     import os
@@ -472,18 +493,22 @@ def reproduce(targets: Sequence[str], out: Path, executor: Executor | None, quic
     else:
         assert executor is not None
         out.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         parts, seconds = [], {}
+        # The machine may be shared: the load beside the run and its CPU time say how far its times stretched.
         run = {"command": command, "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                "machine": machine(), "python": platform.python_version(), "executor": executor.name, "quick": quick,
                "targets": list(targets), "wall_seconds": None, "target_seconds": seconds,
-               "weights": shipped_weights_text()}
+               "weights": shipped_weights_text(), "cost_model_version": COST_MODEL_VERSION,
+               "commit": source_commit(), "load_average": [round(os.getloadavg()[0], 2)]}
         for target in targets:  # recorded before each target, so a stopped run says how far it got
             record_run(out, run)
             began = time.perf_counter()
             parts.append(run_target(target, out, executor, quick, log, run_cells))
             seconds[target] = round(time.perf_counter() - began, 1)
         run["wall_seconds"] = round(time.perf_counter() - start, 1)
+        run["cpu_seconds"] = round(_cpu_seconds() - cpu_start, 1)
+        run["load_average"].append(round(os.getloadavg()[0], 2))
         record_run(out, run)
     runs = load_runs(out)
     weights = runs[-1].get("weights") if runs and runs[-1].get("weights") else shipped_weights_text()

@@ -426,7 +426,17 @@ def _runs_text(runs: list[dict[str, Any]], rendered_on: str) -> str:
         took = (f"wall time {run['wall_seconds']:.0f} s{times}" if run.get("wall_seconds") is not None else
                 "not finished (stopped, or still running when this page was rendered)"
                 + (f"; finished targets: {times.strip(' ()')}" if times else ""))
-        lines.append(f"- Command: `{run['command']}`;{when} machine: {run['machine']}, Python {run['python']}, "
+        extra = ""
+        if run.get("commit"):
+            extra += f" fuseplan commit {run['commit'][:7]},"
+        if run.get("cost_model_version") is not None:
+            extra += f" cost-model version {run['cost_model_version']},"
+        load = run.get("load_average") or []
+        if load:
+            extra += " load average " + " to ".join(f"{x:.1f}" for x in load) + ","
+        if run.get("cpu_seconds") is not None:
+            took += f", CPU time {run['cpu_seconds']:.0f} s"
+        lines.append(f"- Command: `{run['command']}`;{when}{extra} machine: {run['machine']}, Python {run['python']}, "
                      f"executor {run['executor']}; {took}.\n")
     finished = [r for r in runs if r.get("wall_seconds") is not None]
     if len(finished) > 1:
