@@ -189,3 +189,29 @@ def test_a_figure_that_is_not_finite_is_written_as_null():
         outcome = GroupOutcome(0, "stream", ("Conv",), 10, 10, simulated_dram=10, peak_on_chip=10, max_error=error)
         assert not outcome.agrees
         assert '"max_error": null' in dumps_json(outcome.to_json(4))
+
+
+def test_deeplab_classifier_head_upsampling_reads_no_row_it_does_not_weigh():
+    # deeplabv3's classifier head and its half_pixel bilinear Resize 33 -> 513 rows, the group LBDF's auto plan
+    # makes at 1MB (the model's own shape), extracted so that onnxruntime runs it alone. Output rows 0..7 fall
+    # before the middle of input row 0 (their source row clamped to 0): they read row 0 alone, as the Resize's
+    # row window prices it; the executor once also fetched row 1, at weight 0, before the 2-row line buffer
+    # held it ("rows 0..1 needed, rows 0..0 held").
+    import onnx.utils
+
+    from fuseplan.graph.onnx_import import graph_from_model, model_path, prepare_model, read_model
+    from fuseplan.passes.verify import with_random_weights
+    from fuseplan.simulate.values import ModelValues
+
+    path, stem = model_path("deeplabv3_mobilenet_v3_large")
+    model = with_random_weights(prepare_model(read_model(path), stem)[0], 0)
+    head = onnx.utils.Extractor(model).extract_model(
+        ["/model/classifier/classifier.0/project/project.0/Conv_output_0"], ["output"])
+    graph = graph_from_model(head, stem, passes=[])
+    values = ModelValues(head, graph, seed=0)
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Conv", "Relu", "Conv", "Resize"]
+    cost = make_cost_model("lbdf", graph, 1024 * 1024)
+    schedule = cost.schedule(frozenset(range(len(graph.nodes))))
+    resize_input = graph.nodes[-1].inputs[0]
+    assert schedule.tensor(resize_input).rows == 2 and graph.tensors[resize_input].shape[-2] == 33
+    _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)
