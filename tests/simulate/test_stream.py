@@ -204,9 +204,8 @@ def test_deeplab_classifier_head_upsampling_reads_no_row_it_does_not_weigh():
     from fuseplan.simulate.values import ModelValues
 
     path, stem = model_path("deeplabv3_mobilenet_v3_large")
-    model = with_random_weights(prepare_model(read_model(path), stem)[0], 0)
-    head = onnx.utils.Extractor(model).extract_model(
-        ["/model/classifier/classifier.0/project/project.0/Conv_output_0"], ["output"])
+    head = with_random_weights(onnx.utils.Extractor(prepare_model(read_model(path), stem)[0]).extract_model(
+        ["/model/classifier/classifier.0/project/project.0/Conv_output_0"], ["output"]), 0)
     graph = graph_from_model(head, stem, passes=[])
     values = ModelValues(head, graph, seed=0)
     assert [n.op_type for n in graph.nodes] == ["Relu", "Conv", "Relu", "Conv", "Resize"]
