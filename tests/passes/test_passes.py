@@ -186,3 +186,18 @@ def test_recorded_pipeline_rebuilds_the_same_passes():
 def test_bad_pass_records_are_one_clear_error(record, message):
     with pytest.raises(FuseplanError, match=message):
         passes_from_records([record])
+
+
+def test_a_new_input_shape_replaces_the_shapes_a_prepared_model_recorded_for_its_other_tensors():
+    # A prepared model saved to a file records every tensor's shape at its own input (224x224). Fixed at
+    # 112x112, those were once kept: the graph had 224-sized tensors after a 112 input, every group was priced
+    # for them, and the simulator compared them with onnxruntime's 112-sized ones (an infinite error).
+    from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
+
+    path, stem = model_path("mobilenet_v3_small")
+    saved = prepare_model(read_model(path), stem)[0]
+    assert len(saved.graph.value_info) > 100
+    again = graph_from_model(saved, name=stem, input_shapes={"input": (1, 3, 112, 112)})
+    direct = load_graph("mobilenet_v3_small", {"input": (1, 3, 112, 112)})
+    assert [t.shape for t in again.tensors] == [t.shape for t in direct.tensors]
+    assert again.tensors[again.nodes[0].outputs[0]].shape == (1, 16, 56, 56)

@@ -145,3 +145,72 @@ def test_deeplab_upsampling_resize_runs_as_priced():
     assert cost.fits(group)
     schedule = cost.schedule(group)
     _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)
+
+
+def _rewritten_googlenet(steps: list[dict]):
+    """(graph, values) of googlenet after the rewrite ``steps`` (as ``fuseplan rewrite`` replays them)."""
+    from fuseplan.graph.onnx_import import graph_from_model, model_path, prepare_model, read_model
+    from fuseplan.passes import Rewrite
+    from fuseplan.simulate.values import ModelValues
+
+    path, stem = model_path(GOOGLENET)
+    model = Rewrite(steps).transform(prepare_model(read_model(path), stem)[0])
+    graph = graph_from_model(model, stem, passes=[])
+    return graph, ModelValues(model, graph, seed=0)
+
+
+def test_a_split_whose_outputs_are_each_rewritten_in_place_runs_both_readers_with_it():
+    # Two parallel 1x1 convolutions merged into one are split again: each of the Split's outputs is rewritten in
+    # place by its own Relu. Every such reader runs within the Split's emission (the executor once ran only the
+    # first, and the other branch never advanced: "no free row in the line buffer of its output").
+    merge = {"rule": "merge-parallel-convs", "site": ["/inception5b/branch1/conv/Conv_output_0",
+                                                      "/inception5b/branch3/branch3.0/conv/Conv_output_0"]}
+    graph, values = _rewritten_googlenet([merge])
+    cost = make_cost_model("lbdf", graph, 1024 * 1024)
+    names = ["/inception5b/branch1/conv/Conv_split", "/inception5b/branch1/Relu",
+             "/inception5b/branch2/branch2.1/conv/Conv", "/inception5b/branch2/branch2.1/Relu", "/inception5b/branch3/branch3.0/Relu",
+             "/inception5b/branch3/branch3.1/conv/Conv", "/inception5b/branch3/branch3.1/Relu", "/inception5b/Concat",
+             "/avgpool/GlobalAveragePool"]
+    group = frozenset(graph.node_index(name) for name in names)
+    schedule = cost.schedule(group)
+    split = graph.node_index(names[0])
+    in_place = [u for u in schedule.tensors if graph.tensors[u.tensor].producer == split]
+    assert len(in_place) == 2 and all(u.holding == "in-place" for u in in_place)
+    _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)
+
+
+def test_a_figure_that_is_not_finite_is_written_as_null():
+    # A tensor of another shape than onnxruntime's, or a NaN in it, gives an error that is not a finite number;
+    # `simulate --json` writes strict JSON, so the figure is null and the group does not agree.
+    from fuseplan.documents import dumps_json
+    from fuseplan.simulate.run import GroupOutcome
+
+    for error in (float("inf"), float("nan")):
+        outcome = GroupOutcome(0, "stream", ("Conv",), 10, 10, simulated_dram=10, peak_on_chip=10, max_error=error)
+        assert not outcome.agrees
+        assert '"max_error": null' in dumps_json(outcome.to_json(4))
+
+
+def test_deeplab_classifier_head_upsampling_reads_no_row_it_does_not_weigh():
+    # deeplabv3's classifier head and its half_pixel bilinear Resize 33 -> 513 rows, the group LBDF's auto plan
+    # makes at 1MB (the model's own shape), extracted so that onnxruntime runs it alone. Output rows 0..7 fall
+    # before the middle of input row 0 (their source row clamped to 0): they read row 0 alone, as the Resize's
+    # row window prices it; the executor once also fetched row 1, at weight 0, before the 2-row line buffer
+    # held it ("rows 0..1 needed, rows 0..0 held").
+    import onnx.utils
+
+    from fuseplan.graph.onnx_import import graph_from_model, model_path, prepare_model, read_model
+    from fuseplan.passes.verify import with_random_weights
+    from fuseplan.simulate.values import ModelValues
+
+    path, stem = model_path("deeplabv3_mobilenet_v3_large")
+    head = with_random_weights(onnx.utils.Extractor(prepare_model(read_model(path), stem)[0]).extract_model(
+        ["/model/classifier/classifier.0/project/project.0/Conv_output_0"], ["output"]), 0)
+    graph = graph_from_model(head, stem, passes=[])
+    values = ModelValues(head, graph, seed=0)
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Conv", "Relu", "Conv", "Resize"]
+    cost = make_cost_model("lbdf", graph, 1024 * 1024)
+    schedule = cost.schedule(frozenset(range(len(graph.nodes))))
+    resize_input = graph.nodes[-1].inputs[0]
+    assert schedule.tensor(resize_input).rows == 2 and graph.tensors[resize_input].shape[-2] == 33
+    _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)

@@ -45,6 +45,7 @@ def simulate(
     """
     from fuseplan.plan.io import read_plan_file
     from fuseplan.simulate.plan import plan_schedules
+    from fuseplan.simulate.run import finite_or_none
 
     plan_file = read_plan_file(plan_path)
     buffer_bytes, width = plan_file.buffer_bytes, plan_file.bytes_per_element
@@ -82,7 +83,7 @@ def simulate(
                     "buffer_bytes": buffer_bytes, "bytes_per_element": b, "seed": seed,
                     "input_shapes": {name: list(shape) for name, shape in graph.input_shapes.items()},
                     "groups": [g.to_json(b) for g in sorted(outcome.groups, key=lambda g: g.index)],
-                    "output_error": outcome.output_error, **_simulation_totals(outcome, b)}
+                    "output_error": finite_or_none(outcome.output_error), **_simulation_totals(outcome, b)}
         print(dumps_json(document, indent=2))
     else:
         _print_simulation(graph.name, plan_file.scheme, buffer_bytes, outcome, b)

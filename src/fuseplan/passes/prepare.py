@@ -69,6 +69,7 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
             raise FuseplanError(
                 f"--input-shape names {name!r}, but the model's inputs are {sorted(names)}"
             )
+    reshaped = False
     for value in graph_inputs:
         tensor_type = value.type.tensor_type
         if value.name in input_shapes:
@@ -81,6 +82,9 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
                     f"input {value.name!r} has {len(declared)} dimensions [{shown}]; "
                     f"--input-shape gives {len(shape)} ({'x'.join(map(str, shape))})"
                 )
+            if declared and all(d.HasField("dim_value") for d in declared) \
+                    and [d.dim_value for d in declared] != list(shape):
+                reshaped = True  # a static shape changed (a dynamic one leaves the others' shapes symbolic)
             tensor_type.shape.ClearField("dim")
             for d in shape:
                 tensor_type.shape.dim.add().dim_value = int(d)
@@ -98,6 +102,13 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
             shown = "x".join(str(d.dim_value) for d in dims)
             raise FuseplanError(f"input {value.name!r} has the shape [{shown}]; every dimension must be "
                                 "positive (fix it with --input-shape)")
+    if reshaped:
+        # The shapes a model file records for the other tensors (a prepared model saved, say) follow from the
+        # inputs' old shapes: shape inference would keep them, and every tensor after the input would keep
+        # the old size. They are dropped, to be inferred again from the new inputs.
+        model.graph.ClearField("value_info")
+        for value in model.graph.output:
+            value.type.tensor_type.ClearField("shape")
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

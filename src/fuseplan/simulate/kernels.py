@@ -263,7 +263,9 @@ def resize_rows(x: Rows, attrs: Mapping[str, Any], out_shape: Sequence[int], fir
     src_r = np.clip(source(rows, in_h, out_h), 0, in_h - 1)
     src_c = np.clip(source(cols, in_w, out_w), 0, in_w - 1)
     r0 = np.floor(src_r).astype(int)
-    r1 = np.minimum(r0 + 1, in_h - 1)
+    # the row below is read only where it weighs something: a source row that falls on a row (one clamped to
+    # the first, above all) reads that row alone, as the Resize's row window says
+    r1 = np.where(src_r > r0, np.minimum(r0 + 1, in_h - 1), r0)
     c0 = np.floor(src_c).astype(int)
     c1 = np.minimum(c0 + 1, in_w - 1)
     base = int(r0.min())

@@ -10,6 +10,7 @@ compared with onnxruntime's value of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +58,13 @@ class GroupOutcome:
         return {"group": self.index, "kind": self.kind, "operators": list(self.operators),
                 "priced_dram_bytes": b * self.priced_dram, "simulated_dram_bytes": scaled(self.simulated_dram),
                 "priced_buffer_bytes": b * self.priced_on_chip, "peak_buffer_bytes": scaled(self.peak_on_chip),
-                "max_error": self.max_error, "finding": self.finding, "skipped": self.skipped,
+                "max_error": finite_or_none(self.max_error), "finding": self.finding, "skipped": self.skipped,
                 "agrees": self.agrees}
+
+
+def finite_or_none(figure: float | None) -> float | None:
+    """``figure``, or ``None`` where it is not a finite number (strict JSON has no NaN or Infinity)."""
+    return figure if figure is not None and math.isfinite(figure) else None
 
 
 @dataclass
@@ -135,11 +141,24 @@ def run_schedule(graph: CompGraph, schedule: Schedule, values: ModelValues, dram
     outcome.simulated_dram = traffic.total
     outcome.peak_on_chip = chip.peak
     if outcome.finding is None:
+        outcome.finding = _misshapen(graph, values, dram, written_before)
+    if outcome.finding is None:
         errors = [relative_error(dram[t], values.tensor(t)) for t in dram if t not in written_before]
         outcome.max_error = max(errors, default=0.0)
     else:  # the schedules after it are judged on their own
         _stand_in(schedule, values, dram)
     return outcome
+
+
+def _misshapen(graph: CompGraph, values: ModelValues, dram: dict[int, np.ndarray],
+               written_before: set[int]) -> str | None:
+    """A finding where a tensor the schedule wrote differs in shape from onnxruntime's value of it (the graph's
+    shapes are not the prepared model's), else ``None``."""
+    for t in dram:
+        if t not in written_before and dram[t].shape != values.tensor(t).shape:
+            return (f"wrote {graph.tensors[t].name} of shape {list(dram[t].shape)}, onnxruntime's is "
+                    f"{list(values.tensor(t).shape)}")
+    return None
 
 
 def _stand_in(schedule: Schedule, values: ModelValues, dram: dict[int, np.ndarray]) -> None:

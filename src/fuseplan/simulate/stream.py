@@ -130,6 +130,7 @@ class StreamRun:
         self.dram_values, self.chip, self.traffic = dram_values, chip, traffic
         members = schedule.operators
         self.members = set(members)
+        self.order = members
         tensors = graph.tensors
         self.cap = {use.tensor: use.rows for use in schedule.tensors}
         self.in_place = {use.tensor for use in schedule.tensors if use.holding == IN_PLACE}
@@ -287,14 +288,17 @@ class StreamRun:
             self._evict(t)
 
     def _chain(self, v: int) -> list[int]:
-        """``v`` and the operators that rewrite its output in place, in order."""
-        chain = [v]
-        while True:
-            outputs = self.graph.nodes[chain[-1]].outputs
-            nxt = [self.graph.tensors[t].consumers[0] for t in outputs if t in self.in_place]
-            if not nxt:
-                return chain
-            chain.append(nxt[0])
+        """``v`` and the operators that rewrite its outputs in place, transitively, in the group's order (a
+        Split's outputs may each be rewritten in place by a reader of their own: every one runs with it)."""
+        chain, frontier = {v}, [v]
+        while frontier:
+            for t in self.graph.nodes[frontier.pop()].outputs:
+                if t in self.in_place:
+                    reader = self.graph.tensors[t].consumers[0]
+                    if reader not in chain:
+                        chain.add(reader)
+                        frontier.append(reader)
+        return [u for u in self.order if u in chain]
 
     def _try_emit(self, v: int, made: dict[int, np.ndarray] | None = None) -> bool:
         """Emit the next output row of ``v`` (and of the operators rewriting it in place) if it can;
