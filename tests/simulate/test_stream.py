@@ -168,7 +168,8 @@ def test_a_split_whose_outputs_are_each_rewritten_in_place_runs_both_readers_wit
     graph, values = _rewritten_googlenet([merge])
     cost = make_cost_model("lbdf", graph, 1024 * 1024)
     names = ["/inception5b/branch1/conv/Conv_split", "/inception5b/branch1/Relu",
-             "/inception5b/branch2/branch2.1/conv/Conv", "/inception5b/branch2/branch2.1/Relu", "/inception5b/branch3/branch3.0/Relu",
+             "/inception5b/branch2/branch2.1/conv/Conv", "/inception5b/branch2/branch2.1/Relu",
+             "/inception5b/branch3/branch3.0/Relu",
              "/inception5b/branch3/branch3.1/conv/Conv", "/inception5b/branch3/branch3.1/Relu", "/inception5b/Concat",
              "/avgpool/GlobalAveragePool"]
     group = frozenset(graph.node_index(name) for name in names)
