@@ -4,7 +4,8 @@ For each model and scheme: one short search with the defaults of ``fuseplan rewr
 256 KB, alpha 1.05, seed 0), budget ``--budget`` expansions, no time limit. It records the CPU seconds of
 the whole search, of pricing the candidates (``DramObjective.price_near``), of the window DP in it
 (``window_dp``) and of the cost model pricing the groups the shared table of group prices did not hold
-(misses), and counts the group look-ups of candidates and their misses. A miss is a group holding an
+(misses), of building each candidate's cost model (``make_cost_model``) and of reading the candidate
+near its parent (``read_ir``), and counts the group look-ups of candidates and their misses. A miss is a group holding an
 operator whose label the candidate changed; the misses are split into groups holding an operator the
 substitution read afresh (changed or new: no key can know their price from the parent) and groups
 holding only operators relabelled because a neighbour changed (their tensors' readers or producer have
@@ -36,10 +37,12 @@ def run(name: str, scheme: str, args) -> dict:
     from fuseplan.rewrite import backtracking_search, make_objective
     from fuseplan.rewrite import objectives
 
-    cpu = {"price_near": 0.0, "window_dp": 0.0, "miss_pricing": 0.0}
+    from fuseplan.rewrite import ir_graph
+
+    cpu = {"price_near": 0.0, "window_dp": 0.0, "miss_pricing": 0.0, "cost_model": 0.0, "read": 0.0}
     counts = {"candidates": 0, "lookups": 0, "misses": 0, "misses_with_fresh": 0, "misses_relabelled_only": 0,
               "misses_other": 0, "miss_operators": 0}
-    current: dict = {}  # the candidate being priced: its fresh and relabelled operators (indices)
+    current: dict = {}  # while a candidate is priced: its fresh and relabelled operators (indices)
 
     relabel = objectives._relabel
 
@@ -63,10 +66,24 @@ def run(name: str, scheme: str, args) -> dict:
 
     objectives.window_dp = timed_window_dp
 
+    def timed(function, part):
+        def run_timed(*a, **k):
+            start = time.process_time()
+            try:
+                return function(*a, **k)
+            finally:
+                if current:  # only while a candidate is priced
+                    cpu[part] += time.process_time() - start
+        return run_timed
+
+    objectives.make_cost_model = timed(objectives.make_cost_model, "cost_model")
+    ir_graph.read_ir = timed(ir_graph.read_ir, "read")
+
     price_near = objectives.DramObjective.price_near
 
     def timed_price_near(self, *a, **k):
         counts["candidates"] += 1
+        current["pricing"] = True
         start = time.process_time()
         try:
             return price_near(self, *a, **k)
@@ -80,7 +97,7 @@ def run(name: str, scheme: str, args) -> dict:
 
     def counting_attach(self, cost, labels=None):
         labels = attach(self, cost, labels)
-        if not current:  # an expanded graph or a whole pricing, not a candidate
+        if "fresh" not in current:  # an expanded graph or a whole pricing, not a candidate
             return labels
         shared, fresh, relabelled = cost.price, current["fresh"], current["relabelled"]
 
