@@ -199,3 +199,45 @@ def test_a_substitution_tried_in_place_and_undone_leaves_the_graph_as_it_was(sou
             assert _uses_match_inputs(working.graph), (name, site)
             tried += 1
     assert tried >= 9
+
+
+@pytest.mark.parametrize("source,buffer_kb", [
+    ("efficientnet_b0", 256),
+    *[pytest.param(source, buffer_kb, marks=pytest.mark.slow)
+      for source, buffer_kb in [("efficientnet_b0", 64)]],
+])
+def test_remembered_epilogue_choices_are_the_ones_each_graph_makes(source, buffer_kb):
+    """Element-wise epilogues (Swish) on operators too big to run fused, under LBDF (BRR runs
+    these models' operators fused): the dram objective remembers whether each carries its epilogue by the
+    operators' labels; every candidate's riders are those of its own cost model built afresh."""
+    scheme, buffer_bytes = "lbdf", buffer_kb * 1024
+    objective = DramObjective(scheme=scheme, buffer_bytes=buffer_bytes)
+    asked = []
+    remembering = objective._epilogue_choice
+
+    def recording(labels):
+        choice = remembering(labels)
+
+        def recorded(v, chain, graph_on, decide):
+            asked.append((v, chain, graph_on))
+            return choice(v, chain, graph_on, decide)
+
+        return recorded
+
+    objective._epilogue_choice = recording
+    working = ir.from_proto(_prepared(source))
+    objective.expansion(working)
+    checked = 0
+    for _, _, candidate in _candidates(working, per_rule=2):
+        graph = graph_from_ir(candidate)
+        if graph is None:
+            continue
+        problem, _ = objective._problem(graph, objective.prices.labels(graph))
+        fresh = make_cost_model(scheme, graph, buffer_bytes)
+        assert problem.cost.riding == fresh.riding
+        assert problem.cost.unfuseable == fresh.unfuseable
+        checked += 1
+    assert checked >= 5
+    # operators carrying an epilogue were met, and their answers were looked up far more often than worked out
+    assert any(len(chain) < len(graph_on) for _, chain, graph_on in asked)
+    assert 0 < len(objective.epilogues) < len(asked)

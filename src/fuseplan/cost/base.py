@@ -14,9 +14,9 @@ see this interface, never which scheme is behind it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from math import floor, prod
 from typing import Any, ClassVar, NamedTuple
 
@@ -479,13 +479,29 @@ class CostModel(ABC):
             found[v] = chain = riders(self.graph, v, in_place)
             graph_on = epilogue(self.graph, v)
             if len(graph_on) > len(chain):
-                with_graph = lone_schedule(self.graph, v, graph_on, self.buffer_bytes, self.bytes_per_element)
-                with_chain = lone_schedule(self.graph, v, chain, self.buffer_bytes, self.bytes_per_element)
-                # the further operators' weights are read wherever they run
-                weights = sum(self.graph.nodes[u].weight_numel for u in graph_on if u not in chain)
-                if with_graph is not None and (with_chain is None or with_graph.dram - weights <= with_chain.dram):
+                decide = partial(self._epilogue_wins, v, chain, graph_on)
+                choice = self.epilogue_choice
+                if decide() if choice is None else choice(v, chain, graph_on, decide):
                     found[v] = graph_on
         return found
+
+    #: Where set, how :attr:`_carried` learns whether lone operator ``v`` carries its epilogue ``graph_on``
+    #: rather than its in-place ``chain``: ``choice(v, chain, graph_on, decide)``, ``decide()`` working it
+    #: out (:meth:`_epilogue_wins`). For a caller pricing many graphs that share operators, which can
+    #: remember the answer by what it depends on: those operators and their tensors.
+    epilogue_choice: Callable[[int, tuple[int, ...], tuple[int, ...], Callable[[], bool]], bool] | None = None
+
+    def _epilogue_wins(self, v: int, chain: tuple[int, ...], graph_on: tuple[int, ...]) -> bool:
+        """Whether operator ``v`` alone moves no more DRAM with its epilogue ``graph_on`` than with its
+        in-place ``chain``, the further operators' weights aside (:meth:`carried`). Reads only ``v``,
+        ``chain`` and ``graph_on`` (their lone schedules and weights)."""
+        with_graph = lone_schedule(self.graph, v, graph_on, self.buffer_bytes, self.bytes_per_element)
+        if with_graph is None:
+            return False
+        with_chain = lone_schedule(self.graph, v, chain, self.buffer_bytes, self.bytes_per_element)
+        # the further operators' weights are read wherever they run
+        weights = sum(self.graph.nodes[u].weight_numel for u in graph_on if u not in chain)
+        return with_chain is None or with_graph.dram - weights <= with_chain.dram
 
     def alone_schedule(self, v: int) -> Schedule:
         """The schedule of operator ``v`` run alone with the operators riding on it (:meth:`carried`): the

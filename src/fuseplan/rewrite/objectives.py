@@ -12,7 +12,7 @@ import statistics
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -247,6 +247,9 @@ class DramObjective(Objective):
         self.prices = GroupPrices()  # the graphs one objective prices are mostly rewrites of each other
         self.alone: dict[tuple[int, ...], int] = {}  # labels of an unfuseable operator and its riders -> DRAM alone
         self.fits_alone: dict[int, bool] = {}  # label of an operator -> whether it fits the buffer alone
+        # labels of an operator that does not fit alone, its in-place chain and its epilogue -> whether it
+        # carries the epilogue (each answer prices two lone schedules)
+        self.epilogues: dict[tuple[int, tuple[int, ...], tuple[int, ...]], bool] = {}
 
     def __call__(self, model: onnx.ModelProto) -> float:
         return float(total_dram(model, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
@@ -327,6 +330,7 @@ class DramObjective(Objective):
             if not fits:
                 excluded.append(v)
         cost.known_unfuseable(excluded)
+        cost.epilogue_choice = self._epilogue_choice(labels)
         # An operator riding on one that does not fit is excluded for its neighbour's sake, not its own: it is
         # labelled apart in the orders, so that no order shares a window's ends with a graph where it was
         # fuseable (the labels a graph keeps for its candidates stay its own).
@@ -335,6 +339,21 @@ class DramObjective(Objective):
         for rider in cost.riding:
             marked[rider] = label_ids.setdefault(("rides", labels[rider]), len(label_ids))
         return FusionProblem(cost), marked
+
+    def _epilogue_choice(self, labels: list[int]) -> Callable:
+        """The cost model's :attr:`~fuseplan.cost.base.CostModel.epilogue_choice` for a graph labelled
+        ``labels``: each answer looked up by the labels of the operators it reads (the lone operator, its
+        chain and its epilogue, each label holding the operator and its tensors)."""
+        known = self.epilogues
+
+        def choice(v: int, chain: tuple[int, ...], graph_on: tuple[int, ...], decide: Callable[[], bool]) -> bool:
+            key = (labels[v], tuple(labels[u] for u in chain), tuple(labels[u] for u in graph_on))
+            wins = known.get(key)
+            if wins is None:
+                wins = known[key] = decide()
+            return wins
+
+        return choice
 
     def _alone(self, problem: FusionProblem, labels: list[int]) -> int:
         """DRAM of the unfuseable operators run alone, each looked up by its label and its riders' (its price's
