@@ -15,6 +15,7 @@ from fuseplan.cost import make_cost_model
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.run import TOLERANCE, simulate_alone
 from fuseplan.simulate.tiles import ACCUMULATE, PRODUCE, SLICE, TileRun
+from tests.simulate.test_tiles import _assert_runs_as_priced as _runs_as_priced
 
 pytest.importorskip("onnxruntime", reason="the simulator compares with onnxruntime (the rewrite extra)")
 
@@ -45,16 +46,6 @@ def _block_held(graph, schedule) -> set[int]:
 
 def _tensor(graph, name: str) -> int:
     return next(t.index for t in graph.tensors if t.name == name)
-
-
-def _runs_as_priced(graph, schedule, values, cost, group):
-    outcome = simulate_alone(graph, schedule, values, cost.buffer_bytes - 1)
-    assert outcome.finding is None and outcome.skipped is None, outcome
-    assert outcome.simulated_dram == schedule.dram == cost.evaluate(group).dram
-    assert outcome.peak_on_chip <= schedule.on_chip
-    assert outcome.max_error <= TOLERANCE
-    assert outcome.agrees
-    return outcome
 
 
 FIRE = ("/features/features.4/expand1x1/Conv", "/features/features.4/expand1x1_activation/Relu",
