@@ -15,7 +15,7 @@ from fuseplan.cost import make_cost_model
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.run import TOLERANCE, simulate_alone
 from fuseplan.simulate.tiles import ACCUMULATE, PRODUCE, SLICE, TileRun
-from tests.simulate.test_tiles import _assert_runs_as_priced as _runs_as_priced
+from tests.simulate.test_tiles import _assert_runs_as_priced as _runs_as_priced, _tensor
 
 pytest.importorskip("onnxruntime", reason="the simulator compares with onnxruntime (the rewrite extra)")
 
@@ -42,10 +42,6 @@ def _schedule(graph, names, kb):
 
 def _block_held(graph, schedule) -> set[int]:
     return {u.tensor for u in schedule.tensors if 0 < u.elements < u.rows * graph.tensors[u.tensor].row_numel}
-
-
-def _tensor(graph, name: str) -> int:
-    return next(t.index for t in graph.tensors if t.name == name)
 
 
 FIRE = ("/features/features.4/expand1x1/Conv", "/features/features.4/expand1x1_activation/Relu",

@@ -35,6 +35,10 @@ def _block_held(graph, schedule) -> list[int]:
     return [u.tensor for u in schedule.tensors if 0 < u.elements < u.rows * graph.tensors[u.tensor].row_numel]
 
 
+def _tensor(graph, name: str) -> int:
+    return next(t.index for t in graph.tensors if t.name == name)
+
+
 def _assert_runs_as_priced(graph, schedule, values, cost, group):
     """The schedule runs inside the buffer, moves the DRAM it and the cost model say, and computes the
     model's tensors; returns the outcome."""
@@ -76,7 +80,7 @@ def test_channel_blocks_read_through_one_row_windows_run_as_priced(kb, tiles):
 def test_an_input_read_through_a_3x3_window_is_held_whole_and_runs_as_priced(kb):
     graph, values = prepared("resnet18")
     cost, group, schedule = _schedule(graph, BLOCK, kb)
-    pooled = next(t.index for t in graph.tensors if t.name == "/maxpool/MaxPool_output_0")
+    pooled = _tensor(graph, "/maxpool/MaxPool_output_0")
     # the full entry convolution takes it a block at a time, but its 3-row window needs rows of every channel
     # from one tile to the next: BRR holds it whole
     assert pooled not in _block_held(graph, schedule)
@@ -89,7 +93,7 @@ def test_a_schedule_holding_a_3x3_windows_input_a_block_at_a_time_misses_the_row
     # the schedule BRR priced up to version 4: the simulator finds what it dropped, and keeping the halo mends it
     graph, values = prepared("resnet18")
     cost, group, priced = _schedule(graph, BLOCK, kb)
-    pooled = next(t.index for t in graph.tensors if t.name == "/maxpool/MaxPool_output_0")
+    pooled = _tensor(graph, "/maxpool/MaxPool_output_0")
     channels = graph.tensors[pooled].shape[1]
     schedule = replace(priced, tensors=tuple(replace(u, elements=ceil(u.elements * cost.channel_block / channels))
                                              if u.tensor == pooled else u for u in priced.tensors))
@@ -158,7 +162,7 @@ def test_a_tensor_read_by_a_2x2_stride_2_pooling_is_held_whole_and_runs_as_price
 
     graph, values = _pooled_model()
     group = frozenset(range(len(graph.nodes)))
-    relu = next(t.index for t in graph.tensors if t.name == "r")
+    relu = _tensor(graph, "r")
     cost = BRRCostModel(graph, kb * 1024)
     schedule = cost.schedule(group)
     assert schedule.kind == "row-tiles" and relu not in _block_held(graph, schedule)
