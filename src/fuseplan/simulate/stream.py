@@ -131,6 +131,7 @@ class StreamRun:
         members = schedule.operators
         self.members = set(members)
         self.order = members
+        self._chains: dict[int, list[int]] = {}  # operator -> _chain's answer
         tensors = graph.tensors
         self.cap = {use.tensor: use.rows for use in schedule.tensors}
         self.in_place = {use.tensor for use in schedule.tensors if use.holding == IN_PLACE}
@@ -290,6 +291,9 @@ class StreamRun:
     def _chain(self, v: int) -> list[int]:
         """``v`` and the operators that rewrite its outputs in place, transitively, in the group's order (a
         Split's outputs may each be rewritten in place by a reader of their own: every one runs with it)."""
+        known = self._chains.get(v)
+        if known is not None:  # asked at every row it emits; the in-place tensors never change
+            return known
         chain, frontier = {v}, [v]
         while frontier:
             for t in self.graph.nodes[frontier.pop()].outputs:
@@ -298,7 +302,8 @@ class StreamRun:
                     if reader not in chain:
                         chain.add(reader)
                         frontier.append(reader)
-        return [u for u in self.order if u in chain]
+        found = self._chains[v] = [u for u in self.order if u in chain]
+        return found
 
     def _try_emit(self, v: int, made: dict[int, np.ndarray] | None = None) -> bool:
         """Emit the next output row of ``v`` (and of the operators rewriting it in place) if it can;
