@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fuseplan.cost import SCHEMES, make_cost_model
 from fuseplan.cost.streaming import footprint, in_place_operators
-from fuseplan.graph import CompGraph
+from fuseplan.graph import CompGraph, load_graph
 from tests.conftest import BUFFERS_KB, LARGER, ZOO, zoo_params
 
 KB = 1024
@@ -177,3 +177,22 @@ def test_every_zoo_model_prices_at_every_buffer(zoo_graphs, name, scheme):
             buffer, dram = cost.evaluate(group)
             assert buffer > 0 and dram > 0
             assert dram >= cost.bytes_per_element * sum(graph.nodes[v].weight_numel for v in group)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet18", "mobilenet_v2", "googlenet"])
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_no_lone_schedule_moves_less_than_the_bounds_assume(zoo_graphs, name, scheme):
+    # The bounds of the exact search assume every group moves at least its buffer-free F_D and reads a
+    # tensor from DRAM at least least_read of it. A lone strided convolution (resnet18's 1x1 stride-2
+    # downsamples, squeezenet's first 7x7 stride 2, which never reads its input's last row) reads only the
+    # rows it touches: under BRR both once assumed the whole tensor.
+    graph = zoo_graphs[name] if name in zoo_graphs else load_graph("tests/data/googlenet_opset13.onnx")
+    for kb in (64, 1024):
+        cost = make_cost_model(scheme, graph, kb * KB)
+        for v in cost.fuseable:
+            group = frozenset((v,))
+            assert cost.dram(group) >= cost.dram_ignoring_buffer(group), (graph.nodes[v].name, kb)
+            schedule = cost.schedule(group)
+            for use in schedule.tensors:
+                if use.dram_reads and graph.tensors[use.tensor].producer not in group:
+                    assert use.dram_reads >= cost.least_read(use.tensor), (graph.nodes[v].name, kb, use.tensor)

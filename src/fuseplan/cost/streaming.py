@@ -36,7 +36,8 @@ from typing import NamedTuple
 from fuseplan.cost.base import GraphTables, Group, in_place_operators
 from fuseplan.graph.ir import CompGraph
 
-__all__ = ["Footprint", "StreamingState", "footprint", "in_place_operators", "overwritable_tensors", "read_numel"]
+__all__ = ["Footprint", "StreamingState", "footprint", "in_place_operators", "least_touched", "overwritable_tensors",
+           "read_numel"]
 
 
 def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[bool, ...]:
@@ -67,6 +68,13 @@ def read_numel(tables: GraphTables, t: int, group: Group) -> int:
         rows |= masks[0]
         cols |= masks[1]
     return rows.bit_count() * cols.bit_count() * (tables.tensor_row_numel[t] // tables.tensor_cols[t])
+
+
+def least_touched(tables: GraphTables, t: int) -> int:
+    """Elements of tensor ``t`` that any group reading it from DRAM reads at the least under a scheme whose
+    groups read at least what their readers touch (:func:`read_numel`): what one of its readers touches."""
+    return min((read_numel(tables, t, frozenset((c,))) for c in tables.tensor_consumers[t]),
+               default=tables.tensor_numel[t])
 
 
 class Footprint(NamedTuple):
