@@ -13,7 +13,15 @@ then run (each schedule takes minutes of one core)::
 
     python benchmarks/compare_stream.py --stream-python /path/to/stream-env/bin/python
 
-``--stream-python`` defaults to ``$STREAM_PYTHON``. Stream's shipped
+``--stream-python`` defaults to ``$STREAM_PYTHON``. ``--reuse DIR`` keeps
+Stream's answer for each buffer, computation-node size and ``--lpf`` in
+``DIR`` (named by a hash of everything Stream is given) and reads it back
+instead of scheduling again; with ``--cached-only`` the schedules without an
+answer there are recorded as not scheduled, and no Stream environment is
+needed. Stream's answers do not depend on fuseplan's cost model, so a
+rerun after a cost-model change replans only fuseplan's side, in seconds.
+Each answer records the wall and CPU time Stream took and the load average
+as it ended. Stream's shipped
 example script calls its stages with arguments they no longer take, so the
 driver below builds the stage pipeline itself (Stream's ``MainStage`` with
 its parser, computation-node, intra-core (ZigZag) and inter-core stages).
@@ -41,12 +49,15 @@ DRAM as the operand's top memory).
 fuseplan's side: the ``auto`` plan of the same zoo model under LBDF and
 BRR, its total DRAM (operators that fit no group run alone), through the
 same API the ``plan`` command uses. Results go to
-``benchmarks/results/stream.json``.
+``benchmarks/results/stream.json`` through the shared harness
+(``benchmarks/harness.py``: machine, load, versions, commit and cost-model
+versions beside the rows). Small mode: ``--buffers 256 --schedules layer
+-o /tmp/stream.json`` (one schedule, a few minutes).
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -62,10 +73,10 @@ from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 from fuseplan.units import format_bytes
 
-from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
-                   write_results)  # script: benchmarks/peers.py
+import harness  # beside this script: benchmarks/harness.py
+from peers import PeerMissing, distribution_versions, installed_python  # benchmarks/peers.py
 
-RESULTS = Path(__file__).resolve().parent / "results" / "stream.json"
+RESULTS = harness.RESULTS / "stream.json"
 MODEL = "resnet18"
 BUFFERS_KB = (256, 1024)
 ARRAY = 16
@@ -272,11 +283,29 @@ def parse_answer(stdout: str) -> dict:
     return answer
 
 
+def answer_key(spec: dict) -> str:
+    """A name for Stream's answer to ``spec``: a hash of everything Stream is given."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def children_cpu_seconds() -> float:
+    """CPU time of this process's finished subprocesses (Stream's runs), user and system."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 # -- running both --------------------------------------------------------------------------------
-def run_stream(python: Path, workload: dict, buffer_bytes: int, cn_rows: str, lpf: int, seconds: float) -> dict:
+def run_stream(python: Path | None, workload: dict, buffer_bytes: int, cn_rows: str, lpf: int, seconds: float,
+               reuse: Path | None = None) -> dict:
+    """Stream's schedule of ``workload`` (from ``reuse`` if it holds it); ``{"status": ...}`` always."""
     spec = {"workload": workload, "mapping": stream_mapping(), "buffer_bytes": buffer_bytes, "cn_rows": cn_rows,
             "lpf": lpf, "array": ARRAY}
-    start = time.perf_counter()
+    cached = reuse / f"stream_{answer_key(spec)}.json" if reuse else None
+    if cached and cached.is_file():
+        return json.loads(cached.read_text()) | {"answer": cached.name, "read_back": True}
+    if python is None:
+        return {"status": "not scheduled (no answer in --reuse and --cached-only)"}
+    start, cpu_start = time.perf_counter(), children_cpu_seconds()
     try:
         done = subprocess.run([str(python), "-c", DRIVER, json.dumps(spec)], capture_output=True, text=True,
                               timeout=seconds)
@@ -289,7 +318,12 @@ def run_stream(python: Path, workload: dict, buffer_bytes: int, cn_rows: str, lp
         else:
             answer = {"status": "scheduled"} | parse_answer(done.stdout)
     answer["wall_seconds"] = round(time.perf_counter() - start, 1)
-    return answer
+    answer["cpu_seconds"] = round(children_cpu_seconds() - cpu_start, 1)  # a killed run's CPU time is not counted
+    answer["load_average_at_end"] = harness.load_average()  # the wall time on a shared machine depends on it
+    if cached and not answer["status"].startswith("timed out"):  # a failure is Stream's answer; a time-out may not be
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        harness.write_results(answer, cached)
+    return answer | ({"answer": cached.name, "read_back": False} if cached else {})
 
 
 def plan_fuseplan(graph: CompGraph, scheme: str, buffer_bytes: int, budget: int) -> dict:
@@ -305,7 +339,7 @@ def plan_fuseplan(graph: CompGraph, scheme: str, buffer_bytes: int, budget: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, out=RESULTS)
     parser.add_argument("--stream-python", help="Python of Stream's environment (default $STREAM_PYTHON)")
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), help="buffer sizes in KB")
     parser.add_argument("--schedules", nargs="+", default=list(SCHEDULES),
@@ -315,28 +349,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule-seconds", type=float, default=SCHEDULE_SECONDS,
                         help="time limit of one Stream schedule")
     parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
-    parser.add_argument("-o", "--output", type=Path, default=RESULTS)
+    parser.add_argument("--reuse", type=Path, help="keep and reuse Stream's answers in this folder")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --reuse: schedule nothing, read Stream's answers only")
     args = parser.parse_args(argv)
     bad = [s for s in args.schedules if s not in ("layer", "all") and not (s.isdigit() and int(s) > 0)]
     if bad or min(args.buffers) < 1 or args.lpf < 1 or not args.schedule_seconds > 0:
         print(f"error: schedules are 'layer', 'all' or a positive number (got {' '.join(bad) or 'those'}); "
               "--buffers, --lpf and --schedule-seconds must be positive", file=sys.stderr)
         return 2
-    try:
-        python = installed_python("Stream", args.stream_python, "STREAM")
-    except PeerMissing as missing:
-        print(f"error: {missing}. Install Stream as described at the top of {Path(__file__).name}.",
-              file=sys.stderr)
+    if args.cached_only and not args.reuse:
+        print("error: --cached-only needs --reuse DIR", file=sys.stderr)
         return 2
-    versions = distribution_versions(python, ["stream-dse", "zigzag-dse", "plotly", "pandas", "numpy"])
-    record = provenance()
+    python = None
+    if not args.cached_only:
+        try:
+            python = installed_python("Stream", args.stream_python, "STREAM")
+        except PeerMissing as missing:
+            print(f"error: {missing}. Install Stream as described at the top of {Path(__file__).name}.",
+                  file=sys.stderr)
+            return 2
+    versions = (distribution_versions(python, ["stream-dse", "zigzag-dse", "plotly", "pandas", "numpy"])
+                if python else None)
+    run = harness.Run("compare_stream", args)
     graph = load_graph(MODEL)
     workload = stream_workload(graph)
     entries = []
     for kb in args.buffers:
         buffer_bytes = kb * 1024
         ours = {scheme: plan_fuseplan(graph, scheme, buffer_bytes, args.budget) for scheme in ("lbdf", "brr")}
-        theirs = {rows: run_stream(python, workload, buffer_bytes, rows, args.lpf, args.schedule_seconds)
+        theirs = {rows: run_stream(python, workload, buffer_bytes, rows, args.lpf, args.schedule_seconds, args.reuse)
                   for rows in args.schedules}
         done = {rows: t["dram_bytes"] for rows, t in theirs.items() if "dram_bytes" in t}
         fused = {rows: d for rows, d in done.items() if rows != "layer"}
@@ -354,10 +396,15 @@ def main(argv: list[str] | None = None) -> int:
               + "  ".join(f"{rows}: " + (f"{format_bytes(t['dram_bytes'])} ({t['wall_seconds']:.0f} s)"
                                          if "dram_bytes" in t else t["status"]) for rows, t in theirs.items()),
               flush=True)
-    payload = {"machine": machine(), **record, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-               "stream_python": str(python), "stream_versions": versions, "array": f"{ARRAY}x{ARRAY}",
-               "bytes_per_element": BYTES_PER_ELEMENT, "lpf_limit": args.lpf, "results": entries}
-    write_results(payload, args.output)
+    answers = [t for entry in entries for t in entry["stream"].values()]
+    payload = {"stream_python": str(python) if python else None, "stream_versions": versions,
+               "array": f"{ARRAY}x{ARRAY}", "bytes_per_element": BYTES_PER_ELEMENT, "lpf_limit": args.lpf,
+               # What Stream's answers took when they were scheduled (those read back from --reuse took it earlier).
+               "stream_wall_seconds": round(sum(t.get("wall_seconds", 0) for t in answers), 1),
+               "stream_cpu_seconds": round(sum(t.get("cpu_seconds", 0) for t in answers), 1),
+               "fuseplan_cpu_seconds": round(time.process_time(), 1),
+               "results": entries}
+    run.write(payload)
     return 0
 
 

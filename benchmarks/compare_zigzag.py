@@ -38,8 +38,12 @@ it runs alone, with the schedule fuseplan would use; and ``F_D`` of
 ``{v}`` with whether it fits), through the stable cost-model API only, so
 the comparison can be rerun unchanged whenever the cost models change.
 The compulsory traffic is the input, the weights (with the bias) and the
-output, each moved once. Results go to ``benchmarks/results/zigzag.json``;
-``--summary`` prints the tables of an existing results file.
+output, each moved once. Results go to ``benchmarks/results/zigzag.json``
+through the shared harness (``benchmarks/harness.py``: machine, load,
+versions, commit and cost-model versions beside the rows); ``--summary``
+prints the tables of an existing results file. Small mode: ``--models
+resnet18 --buffers 64 -o /tmp/zigzag.json`` (seconds with the answers in
+``--reuse``).
 """
 
 from __future__ import annotations
@@ -60,10 +64,10 @@ from fuseplan.graph.ir import CompGraph, OpNode
 from fuseplan.schedule.lone import lone_schedule
 from fuseplan.units import MB
 
-from peers import (PeerMissing, distribution_versions, installed_python, machine, provenance,  # beside this
-                   write_results)  # script: benchmarks/peers.py
+import harness  # beside this script: benchmarks/harness.py
+from peers import PeerMissing, distribution_versions, installed_python  # benchmarks/peers.py
 
-RESULTS = Path(__file__).resolve().parent / "results" / "zigzag.json"
+RESULTS = harness.RESULTS / "zigzag.json"
 MODELS = ("resnet18", "vgg16", "mobilenet_v2", "squeezenet")
 BUFFERS_KB = (64, 256, 1024)
 ARRAY = 16  # the MAC array is ARRAY x ARRAY
@@ -221,6 +225,12 @@ def compulsory_bytes(graph: CompGraph, node: OpNode) -> int:
 
 
 # -- running ZigZag ------------------------------------------------------------------------------
+def children_cpu_seconds() -> float:
+    """CPU time of this process's finished subprocesses (ZigZag's runs), user and system."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, seconds: float,
                reuse: Path | None) -> dict:
     """ZigZag's least-DRAM mapping of ``layer`` (from ``reuse`` if it holds it); ``{"status": ...}`` always."""
@@ -230,7 +240,7 @@ def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, se
     if python is None:
         return {"status": "not mapped (no answer in --reuse and --cached-only)"}
     spec = {"layer": layer, "accelerator": accelerator(buffer_bytes), "mapping": mapping(layer), "lpf": lpf}
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), children_cpu_seconds()
     try:
         done = subprocess.run([str(python), "-c", DRIVER, json.dumps(spec)], capture_output=True, text=True,
                               timeout=seconds)
@@ -243,6 +253,7 @@ def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, se
         else:
             answer = {"status": "mapped"} | parse_answer(done.stdout)
     answer["wall_seconds"] = round(time.perf_counter() - start, 2)
+    answer["cpu_seconds"] = round(children_cpu_seconds() - cpu_start, 2)  # a killed run's CPU time is not counted
     answer["load_average"] = round(os.getloadavg()[0], 2)  # the wall time on a shared machine depends on it
     if cached and answer["status"] == "mapped":  # a time-out may succeed with more time: never kept
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -392,16 +403,14 @@ def print_layers(payload: dict, tolerance: float = 0.01) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, out=RESULTS, models=list(MODELS))
     parser.add_argument("--zigzag-python", help="Python of ZigZag's environment (default $ZIGZAG_PYTHON)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), help="buffer sizes in KB")
     parser.add_argument("--lpf", type=int, default=LPF, help="LOMA's loop-prime-factor limit")
     parser.add_argument("--layer-seconds", type=float, default=LAYER_SECONDS, help="time limit of one layer's mapping")
     parser.add_argument("--reuse", type=Path, help="keep and reuse ZigZag's answers in this folder")
     parser.add_argument("--cached-only", action="store_true", help="with --reuse: map no layer, read answers only")
     parser.add_argument("--summary", type=Path, help="print the tables of this results file and stop")
-    parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.summary:
         try:
@@ -433,22 +442,24 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as bad:  # fuseplan's own errors say what was wrong in one line
         print(f"error: {bad}", file=sys.stderr)
         return 2
-    record = provenance()
-    start = time.perf_counter()
+    run = harness.Run("compare_zigzag", args)
     entries = []
     for name in args.models:
         entries.extend(compare_model(name, args.buffers, python, args))
+    # What ZigZag's answers took when they were mapped (answers read back from --reuse took that earlier), each
+    # distinct answer once; CPU time is recorded by the answers mapped since it was.
+    answers = {row["zigzag_answer"]: row["zigzag"] for entry in entries for row in entry["layers"]}
     payload = {
-        "machine": machine(), **record, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "zigzag_python": str(python) if python else None, "zigzag_versions": versions,
         "array": f"{ARRAY}x{ARRAY}", "bytes_per_element": BYTES_PER_ELEMENT, "lpf_limit": args.lpf,
-        "layer_seconds_limit": args.layer_seconds, "wall_seconds": round(time.perf_counter() - start, 1),
-        # What ZigZag's answers took when they were mapped (answers read back from --reuse took that earlier).
-        "zigzag_mapping_seconds": round(sum({row["zigzag_answer"]: row["zigzag"].get("wall_seconds", 0)
-                                             for entry in entries for row in entry["layers"]}.values()), 1),
+        "layer_seconds_limit": args.layer_seconds,
+        "zigzag_mapping_seconds": round(sum(a.get("wall_seconds", 0) for a in answers.values()), 1),
+        "zigzag_mapping_cpu_seconds": round(sum(a.get("cpu_seconds", 0) for a in answers.values()), 1),
+        "zigzag_answers_with_cpu_time": sum("cpu_seconds" in a for a in answers.values()),
+        "fuseplan_cpu_seconds": round(time.process_time(), 1),
         "results": entries,
     }
-    write_results(payload, args.output)
+    run.write(payload)
     print_summary(payload)
     return 0
 

@@ -360,3 +360,35 @@ def test_zigzag_bad_input_is_one_error_line(tmp_path, capsys):
     assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
     assert "no_such_model" in lines[0] and "missing.json" in lines[1] and "--reuse" in lines[2]
     assert not (tmp_path / "out.json").exists()
+
+
+def test_stream_answers_kept_in_reuse_are_read_back_without_stream(tmp_path):
+    stream = load_script("compare_stream")
+    workload = stream.stream_workload(load_graph("resnet18"))
+    spec = {"workload": workload, "mapping": stream.stream_mapping(), "buffer_bytes": 256 * 1024,
+            "cn_rows": "layer", "lpf": stream.LPF, "array": stream.ARRAY}
+    kept = {"status": "scheduled", "dram_bytes": 16713907, "wall_seconds": 74.0, "cpu_seconds": 70.0}
+    (tmp_path / f"stream_{stream.answer_key(spec)}.json").write_text(json.dumps(kept))
+    out = tmp_path / "stream.json"
+    assert stream.main(["--reuse", str(tmp_path), "--cached-only", "--buffers", "256", "--schedules", "layer", "7",
+                        "-o", str(out)]) == 0
+    written = json.loads(out.read_text())
+    entry = written["results"][0]
+    assert entry["stream"]["layer"] == kept | {"answer": f"stream_{stream.answer_key(spec)}.json", "read_back": True}
+    assert entry["stream"]["7"]["status"].startswith("not scheduled")  # another node size: another answer
+    assert entry["stream_best_dram_bytes"] == 16713907 and entry["stream_best_fused"] is None
+    # fuseplan's side is priced now, and the file says under which cost-model versions
+    from fuseplan.cost import SCHEMES, scheme_version
+    assert written["cost_model_versions"] == {scheme: scheme_version(scheme) for scheme in SCHEMES}
+    assert entry["brr_over_stream_best"] == round(entry["fuseplan"]["brr"]["dram_bytes"] / 16713907, 4)
+    assert written["stream_cpu_seconds"] == 70.0
+    # the key changes with anything Stream is given
+    assert stream.answer_key(spec) != stream.answer_key({**spec, "buffer_bytes": 1024 * 1024})
+
+
+def test_stream_cached_only_needs_reuse(tmp_path, capsys):
+    stream = load_script("compare_stream")
+    assert stream.main(["--cached-only", "-o", str(tmp_path / "out.json")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--reuse" in lines[0]
+    assert not (tmp_path / "out.json").exists()
