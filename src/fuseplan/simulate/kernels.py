@@ -287,6 +287,19 @@ def row_span(kernel: float, stride: float, reach: float, first: int, stop: int, 
     return max(0, min(start, height)), max(0, min(end, height))
 
 
+def flattened_features(x: Rows, channels: slice, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The features a Flatten (axis 1) of an ``NCHW`` map makes of ``x``'s channels ``channels`` (of the whole
+    map) and rows ``[first, stop)``: their indices in the flattened output, in order, and their values
+    ``(N, features)``."""
+    height, width = x.height, x.data.shape[-1]
+    c = np.arange(channels.start, channels.stop)[:, None, None]
+    r = np.arange(first, stop)[None, :, None]
+    w = np.arange(width)[None, None, :]
+    indices = ((c * height + r) * width + w).reshape(-1)
+    values = x.take(first, stop)
+    return indices, values.reshape(values.shape[0], -1)
+
+
 def matmul_block(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, attrs: Mapping[str, Any], op_type: str,
                  out_span: slice = slice(None), in_span: slice = slice(None)) -> np.ndarray:
     """Output columns ``out_span`` of a Gemm (``transA`` 0) or a MatMul by a constant, from input features
