@@ -81,7 +81,7 @@ import numpy as np
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS, Schedule
 from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, \
-    flattened_features, matmul_block, pool_rows, resize_rows, row_span
+    flattened_features, matmul_block, per_channel, pool_rows, resize_rows, row_span
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall
 from fuseplan.simulate.values import ModelValues
@@ -1027,11 +1027,7 @@ class TileRun:
         if node.op_type == "Clip":
             return clip(operands[0], *(operands[1:] + [None, None])[:2], kernel.attrs).astype(np.float32)
         if node.op_type == "BatchNormalization":
-            x, scale, bias, mean, var = operands[:5]
-            shape = (1, -1, 1, 1)
-            eps = float(kernel.attrs.get("epsilon", 1e-5))
-            out = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
-            return (out + bias.reshape(shape)).astype(np.float32)
+            operands = [operands[0], *(per_channel(node.op_type, c, operands[0].ndim) for c in operands[1:5])]
         return np.asarray(ELEMENTWISE[node.op_type](kernel.attrs, *operands), dtype=np.float32)
 
 
