@@ -30,7 +30,11 @@ cost model is consulted):
   buffer from step to step (a buffer holding one block of them drops the
   others' sums: :class:`MissingRows`); a Flatten of a 1x1 map passes block
   ``j`` on, one of a larger map (read whole) makes block ``j`` of its
-  features from all of it. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
+  features from all of it, and one of a larger map that comes a block of
+  channels at a time takes its rows as they come and passes their features
+  on a feature block at a time (its output's block) to the matrix products
+  reading it, each of which streams only those features' weight rows and
+  adds their share into its sums, held whole until the last. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
   axis 1: on a rank-3 ``(batch, tokens, features)`` tensor, tokens; every
   operator on such blocks works on each token alone, a MatMul by a constant
   with all its weights, streamed once per block where they stream (the
