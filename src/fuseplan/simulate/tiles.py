@@ -36,8 +36,9 @@ cost model is consulted):
   reading it, each of which streams only those features' weight rows and
   adds their share into its sums, held whole until the last. The block
   axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`, axis 1: on a rank-3
-  ``(batch, tokens, features)`` tensor, tokens; every operator on such blocks works on each token alone, a MatMul by a constant
-  with all its weights, streamed once per block where they stream (the
+  ``(batch, tokens, features)`` tensor, tokens; every operator on such
+  blocks works on each token alone, a MatMul by a constant with all its
+  weights, streamed once per block where they stream (the
   weights are read once per block: more DRAM than BRR prices), a Reshape
   splitting or joining the heads, LayerNormalization and Softmax along the
   last axis. Other barriers in a block loop wait for all their input rows.
