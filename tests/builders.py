@@ -84,3 +84,34 @@ def with_unknown_op() -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "unknown_op", [_value("x", [1, 3, 8, 8])], [_value("y", [1, 4, 8, 8])], [w])
     graph.value_info.append(_value("a", [1, 4, 8, 8]))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+
+
+def conv_bn_prelu(channels: int = 24, size: int = 20) -> onnx.ModelProto:
+    """Two 3x3 convolutions, each followed by an unfolded BatchNormalization and a PRelu of one slope per
+    channel, then a 1x1 convolution: per-channel constants riding on convolutions (the zoo folds BN away).
+    The maps are ``size`` wide and the channels another number, so a constant broadcast along the wrong axis
+    fails or computes other values."""
+    rng = np.random.default_rng(2)
+    inits = []
+    nodes = []
+    x, c_in = "x", 8
+    for i in (1, 2):
+        names = [f"{part}{i}" for part in ("w", "b", "bn_scale", "bn_bias", "bn_mean", "bn_var", "slope")]
+        values = [(rng.standard_normal((channels, c_in, 3, 3)) / np.sqrt(9 * c_in)).astype(np.float32),
+                  rng.standard_normal(channels).astype(np.float32),
+                  rng.random(channels).astype(np.float32) + 0.5, rng.standard_normal(channels).astype(np.float32),
+                  rng.standard_normal(channels).astype(np.float32), rng.random(channels).astype(np.float32) + 0.5,
+                  (rng.random((channels, 1, 1)) * 0.5).astype(np.float32)]
+        inits += [numpy_helper.from_array(value, name) for name, value in zip(names, values)]
+        nodes += [
+            helper.make_node("Conv", [x, names[0], names[1]], [f"c{i}"], name=f"conv{i}", kernel_shape=[3, 3],
+                             pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", [f"c{i}", *names[2:6]], [f"n{i}"], name=f"bn{i}", epsilon=1e-3),
+            helper.make_node("PRelu", [f"n{i}", names[6]], [f"p{i}"], name=f"prelu{i}"),
+        ]
+        x, c_in = f"p{i}", channels
+    inits.append(numpy_helper.from_array(rng.standard_normal((16, channels, 1, 1)).astype(np.float32), "w3"))
+    nodes.append(helper.make_node("Conv", [x, "w3"], ["y"], name="conv3", kernel_shape=[1, 1]))
+    graph = helper.make_graph(nodes, "conv_bn_prelu", [_value("x", [1, 8, size, size])],
+                              [_value("y", [1, 16, size, size])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -92,3 +92,18 @@ def test_bad_input_is_one_error_line(tmp_path, plan_path):
     assert_one_line_error(fuseplan("simulate", "squeezenet", str(garbage)), "not a plan file")
     assert_one_line_error(fuseplan("simulate", "squeezenet", str(plan_path), "--hardware", "eyeriss-v1"),
                           "the plan was made for")
+
+
+@pytest.mark.slow
+def test_deeplabv3_planned_at_its_own_shape_runs_at_another(tmp_path):
+    # its export froze two Resize sizes at 513x513; the importer makes them follow the input (75 s at load 9)
+    path = tmp_path / "deeplab.json"
+    planned = fuseplan("plan", "deeplabv3_mobilenet_v3_large", "--buffer", "64KB", "-o", str(path))
+    assert planned.returncode == 0, planned.stderr
+    result = fuseplan("simulate", "deeplabv3_mobilenet_v3_large", str(path), "--input-shape", "input=1x3x97x97",
+                      "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["input_shapes"] == {"input": [1, 3, 97, 97]} and report["groups_skipped"] == 0
+    assert report["groups_agreeing"] == report["groups_run"] > 50
+    assert report["simulated_dram_bytes"] == report["priced_dram_bytes"] and report["output_error"] <= 1e-4

@@ -201,3 +201,17 @@ def test_a_new_input_shape_replaces_the_shapes_a_prepared_model_recorded_for_its
     direct = load_graph("mobilenet_v3_small", {"input": (1, 3, 112, 112)})
     assert [t.shape for t in again.tensors] == [t.shape for t in direct.tensors]
     assert again.tensors[again.nodes[0].outputs[0]].shape == (1, 16, 56, 56)
+
+
+@pytest.mark.parametrize("size", [224, pytest.param(257, marks=pytest.mark.slow)])
+def test_a_resize_to_sizes_frozen_at_export_follows_a_new_input_shape(size):
+    # torchvision's DeepLabV3 resizes its ASPP pooling branch to the size of the map it pools and its logits to
+    # the input's; the export froze both at 513x513 (33x33 and 513x513). Those now follow the new input: the
+    # pooling branch matches the branches it is concatenated with, and the output has the input's size.
+    graph = load_graph("deeplabv3_mobilenet_v3_large", {"input": (1, 3, size, size)})
+    concat = graph.nodes[graph.node_index("/model/classifier/classifier.0/Concat")]
+    branches = [graph.tensors[t].shape for t in concat.inputs]
+    assert len(branches) == 5 and len({shape[2:] for shape in branches}) == 1
+    assert branches[0][2] < 33
+    assert graph.tensors[graph.model_outputs[0]].shape == (1, 21, size, size)
+    assert len(graph.nodes) == len(load_graph("deeplabv3_mobilenet_v3_large").nodes)

@@ -1,7 +1,8 @@
 """The tile executor's block kernels beyond convolutions (:mod:`fuseplan.simulate.tiles`), on real zoo groups that
 BRR holds a channel block at a time: a Concat's block loop runs over its output's channels (each input in its
-place), a global pooling takes a streamed input a block at a time, and the classifier's rank-2 tensors (a
-Flatten's output read by a full Gemm, a partial Gemm's output) run a block at a time. Each runs as priced:
+place), a global pooling takes a streamed input a block at a time, the classifier's rank-2 tensors (a
+Flatten's output read by a full Gemm, a partial Gemm's output) run a block at a time, and a Flatten of a 7x7 map
+held a block of channels at a time passes them on a block of features at a time. Each runs as priced:
 simulated DRAM equal to ``F_D``, peak within ``F_beta``, outputs within 1e-4 of onnxruntime."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 from fuseplan.cost import make_cost_model
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.run import TOLERANCE, simulate_alone
-from fuseplan.simulate.tiles import ACCUMULATE, PRODUCE, SLICE, TileRun
+from fuseplan.simulate.tiles import ACCUMULATE, FEATURE_BLOCKS, PRODUCE, SLICE, TileRun
+from fuseplan.simulate.values import relative_error
 from tests.simulate.test_tiles import _assert_runs_as_priced as _runs_as_priced, _tensor
 
 pytest.importorskip("onnxruntime", reason="the simulator compares with onnxruntime (the rewrite extra)")
@@ -163,3 +165,39 @@ def test_bert_runs_as_priced_and_a_schedule_blocking_its_tokens_reads_the_weight
     weights = graph.nodes[matmul].weight_numel
     assert outcome.simulated_dram == blocked.dram + (blocks - 1) * weights
 
+
+
+def _vgg16_range(graph, first: str, last: str) -> tuple[str, ...]:
+    """The names of vgg16's operators from ``first`` to ``last`` (a chain: every such range is a group)."""
+    start, stop = graph.node_index(first), graph.node_index(last)
+    return tuple(graph.nodes[v].name for v in range(start, stop + 1))
+
+
+@pytest.mark.slow
+def test_vgg16s_flatten_of_a_7x7_map_passes_a_channel_block_on_a_feature_block_at_a_time():
+    # BRR holds the 7x7 map a block of 16 channels at a time (784 features) and the Flatten's output a block of
+    # 16 features, which the first classifier Gemm sums into all 4,096 outputs: 49 feature blocks per channel block
+    graph, values = _prepared("vgg16", 224)
+    flattened = _tensor(graph, "/Flatten_output_0")
+    gemm = graph.node_index("/classifier/classifier.0/Gemm")
+    for kb, last in ((256, "/classifier/classifier.6/Gemm"), (1024, "/classifier/classifier.0/Gemm")):
+        cost, group, schedule = _schedule(graph, _vgg16_range(graph, "/features/features.28/Conv", last), kb)
+        pooled = _tensor(graph, "/avgpool/AveragePool_output_0")
+        assert {pooled, flattened} <= _block_held(graph, schedule) and schedule.tensor(flattened).elements == 16
+        run = TileRun(graph, schedule, values, {}, OnChip(None), DramTraffic())
+        assert run.roles[graph.node_index("/Flatten")] == FEATURE_BLOCKS and run.roles[gemm] == ACCUMULATE
+        _runs_as_priced(graph, schedule, values, cost, group)
+    # at 64KB the map comes a row at a time too (14 tiles): each row of a channel block is 112 features, and the
+    # Gemm reads the weight rows of those features only, so all its weights once over the 7 tiles it sums in
+    cost, group, schedule = _schedule(graph, _vgg16_range(graph, "/features/features.27/Relu",
+                                                          "/classifier/classifier.4/Relu"), 64)
+    assert schedule.params["tiles"] > 1 and schedule.tensor(_tensor(graph, "/avgpool/AveragePool_output_0")).rows == 1
+    dram = {u.tensor: values.tensor(u.tensor) for u in schedule.tensors if u.dram_reads}
+    chip, traffic = OnChip(cost.buffer_bytes - 1), DramTraffic()
+    run = TileRun(graph, schedule, values, dram, chip, traffic)
+    run.run()
+    assert traffic.reads["weights /classifier/classifier.0/Gemm"] == next(w.dram_reads for w in schedule.weights
+                                                                          if w.operator == gemm)
+    assert run.peaks[flattened] == 16 and not run.excess() and chip.peak <= schedule.on_chip
+    written = _tensor(graph, "/classifier/classifier.4/Relu_output_0")
+    assert relative_error(dram[written], values.tensor(written)) <= TOLERANCE

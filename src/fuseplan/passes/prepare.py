@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.base import Pass
+from fuseplan.passes.order import topological_order
 
 ALIAS_OPS = frozenset({"Identity", "Dropout"})
 
@@ -70,6 +71,8 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
                 f"--input-shape names {name!r}, but the model's inputs are {sorted(names)}"
             )
     reshaped = False
+    declared_model = onnx.ModelProto()
+    declared_model.CopyFrom(model)  # the model at the shapes it declares, for what was exported at them
     for value in graph_inputs:
         tensor_type = value.type.tensor_type
         if value.name in input_shapes:
@@ -106,9 +109,79 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
         # The shapes a model file records for the other tensors (a prepared model saved, say) follow from the
         # inputs' old shapes: shape inference would keep them, and every tensor after the input would keep
         # the old size. They are dropped, to be inferred again from the new inputs.
+        _follow_frozen_resize_sizes(model, declared_model)
         model.graph.ClearField("value_info")
         for value in model.graph.output:
             value.type.tensor_type.ClearField("shape")
+
+
+def _constant_ints(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """The integer constants of the graph (initializers and ``Constant`` nodes) of a few values, by name."""
+    found: dict[str, list[int]] = {}
+    tensors = [(init.name, init) for init in model.graph.initializer]
+    tensors += [(node.output[0], attr.t) for node in model.graph.node if node.op_type == "Constant"
+                for attr in node.attribute if attr.name == "value"]
+    for name, tensor in tensors:
+        if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and prod(tensor.dims) <= 8:
+            try:
+                found[name] = [int(x) for x in numpy_helper.to_array(tensor).reshape(-1)]
+            except Exception:  # a stripped payload
+                continue
+    return found
+
+
+def _follow_frozen_resize_sizes(model: onnx.ModelProto, declared: onnx.ModelProto) -> None:
+    """Make the ``sizes`` a Resize took from its exporter as constants follow the new input shapes.
+
+    An exporter that traced ``interpolate(x, size=y.shape[-2:])`` at fixed input shapes records the
+    height and width as a constant: ``sizes = Concat(Slice(Shape(x), 0, 2), [H, W])`` (torchvision's
+    DeepLabV3 does, for its pooling branch and its output). At other input shapes the constant is wrong
+    (a Concat of maps of two sizes, which shape inference cannot type). Where, at the shapes the model
+    declares, ``[H, W]`` is the height and width of a map the Resize's output is concatenated with along
+    the channels, or of a model input, the constant is replaced by that map's (input's) ``Shape[2:4]``.
+    """
+    import numpy as np
+
+    graph = model.graph
+    shapes, _ = known_shapes(_infer_shapes(declared))
+    constants = _constant_ints(model)
+    producer = {out: node for node in graph.node for out in node.output if out}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    initializers = {init.name for init in graph.initializer}
+    inputs = [value.name for value in graph.input if value.name not in initializers]
+    added: list[onnx.NodeProto] = []
+    for node in graph.node:
+        if node.op_type != "Resize" or len(node.input) < 4 or not node.input[3]:
+            continue
+        sizes = producer.get(node.input[3])
+        if sizes is None or sizes.op_type != "Concat" or sizes.input[-1] not in constants:
+            continue
+        spatial = constants[sizes.input[-1]]
+        if len(spatial) != 2:
+            continue
+        siblings = [x for reader in readers.get(node.output[0], []) if reader.op_type == "Concat"
+                    and int(node_attributes(reader).get("axis", 0)) in (1, -3)
+                    for x in reader.input if x and x != node.output[0]]
+        reference = next((x for x in siblings + inputs
+                          if (shape := shapes.get(x)) is not None and len(shape) == 4 and list(shape[2:]) == spatial),
+                         None)
+        if reference is None:
+            continue
+        stem = f"{node.output[0]}/followed_sizes"
+        for name, value in ((f"{stem}/starts", 2), (f"{stem}/ends", 4)):
+            graph.initializer.append(numpy_helper.from_array(np.array([value], dtype=np.int64), name))
+        added += [helper.make_node("Shape", [reference], [f"{stem}/shape"], name=f"{stem}/Shape"),
+                  helper.make_node("Slice", [f"{stem}/shape", f"{stem}/starts", f"{stem}/ends"], [stem],
+                                   name=f"{stem}/Slice")]
+        sizes.input[len(sizes.input) - 1] = stem
+    if added:
+        nodes = list(graph.node) + added
+        order = topological_order(nodes, set(inputs) | {init.name for init in graph.initializer})
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

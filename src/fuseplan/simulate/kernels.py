@@ -164,13 +164,29 @@ def _hard_sigmoid(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     return np.clip(float(attrs.get("alpha", 0.2)) * x + float(attrs.get("beta", 0.5)), 0.0, 1.0)
 
 
+def _batch_norm(a: Mapping[str, Any], x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray,
+                var: np.ndarray) -> np.ndarray:
+    """Inference BatchNormalization on operands that broadcast against ``x`` (see :func:`per_channel`)."""
+    return (x - mean) / np.sqrt(var + float(a.get("epsilon", 1e-5))) * scale + bias
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     from math import erf
 
     return np.frompyfunc(erf, 1, 1)(x.astype(np.float64)).astype(x.dtype)
 
 
-# Element-wise operators on operands already cut to the same rows (broadcasting as numpy does).
+def per_channel(op_type: str, value: np.ndarray, rank: int) -> np.ndarray:
+    """A constant operand of ``op_type`` shaped to broadcast, as numpy does, against an activation of ``rank``
+    axes: BatchNormalization's scale, bias, mean and variance are one value per channel (axis 1), where numpy
+    would align a 1-D array with the last axis; every other operand broadcasts as it is."""
+    if op_type == "BatchNormalization" and value.ndim == 1 and rank >= 2:
+        return value.reshape((-1,) + (1,) * (rank - 2))
+    return value
+
+
+# Element-wise operators on operands already cut to the same rows (broadcasting as numpy does; BatchNormalization's
+# per-channel operands shaped by :func:`per_channel` first).
 ELEMENTWISE: Mapping[str, Callable[..., np.ndarray]] = {
     "Relu": lambda a, x: np.maximum(x, 0),
     "Sigmoid": lambda a, x: 1.0 / (1.0 + np.exp(-x)),
@@ -178,6 +194,8 @@ ELEMENTWISE: Mapping[str, Callable[..., np.ndarray]] = {
     "HardSigmoid": lambda a, x: _hard_sigmoid(x, a),
     "HardSwish": lambda a, x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
     "LeakyRelu": lambda a, x: np.where(x >= 0, x, float(a.get("alpha", 0.01)) * x),
+    "PRelu": lambda a, x, slope: np.where(x >= 0, x, slope * x),
+    "BatchNormalization": _batch_norm,
     "Erf": lambda a, x: _erf(x),
     "Exp": lambda a, x: np.exp(x),
     "Sqrt": lambda a, x: np.sqrt(x),
@@ -285,6 +303,19 @@ def row_span(kernel: float, stride: float, reach: float, first: int, stop: int, 
     start = floor(stride * first + reach - kernel + 1 + 1e-9)
     end = floor(stride * (stop - 1) + reach + 1e-9) + 1
     return max(0, min(start, height)), max(0, min(end, height))
+
+
+def flattened_features(x: Rows, channels: slice, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The features a Flatten (axis 1) of an ``NCHW`` map makes of ``x``'s channels ``channels`` (of the whole
+    map) and rows ``[first, stop)``: their indices in the flattened output, in order, and their values
+    ``(N, features)``."""
+    height, width = x.height, x.data.shape[-1]
+    c = np.arange(channels.start, channels.stop)[:, None, None]
+    r = np.arange(first, stop)[None, :, None]
+    w = np.arange(width)[None, None, :]
+    indices = ((c * height + r) * width + w).reshape(-1)
+    values = x.take(first, stop)
+    return indices, values.reshape(values.shape[0], -1)
 
 
 def matmul_block(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, attrs: Mapping[str, Any], op_type: str,

@@ -31,7 +31,8 @@ from fuseplan.schedule.lone import (
     LINE_NORMALISATIONS, MATMUL_BLOCKS, ROWS_INNER, ROWS_OUTER, WHOLE_KIND,
 )
 from fuseplan.schedule.model import Schedule
-from fuseplan.simulate.kernels import ELEMENTWISE, Rows, SingleNode, Window, clip, conv_rows, pool_rows, resize_rows
+from fuseplan.simulate.kernels import ELEMENTWISE, Rows, SingleNode, Window, clip, conv_rows, per_channel, pool_rows, \
+    resize_rows
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.values import ModelValues
 
@@ -70,8 +71,9 @@ class _Riders:
             if node.weight_numel:
                 chip.alloc(_weights(graph, u), node.weight_numel)
                 traffic.read(_weights(graph, u), node.weight_numel)
-            # every constant broadcast to the output and seen as the kind's blocks see it
-            constants = [(slot, view(np.broadcast_to(value, out_shape)))
+            # every constant broadcast to the output (a BatchNormalization's along the channels) and seen as the
+            # kind's blocks see it
+            constants = [(slot, view(np.broadcast_to(per_channel(node.op_type, value, len(out_shape)), out_shape)))
                          for slot, value in enumerate(operands.slots) if isinstance(value, np.ndarray)]
             self.steps.append((operands, constants, node.attributes, node.outputs[0]))
             for t in node.inputs:
@@ -502,7 +504,7 @@ def run_chunks(schedule: Schedule, graph: CompGraph, values: ModelValues, dram: 
                     traffic.read(name, array.size)
                     whole[slot] = lined(array)
             elif isinstance(s, np.ndarray):
-                whole[slot] = lined(s)
+                whole[slot] = lined(per_channel(op, s, len(out_t.shape)))
         names = {slot: _tensor(graph, s) for slot, s in enumerate(operands.slots) if slot in streamed}
         if not streamed:
             chip.alloc(out_name, line)

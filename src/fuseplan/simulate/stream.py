@@ -39,7 +39,7 @@ import numpy as np
 from fuseplan.graph.ir import CompGraph, OpNode
 from fuseplan.schedule.model import IN_PLACE, Schedule
 from fuseplan.simulate.kernels import (ELEMENTWISE, ROW_AXIS, MissingRows, Rows, SingleNode, Window, clip,
-                                       conv_rows, pool_rows, resize_rows, row_span)
+                                       conv_rows, per_channel, pool_rows, resize_rows, row_span)
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.values import NodeOperands
 
@@ -94,11 +94,7 @@ class OperatorRows:
             if kind == "Clip":
                 return [clip(operands[0], *(operands[1:] + [None, None])[:2], self.attrs)]
             if kind == "BatchNormalization":
-                x, scale, bias, mean, var = operands[:5]
-                shape = (1, -1) + (1,) * (x.ndim - 2)
-                eps = float(self.attrs.get("epsilon", 1e-5))
-                out = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
-                return [(out + bias.reshape(shape)).astype(x.dtype)]
+                operands = [operands[0], *(per_channel(kind, c, operands[0].ndim) for c in operands[1:5])]
             return [np.asarray(ELEMENTWISE[kind](self.attrs, *operands), dtype=slices[0].dtype)]
         return self._single(slices)
 

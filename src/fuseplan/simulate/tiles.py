@@ -30,10 +30,15 @@ cost model is consulted):
   buffer from step to step (a buffer holding one block of them drops the
   others' sums: :class:`MissingRows`); a Flatten of a 1x1 map passes block
   ``j`` on, one of a larger map (read whole) makes block ``j`` of its
-  features from all of it. The block axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`,
-  axis 1: on a rank-3 ``(batch, tokens, features)`` tensor, tokens; every
-  operator on such blocks works on each token alone, a MatMul by a constant
-  with all its weights, streamed once per block where they stream (the
+  features from all of it, and one of a larger map that comes a block of
+  channels at a time takes its rows as they come and passes their features
+  on a feature block at a time (its output's block) to the matrix products
+  reading it, each of which streams only those features' weight rows and
+  adds their share into its sums, held whole until the last. The block
+  axis is :data:`~fuseplan.schedule.model.BLOCK_AXIS`, axis 1: on a rank-3
+  ``(batch, tokens, features)`` tensor, tokens; every operator on such
+  blocks works on each token alone, a MatMul by a constant with all its
+  weights, streamed once per block where they stream (the
   weights are read once per block: more DRAM than BRR prices), a Reshape
   splitting or joining the heads, LayerNormalization and Softmax along the
   last axis. Other barriers in a block loop wait for all their input rows.
@@ -81,7 +86,7 @@ import numpy as np
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS, Schedule
 from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, \
-    matmul_block, pool_rows, resize_rows, row_span
+    flattened_features, matmul_block, per_channel, pool_rows, resize_rows, row_span
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall
 from fuseplan.simulate.values import ModelValues
@@ -89,6 +94,9 @@ from fuseplan.simulate.values import ModelValues
 WEIGHT_BLOCK = "weight block"
 
 PRODUCE, ACCUMULATE, SLICE = "partial", "full", "slice"  # roles of an operator in a block cluster
+# a Flatten of a larger map than 1x1 whose input comes a block of channels at a time and whose output is held a
+# block of features at a time: each block of channels is a run of features, passed on a feature block at a time
+FEATURE_BLOCKS = "feature blocks"
 SLICEABLE = frozenset(ELEMENTWISE) | {"Clip", "BatchNormalization", "MaxPool", "AveragePool", "Resize"}
 # operators without weights that make output channels j from input channels j but see all their input rows
 # at once (a Flatten only of a 1x1 map: then input channel j is output feature j)
@@ -161,6 +169,8 @@ class TileRun:
         self.kernels = {v: OperatorRows(graph, graph.nodes[v], values.operands(graph.nodes[v]), values.opset)
                         for v in schedule.operators}
         self.weights_per_block: set[int] = set()  # operators that need all their weights in every block
+        self.fed_features: set[int] = set()  # products that a FEATURE_BLOCKS Flatten feeds, a feature block at a time
+        self.feature_sums: dict[int, np.ndarray] = {}  # their sums, kept from step to step until complete
         self.units = self._units()
         self.steps = 0
         self.peaks: dict[int, int] = {}  # the most elements each tensor held at once
@@ -247,7 +257,9 @@ class TileRun:
         order = [units[i] for i in found]
         self.loop_of = {v: i for i, unit in enumerate(order) for v in unit}
         self.cluster_of = {v: unit for unit in order for v in unit if v in blocked_ops}
-        sizes = {self.block[t] for t in self.by_block if t in self.block}
+        self.feature_blocked = {self.graph.nodes[v].outputs[0] for v, role in self.roles.items()
+                                if role == FEATURE_BLOCKS}
+        sizes = {self.block[t] for t in self.by_block if t in self.block and t not in self.feature_blocked}
         if len(sizes) > 1:
             raise Unsupported("tensors held in channel blocks of different sizes")
         for t in self.by_block:
@@ -282,7 +294,8 @@ class TileRun:
                         start += self._channels(t)
                 elif role == SLICE:
                     ties.extend((out, t, 0) for t in node.inputs if self._channels(t) == self._channels(out))
-            touched = [t for t in sorted(self.by_block)
+            # a Flatten's feature blocks have a loop of their own inside each block of channels
+            touched = [t for t in sorted(self.by_block - self.feature_blocked)
                        if graph.tensors[t].producer in members or any(c in members for c in self.readers[t])]
             if not touched:
                 continue
@@ -503,11 +516,12 @@ class TileRun:
         return min(self._height(t), self._first_needed(t, ahead=True) + self.cap[t])
 
     # -- weights --------------------------------------------------------------------------------------------
-    def _stream_weights(self, v: int) -> None:
+    def _stream_weights(self, v: int, elements: int | None = None) -> None:
+        """Stream ``elements`` of ``v``'s weights (all of them by default) through the weight-block buffer."""
         node = self.graph.nodes[v]
         if not node.weight_numel or self.resident:
             return
-        left = node.weight_numel
+        left = node.weight_numel if elements is None else elements
         piece = max(1, self.weight_block)
         while left > 0:
             part = min(piece, left)
@@ -625,11 +639,13 @@ class TileRun:
             return SLICE
         if node.op_type == "Flatten":
             # of a 1x1 map, input channel j is output feature j; of a larger map, which the input comes whole
-            # for, block j of the features is a slice of the whole input flattened
+            # for, block j of the features is a slice of the whole input flattened; one that comes a block of
+            # channels at a time is passed on a block of features at a time to products that sum them
             shape = tensors[node.inputs[0]].shape
-            if int(node.attributes.get("axis", 1)) != 1 or len(shape) != 4 \
-                    or (shape[2] * shape[3] != 1 and blocked_input):
+            if int(node.attributes.get("axis", 1)) != 1 or len(shape) != 4:
                 raise Unsupported(f"no channel-block kernel for the Flatten {node.name}")
+            if shape[2] * shape[3] != 1 and blocked_input:
+                return self._feature_role(v)
             return SLICE
         if node.op_type in REDUCING and len(out_shape) == 4:
             return SLICE
@@ -637,6 +653,22 @@ class TileRun:
                 or (len(out_shape) == 2 and node.op_type not in ELEMENTWISE and node.op_type != "Clip"):
             raise Unsupported(f"no channel-block kernel for {node.op_type} {node.name}")
         return SLICE
+
+    def _feature_role(self, v: int) -> str:
+        """The role of a Flatten of a map larger than 1x1 whose input comes a block of channels at a time: its
+        output must be held a block of features at a time too, and read in the group only by matrix products
+        by a constant, which add each feature block's share into all their sums (kept until the last)."""
+        node = self.graph.nodes[v]
+        out = node.outputs[0]
+        readers = self.readers[out]
+        if out not in self.block or out in self.in_place or not readers or any(
+                not dense(self.graph, c) or self.graph.nodes[c].op_type not in ("Gemm", "MatMul")
+                or int(self.graph.nodes[c].attributes.get("transA", 0))
+                or self.graph.nodes[c].inputs[0] != out for c in readers):
+            raise Unsupported(f"no channel-block kernel for the Flatten {node.name} of a map larger than 1x1 "
+                              f"whose input comes a block of channels at a time")
+        self.fed_features.update(readers)
+        return FEATURE_BLOCKS
 
     def _splits_last_axes(self, v: int) -> bool:
         """Whether Reshape ``v`` splits the last axis of a rank-3 tensor in two, or joins the last two of a
@@ -672,8 +704,8 @@ class TileRun:
         graph = self.graph
         roles = self.roles
         touched = {t for v in unit for t in (*graph.nodes[v].inputs, *graph.nodes[v].outputs)}
-        by_block = touched & self.by_block
-        width = self.block[next(iter(by_block))]
+        by_block = touched & self.by_block - self.feature_blocked
+        width = self.block[min(by_block)]
         blocks = ceil(self.loop_channels[self.root_of[unit[0]]] / width)
         # plan: rows each operator makes this step
         available: dict[int, int] = {}
@@ -716,7 +748,7 @@ class TileRun:
         if not active and not loads:
             return
         for v in active:
-            if v not in self.weights_per_block:
+            if v not in self.weights_per_block and v not in self.fed_features:
                 self._stream_weights(v)
         # the rows each block-held tensor's readers need after this step (kept whole with keep_halo)
         after = dict(self.emitted)
@@ -730,7 +762,7 @@ class TileRun:
         self.made = saved_made
         sums: dict[int, np.ndarray] = {}
         for v in active:
-            if roles[v] == ACCUMULATE:
+            if roles[v] == ACCUMULATE and v not in self.fed_features:
                 first, stop = plans[v]
                 out = graph.nodes[v].outputs[0]
                 shape = list(graph.tensors[out].shape)
@@ -746,13 +778,17 @@ class TileRun:
             for t, (first, stop) in loads.items():
                 self._load(t, stop, j, first)
             for v in active:
-                self._block_step(v, roles[v], j, slice(j * width, (j + 1) * width), plans[v], sums)
+                if v not in self.fed_features:  # those take their feature blocks from the Flatten's step
+                    self._block_step(v, roles[v], j, slice(j * width, (j + 1) * width), plans[v], sums)
         for t, (_first, stop) in loads.items():
             self.made[t] = max(self.made[t], stop)
         for v in active:
             first, stop = plans[v]
             node = graph.nodes[v]
-            if roles[v] == ACCUMULATE:
+            if v in self.fed_features:
+                self.chip.alloc(f"partial sums {node.name}", 0)
+                self._store(node.outputs[0], first, self.feature_sums.pop(v))
+            elif roles[v] == ACCUMULATE:
                 out = node.outputs[0]
                 for r in range(first, stop):
                     self.held[out].pop(r, None)
@@ -809,7 +845,8 @@ class TileRun:
         t = self.graph.nodes[v].inputs[0]
         first, height = self.taken[v][t], self._height(t)
         have = min(height, available.get(t, self.made[t]))
-        whole = self.cap[t] >= height or self.graph.nodes[v].op_type not in REDUCING
+        whole = self.cap[t] >= height or (self.graph.nodes[v].op_type not in REDUCING
+                                          and self.roles.get(v) != FEATURE_BLOCKS)
         if self._done(v) or (whole and have < height):
             return first, first
         return first, have
@@ -883,6 +920,9 @@ class TileRun:
         elif node.op_type == "Concat":
             parts = [x.take(first, stop) if x.data.ndim >= 4 else x.data for x in held if x is not None]
             rows = np.concatenate(parts, axis=1)
+        elif role == FEATURE_BLOCKS:
+            self._pass_features(v, held[0], self._span(node.inputs[0], j), first, stop)
+            return
         elif node.op_type == "Flatten":
             rows = held[0].data.reshape(held[0].data.shape[0], -1)
             if rows.shape[1] != out_span.stop - out_span.start:  # a map larger than 1x1, read whole
@@ -899,6 +939,40 @@ class TileRun:
         else:
             rows = self._elementwise(v, held, out_span, first, stop)
         self._store(out, 0 if barrier else first, rows, out_span, j)
+
+    def _pass_features(self, v: int, x: Rows, channels: slice, first: int, stop: int) -> None:
+        """A FEATURE_BLOCKS Flatten's share of a block: the features of input ``channels`` and rows ``[first,
+        stop)``, passed a block of features at a time (what the output's buffer holds) to the products reading
+        them, each of which streams the weight rows of those features and adds their share into its sums."""
+        out = self.graph.nodes[v].outputs[0]
+        name = f"tensor {self.graph.tensors[out].name}"
+        features, data = flattened_features(x, channels, first, stop)
+        size = self.block[out]
+        for start in range(0, features.size, size):
+            part, values = features[start:start + size], data[:, start:start + size]
+            self.chip.alloc(name, values.size)
+            self.peaks[out] = max(self.peaks.get(out, 0), values.size)
+            if out in self.written:
+                self.dram.setdefault(out, np.zeros(self.graph.tensors[out].shape, dtype=np.float32))[:, part] = values
+                self.traffic.write(name, values.size)
+            for c in self.readers[out]:
+                self._add_features(c, part, values)
+        self.chip.alloc(name, 0)
+
+    def _add_features(self, v: int, features: np.ndarray, values: np.ndarray) -> None:
+        """Product ``v`` adds input ``features`` (``values``) times their weight rows into its sums, which it
+        starts from its bias (read with the first block) and holds whole until the last feature is in."""
+        node, kernel = self.graph.nodes[v], self.kernels[v]
+        weight = kernel.operands.constant(1)
+        outputs = weight.shape[0] if node.op_type == "Gemm" and int(node.attributes.get("transB", 0)) \
+            else weight.shape[-1]
+        if v not in self.feature_sums:
+            shape = list(self.graph.tensors[node.outputs[0]].shape)
+            self.feature_sums[v] = self._bias(v, shape)
+            self.chip.alloc(f"partial sums {node.name}", self.feature_sums[v].size)
+            self._stream_weights(v, node.weight_numel - weight.size)  # the bias
+        self._stream_weights(v, features.size * outputs)
+        self.feature_sums[v] += matmul_block(values, weight, None, kernel.attrs, node.op_type, in_span=features)
 
     @staticmethod
     def _nonempty(span: slice) -> bool:
@@ -958,11 +1032,7 @@ class TileRun:
         if node.op_type == "Clip":
             return clip(operands[0], *(operands[1:] + [None, None])[:2], kernel.attrs).astype(np.float32)
         if node.op_type == "BatchNormalization":
-            x, scale, bias, mean, var = operands[:5]
-            shape = (1, -1, 1, 1)
-            eps = float(kernel.attrs.get("epsilon", 1e-5))
-            out = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
-            return (out + bias.reshape(shape)).astype(np.float32)
+            operands = [operands[0], *(per_channel(node.op_type, c, operands[0].ndim) for c in operands[1:5])]
         return np.asarray(ELEMENTWISE[node.op_type](kernel.attrs, *operands), dtype=np.float32)
 
 
