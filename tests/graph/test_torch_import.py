@@ -9,18 +9,23 @@ import numpy as np
 import onnx
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("onnxscript")
-
-from fuseplan.cost import make_cost_model  # noqa: E402
-from fuseplan.graph import graph_from_torch, load_graph, save_torch_onnx  # noqa: E402
-from fuseplan.plan import FusionProblem  # noqa: E402
-from fuseplan.search import make_search, minimize  # noqa: E402
-from fuseplan.split import make_splitter  # noqa: E402
-from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
+from fuseplan.cost import make_cost_model
+from fuseplan.graph import graph_from_torch, load_graph, save_torch_onnx
+from fuseplan.plan import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.split import make_splitter
+from tests.cli.test_cli import assert_one_line_error, fuseplan
 
 # Each test exports at least once; torch's exporter takes seconds per model.
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def torch():
+    """torch (skip without it or onnxscript), imported when a test of this file runs: collecting the fast set
+    does not pay for its import."""
+    pytest.importorskip("onnxscript")
+    return pytest.importorskip("torch")
 
 NET = '''
 import torch
@@ -75,7 +80,7 @@ def test_graph_from_torch_is_ready_to_plan(net_file):
     assert problem.check(result.plan) == [] and result.details["optimal"]
 
 
-def test_external_weight_data_imports_and_annotates(net_file, tmp_path):
+def test_external_weight_data_imports_and_annotates(net_file, tmp_path, torch):
     module, x = build(net_file)
     source = tmp_path / "src" / "net.onnx"
     source.parent.mkdir()
