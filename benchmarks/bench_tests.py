@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         "busiest_process_cpu_seconds": busiest,
         "processes": processes,
         "cpus": os.cpu_count(),
+        # set, Python writes no .pyc: every process (each worker, each command a test starts) compiles fuseplan
+        # and pytest rewrites every test module again, which costs a worker about 4 s of collecting
+        "pythondontwritebytecode": os.environ.get("PYTHONDONTWRITEBYTECODE"),
         "test_versions": harness.installed_versions(["pytest", "pytest-xdist", "hypothesis"]),
     })
     print(closing)

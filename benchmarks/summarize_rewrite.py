@@ -16,6 +16,12 @@ from fuseplan.cost import scheme_version
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def print_head(header: str) -> None:
+    """A markdown table's header line and, under it, the separator line with one ``---`` per column."""
+    print(header)
+    print("|" + "---|" * (header.strip().count("|") - 1))
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--end-to-end"]:
         end_to_end_table(*[Path(a) for a in sys.argv[2:3]])
@@ -48,8 +54,8 @@ def main() -> None:
     rows: dict = defaultdict(dict)
     for r in dram:
         rows[(r["model"], r["scheme"], r["buffer_kb"])][r["alpha"]] = r
-    print("| model | scheme | buffer | original DRAM | " + " | ".join(f"α={a:g}" for a in alphas) + " | rules used |")
-    print("|---|---|---|---|" + "---|" * len(alphas) + "---|")
+    print_head("| model | scheme | buffer | original DRAM | " + " | ".join(f"α={a:g}" for a in alphas)
+               + " | rules used |")
     for (model, scheme, kb), by_alpha in rows.items():
         first = next(iter(by_alpha.values()))
         cells = []
@@ -67,8 +73,7 @@ def main() -> None:
     speed(runs)
     latency = [r for r in runs if r["objective"] == "latency"]
     if latency:
-        print("\n| model | α | per-operator latency sum, before | after | change | steps | expanded |")
-        print("|---|---|---|---|---|---|---|")
+        print_head("\n| model | α | per-operator latency sum, before | after | change | steps | expanded |")
         for r in latency:
             print(f"| {r['model']}{f' (v{version_of(r)})' if stale(r) else ''} | {r['alpha']:g} | {r['initial_cost'] * 1e3:.2f} ms | {r['cost'] * 1e3:.2f} ms | "
                   f"{r['change_percent']:+.2f}% | {len(r['steps'])} | {r['expanded']}{'*' if r['timed_out'] else ''} |")
@@ -98,9 +103,8 @@ def speed(runs: list[dict]) -> None:
     for r in runs:
         if r["alpha"] == 1 and r["objective"] == "dram":
             greedy[r["model"] + (f" (v{version_of(r)})" if stale(r) else "")].append(r)
-    print("\n| model | greedy searches | greedy time (min–max) | expanded (min–max) | candidates per expansion | "
-          "wall ms per candidate |")
-    print("|---|---|---|---|---|---|")
+    print_head("\n| model | greedy searches | greedy time (min–max) | expanded (min–max) | "
+               "candidates per expansion | wall ms per candidate |")
     for model, rs in greedy.items():
         seconds = [r["wall_seconds"] for r in rs]
         expanded = [r["expanded"] for r in rs]
@@ -115,10 +119,9 @@ def speed_table(path: Path = RESULTS / "rewrite_speed.json",
     the ``previous`` run of the same search, and the CPU floor of window DP and verification where recorded."""
     document = json.loads(path.read_text())
     before = {(r["model"], r["scheme"]): r for r in json.loads(previous.read_text())["runs"]}
-    print("| model | scheme | expanded | candidates | wall ms per candidate | CPU ms per candidate | "
-          "projected wall s for 300 expansions | projected CPU s | × over 60 s | previous run (wall s) | "
+    print_head("| model | scheme | expanded | candidates | wall ms per candidate | CPU ms per candidate | "
+               "projected wall s for 300 expansions | projected CPU s | × over 60 s | previous run (wall s) | "
           "window DP + verification (CPU s) | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in document["runs"]:
         budget = r.get("budget", 300)
         cpu = r["cpu_seconds"] if r["finished"] else r["cpu_seconds"] * budget / max(r["expanded"], 1)
@@ -136,9 +139,8 @@ def speed_table(path: Path = RESULTS / "rewrite_speed.json",
 def before_after_table(path: Path) -> None:
     """A ``bench_rewrite_before_after.py`` file as docs/rewrite.md's table of the same searches, before and after."""
     document = json.loads(path.read_text())
-    print("| model | scheme | expanded | candidates | same result | CPU s | wall s | CPU ms per candidate | "
-          "CPU speed-up | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print_head("| model | scheme | expanded | candidates | same result | CPU s | wall s | CPU ms per candidate | "
+               "CPU speed-up | load average |")
     for r in document["runs"]:
         b, a = r["before"], r["after"]
         print(f"| {r['model']} | {r['scheme'].upper()} | {a['expanded']} | {a['generated']} | "
@@ -151,9 +153,8 @@ def before_after_table(path: Path) -> None:
 def stages_table(path: Path = RESULTS / "rewrite_stages.json") -> None:
     """docs/rewrite.md's table of CPU ms per candidate and per expanded graph (``bench_rewrite_stages.py``)."""
     runs = json.loads(path.read_text())["runs"]
-    print("| model | candidates | earlier path | current path | apply | hash | price by windows | record + undo "
-          "| verify (per expansion) | rest (per expansion) | 300 verifications (s) | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print_head("| model | candidates | earlier path | current path | apply | hash | price by windows | record + undo "
+               "| verify (per expansion) | rest (per expansion) | 300 verifications (s) | load average |")
     for r in runs:
         ms, once = r["cpu_ms"], r["per_expansion_cpu_ms"]
         print(f"| {r['model']} | {r['candidates']} | {r['clone_path_ms']:.1f} | {r['current_path_ms']:.1f} "
@@ -163,8 +164,6 @@ def stages_table(path: Path = RESULTS / "rewrite_stages.json") -> None:
               f"| {r['load_average']} |")
 
 
-
-
 def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
     """Original against rewritten, end to end, per model and thread count (bench_rewrite_end_to_end.py)."""
     document = json.loads(path.read_text())
@@ -172,9 +171,8 @@ def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
     def ms(timing: dict) -> str:
         return f"{timing['median_seconds'] * 1e3:.2f} ± {timing['iqr_seconds'] * 1e3:.2f}"
 
-    print("| model | steps (rules) | per-operator sum | threads | original, ms (median ± IQR) | rewritten, ms "
-          "| change | median ratio [95% interval] | verdict | written | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print_head("| model | steps (rules) | per-operator sum | threads | original, ms (median ± IQR) | rewritten, ms "
+               "| change | median ratio [95% interval] | verdict | written | load average |")
     for run in document["runs"]:
         if "error" in run:
             print(f"| {run['model']} | – | – | – | – | – | – | – | {run['error']} | – | – |")
@@ -196,9 +194,8 @@ def end_to_end_table(path: Path = RESULTS / "rewrite_end_to_end.json") -> None:
 def judge_table(path: Path = RESULTS / "rewrite_judge.json") -> None:
     """How often each rule called a copy faster, and a truly faster graph faster (bench_rewrite_judge.py)."""
     document = json.loads(path.read_text())
-    print("| pair | model | threads | trials | quartile rule says faster | first paired set says faster "
-          "| judge: faster (confirmed) | median ratio (range over trials) | load average |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print_head("| pair | model | threads | trials | quartile rule says faster | first paired set says faster "
+               "| judge: faster (confirmed) | median ratio (range over trials) | load average |")
     groups: dict = defaultdict(list)
     for row in document["trials"]:
         groups[(row["kind"], row["model"], row["threads"])].append(row)
@@ -213,9 +210,8 @@ def judge_table(path: Path = RESULTS / "rewrite_judge.json") -> None:
 def budget_table(path: Path = RESULTS / "rewrite_speed_budget300.json") -> None:
     """Whole budget-300 searches per model, scheme and objective, with peak memory (bench_rewrite_speed.py)."""
     document = json.loads(path.read_text())
-    print("| model | objective | scheme | expanded | finished | wall s | CPU s | projected wall s for 300 "
-          "| peak RSS MB | change | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print_head("| model | objective | scheme | expanded | finished | wall s | CPU s | projected wall s for 300 "
+               "| peak RSS MB | change | load average |")
     for r in document["runs"]:
         print(f"| {r['model']} | {r.get('objective', 'dram')} | {(r['scheme'] or '–').upper()} | {r['expanded']} | "
               f"{'yes' if r['finished'] else 'no'} | {r['wall_seconds']:.0f} | {r['cpu_seconds']:.0f} | "
@@ -226,9 +222,8 @@ def budget_table(path: Path = RESULTS / "rewrite_speed_budget300.json") -> None:
 def reprice_table(path: Path = RESULTS / "rewrite_reprice.json") -> None:
     """The grid's best rewrites priced under today's cost models, and simulated (bench_rewrite_reprice.py)."""
     document = json.loads(path.read_text())
-    print("| model | scheme | buffer | rules | recorded change (version) | change now (version) | simulated DRAM, "
-          "original → rewritten | rewritten below original (simulated) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print_head("| model | scheme | buffer | rules | recorded change (version) | change now (version) | simulated DRAM, "
+               "original → rewritten | rewritten below original (simulated) |")
     for r in document["runs"]:
         sim = r.get("simulation")
         if sim is None:
@@ -258,9 +253,8 @@ def reprice_table(path: Path = RESULTS / "rewrite_reprice.json") -> None:
 
 def bounds_table(path: Path = RESULTS / "rewrite_bounds.json", before: Path | None = None) -> None:
     """Peak memory and wall time of bounded relaxed searches (bench_rewrite_bounds.py), and of the code before."""
-    print("| model | code | operators (result) | wall s | peak RSS MB | expanded | budget spent | generated | "
-          "oversized | undoing | stopped by | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print_head("| model | code | operators (result) | wall s | peak RSS MB | expanded | budget spent | generated | "
+               "oversized | undoing | stopped by | load average |")
     for document in [json.loads(p.read_text()) for p in (path, before) if p is not None]:
         for run in document["runs"]:
             search = run["search"]

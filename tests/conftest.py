@@ -38,6 +38,14 @@ LARGEST = frozenset({"resnet101", "resnet152", "efficientnet_b3"})
 LARGER = LARGEST | {"resnet50", "efficientnet_b0", "mobilenet_v3_large"}
 
 
+def pytest_markeval_namespace():
+    """Names for the string conditions of skip and xfail marks, evaluated when a test is set up (the marks
+    of tests/explain/stale.py, which read the shipped weights with torch only when a test needs to know)."""
+    from tests.explain.stale import weights_current
+
+    return {"weights_current": weights_current}
+
+
 def zoo_params(names=ZOO, slow=LARGEST):
     """``names`` as parameters, those in ``slow`` (by default LARGEST) marked slow."""
     return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name for name in names]

@@ -323,6 +323,15 @@ def save_onnx(model, path: str | Path, base_dir: str | Path) -> None:
     _fsync_directory(path.parent)
 
 
+def settle_directory(staging: Path) -> None:
+    """Ready a filled staging directory for its rename into place: its files on disk, its mode that of a
+    directory made under the umask (a temporary directory is made private)."""
+    for child in staging.iterdir():
+        with open(child, "rb+") as handle:
+            os.fsync(handle.fileno())
+    os.chmod(staging, _default_mode(directory=True))
+
+
 @contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """A temporary directory beside ``path`` to fill; on success it becomes ``path`` in one rename.
@@ -343,10 +352,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         raise FuseplanError(f"cannot create {path}: {exc.strerror}") from None
     try:
         yield staging
-        for child in staging.iterdir():
-            with open(child, "rb+") as handle:
-                os.fsync(handle.fileno())
-        os.chmod(staging, _default_mode(directory=True))
+        settle_directory(staging)
         os.replace(staging, path)  # rename(2) may replace an empty directory
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

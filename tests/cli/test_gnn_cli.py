@@ -8,8 +8,14 @@ import pytest
 
 from tests.cli.test_cli import assert_one_line_error, fuseplan
 
-pytest.importorskip("torch_geometric")
 pytestmark = pytest.mark.slow  # trains classifiers: the full suite only
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _gnn_extra():
+    """Skip without the gnn extra; imported when a test of this file runs, not when the tests are collected,
+    so that a process running none of them never pays for torch_geometric's import."""
+    pytest.importorskip("torch_geometric")
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,8 @@ def test_passes_list_never_cuts_a_name(cli, monkeypatch, width):
     assert shown.returncode == 0 and "…" not in shown.stdout
     words = set(re.findall(r"[^\s│┃]+", shown.stdout))
     assert [name for name in names if name not in words] == []  # every name whole, as --passes takes it
+    lines = shown.stdout.splitlines()
+    assert max(map(len, lines)) <= width and [line for line in lines if line != line.rstrip()] == []  # no padding
 
 
 # -- one unit: 1 MB = 2^20 bytes -------------------------------------------------

@@ -6,16 +6,21 @@ import json
 
 import pytest
 
-pytest.importorskip("torch_geometric")
+from fuseplan.cost import make_cost_model
+from fuseplan.explain.explainers import EXPLAINERS, make_explainer
+from fuseplan.plan import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.split import SPLITTERS, make_splitter
+from tests.cli.test_cli import assert_one_line_error, fuseplan
+from tests.conftest import ZOO
+from tests.explain.stale import NEEDS_CURRENT_LBDF_WEIGHTS
 
-from fuseplan.cost import make_cost_model  # noqa: E402
-from fuseplan.explain.explainers import EXPLAINERS, make_explainer  # noqa: E402
-from fuseplan.plan import FusionProblem  # noqa: E402
-from fuseplan.search import make_search, minimize  # noqa: E402
-from fuseplan.split import SPLITTERS, make_splitter  # noqa: E402
-from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
-from tests.conftest import ZOO  # noqa: E402
-from tests.explain.stale import NEEDS_CURRENT_LBDF_WEIGHTS  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _gnn_extra():
+    """Skip without the gnn extra; imported when a test of this file runs, not when the tests are collected,
+    so that a process running none of them never pays for torch_geometric's import."""
+    pytest.importorskip("torch_geometric")
 
 
 def _invalid_group(problem: FusionProblem, size: int = 14) -> frozenset[int]:

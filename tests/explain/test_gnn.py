@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
+from fuseplan.errors import FuseplanError
+from fuseplan.explain import gnn
+from fuseplan.explain.dataset import build_dataset, load_dataset, sample_dataset
+from tests.explain.stale import NEEDS_CURRENT_BRR_WEIGHTS, NEEDS_CURRENT_LBDF_WEIGHTS
 
-from fuseplan.errors import FuseplanError  # noqa: E402
-from fuseplan.explain import gnn  # noqa: E402
-from fuseplan.explain.dataset import build_dataset, load_dataset, sample_dataset  # noqa: E402
-from tests.explain.stale import NEEDS_CURRENT_BRR_WEIGHTS, NEEDS_CURRENT_LBDF_WEIGHTS  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _gnn_extra():
+    """Skip without the gnn extra; imported when a test of this file runs, not when the tests are collected,
+    so that a process running none of them never pays for torch_geometric's import."""
+    pytest.importorskip("torch_geometric")
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,8 @@ def test_weights_round_trip_and_errors(trained, tmp_path):
     junk.write_bytes(b"\x00\x01 junk")
     with pytest.raises(FuseplanError, match="not a fuseplan weights file"):
         gnn.load_classifier("lbdf", junk)
+    import torch
+
     stale = tmp_path / "stale.pt"
     blob = torch.load(weights, weights_only=True)
     torch.save({**blob, "cost_model_version": 1}, stale)
@@ -67,6 +73,8 @@ def test_weights_round_trip_and_errors(trained, tmp_path):
 @pytest.mark.parametrize("scheme,model", [pytest.param("lbdf", "efficientnet_b0", marks=NEEDS_CURRENT_LBDF_WEIGHTS),
                                           pytest.param("brr", "resnet50", marks=NEEDS_CURRENT_BRR_WEIGHTS)])
 def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
+    import torch
+
     from fuseplan.cost import label_version
 
     blob = torch.load(gnn.shipped_weights(scheme), weights_only=True)
@@ -81,6 +89,8 @@ def test_shipped_weights_classify_fresh_groups(zoo_graphs, scheme, model):
 @pytest.mark.parametrize("scheme", ["lbdf", "brr"])
 def test_shipped_weights_of_other_labels_are_named_stale(monkeypatch, scheme):
     # once a scheme's labels change, loading the weights shipped for it says they are stale and what to do
+    import torch
+
     from fuseplan.cost import SCHEMES
 
     shipped = torch.load(gnn.shipped_weights(scheme), weights_only=True)["cost_model_version"]

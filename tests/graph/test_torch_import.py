@@ -9,18 +9,23 @@ import numpy as np
 import onnx
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("onnxscript")
-
-from fuseplan.cost import make_cost_model  # noqa: E402
-from fuseplan.graph import graph_from_torch, load_graph, save_torch_onnx  # noqa: E402
-from fuseplan.plan import FusionProblem  # noqa: E402
-from fuseplan.search import make_search, minimize  # noqa: E402
-from fuseplan.split import make_splitter  # noqa: E402
-from tests.cli.test_cli import assert_one_line_error, fuseplan  # noqa: E402
+from fuseplan.cost import make_cost_model
+from fuseplan.graph import graph_from_torch, load_graph, save_torch_onnx
+from fuseplan.plan import FusionProblem
+from fuseplan.search import make_search, minimize
+from fuseplan.split import make_splitter
+from tests.cli.test_cli import assert_one_line_error, fuseplan
 
 # Each test exports at least once; torch's exporter takes seconds per model.
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def torch():
+    """torch (skip without it or onnxscript), imported when a test of this file runs: collecting the fast set
+    does not pay for its import."""
+    pytest.importorskip("onnxscript")
+    return pytest.importorskip("torch")
 
 NET = '''
 import torch
@@ -75,7 +80,7 @@ def test_graph_from_torch_is_ready_to_plan(net_file):
     assert problem.check(result.plan) == [] and result.details["optimal"]
 
 
-def test_external_weight_data_imports_and_annotates(net_file, tmp_path):
+def test_external_weight_data_imports_and_annotates(net_file, tmp_path, torch):
     module, x = build(net_file)
     source = tmp_path / "src" / "net.onnx"
     source.parent.mkdir()
@@ -135,3 +140,41 @@ def test_a_factory_is_exported_once_and_kept_by_its_file_content(net_file, tmp_p
     assert torch_import.export_key(f"{edited}:build") != torch_import.export_key(f"{net_file}:build")
     with pytest.raises(AssertionError, match="exported again"):  # a changed file is a new export
         torch_import.exported_factory(f"{edited}:build")
+
+
+def test_the_export_cache_keys_by_the_local_modules_the_factory_file_imports(tmp_path, monkeypatch):
+    from fuseplan.graph import torch_import
+
+    home = tmp_path / "project"
+    (home / "blocks").mkdir(parents=True)
+    (home / "blocks" / "__init__.py").write_text("")
+    (home / "blocks" / "widths.py").write_text("STEM = 8\n")
+    (home / "unused.py").write_text("raise RuntimeError('never imported')\n")
+    factory = home / "model.py"
+    factory.write_text("import torch\nfrom blocks.widths import STEM\n\n"
+                       "def build():\n    return torch.nn.Conv2d(3, STEM, 3), torch.randn(1, 3, 16, 16)\n")
+    cache = tmp_path / "cache"
+    spec = f"{factory}:build"
+
+    def out_channels(path):
+        (conv,) = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Conv"]
+        (weight,) = [t for t in onnx.load(str(path)).graph.initializer if t.name == conv.input[1]]
+        return weight.dims[0]
+
+    monkeypatch.chdir(tmp_path)  # the factory's directory is on the export's path whatever the working directory
+    eight = torch_import.exported_factory(spec, cache)
+    assert out_channels(eight) == 8
+    recorded = json.loads((eight.parent / torch_import.SOURCES_FILE).read_text())["sources"]
+    assert sorted(recorded) == ["blocks/__init__.py", "blocks/widths.py"]  # what the import loaded, nothing more
+    assert eight.parent.name == torch_import.export_key(spec, cache)
+
+    exports = []
+    real_export = torch_import.export_factory
+    monkeypatch.setattr(torch_import, "export_factory", lambda *a: exports.append(a) or real_export(*a))
+    assert torch_import.exported_factory(spec, cache) == eight and exports == []  # nothing changed: kept
+    (home / "blocks" / "widths.py").write_text("STEM = 16\n")  # the factory's own file is untouched
+    sixteen = torch_import.exported_factory(spec, cache)
+    assert len(exports) == 1 and sixteen != eight and out_channels(sixteen) == 16
+    (home / "blocks" / "widths.py").write_text("STEM = 8\n")  # back as it was: the first export again
+    assert torch_import.exported_factory(spec, cache) == eight and len(exports) == 1
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no staging directory left

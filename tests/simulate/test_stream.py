@@ -136,7 +136,7 @@ def test_a_strided_1x1_convolution_reads_the_quarter_of_its_input_it_touches():
 
 @pytest.mark.slow  # about 11 s: deeplabv3's values at 513x513
 def test_deeplab_upsampling_resize_runs_as_priced():
-    # half_pixel bilinear 65 -> 513 rows: output row r reads from row floor(S * r + (S - 1) / 2)
+    # half_pixel bilinear 33 -> 513 rows: output row r reads from row floor(S * r + (S - 1) / 2)
     graph, values = prepared("deeplabv3_mobilenet_v3_large")
     cost = make_cost_model("lbdf", graph, 64 * 1024)
     resize = next(n for n in graph.nodes if n.name == "/model/Resize")

@@ -11,10 +11,7 @@ from fuseplan.split import SPLITTERS
 from fuseplan.sweep.reproduce import TARGETS, paper_data, target_config
 from tests.cli.inprocess import assert_one_line_error
 
-try:
-    from tests.explain.stale import NEEDS_CURRENT_BRR_WEIGHTS
-except ImportError:  # without the gnn extra the explainer-driven cells cannot run at all
-    NEEDS_CURRENT_BRR_WEIGHTS = pytest.mark.skip(reason="needs the gnn extra (torch, torch_geometric)")
+from tests.explain.stale import NEEDS_CURRENT_BRR_WEIGHTS  # a skip without the gnn extra
 
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "fig3"])

@@ -19,13 +19,14 @@ from fuseplan.sweep import LocalExecutor, SweepStore, load_config, parse_config,
 from fuseplan.sweep.config import Cell
 from tests.cli.inprocess import assert_one_line_error
 
+# A small budget: these tests check what a sweep stores, resumes and summarises, not how good its plans are.
 TINY = """\
 models: [squeezenet]
 schemes: [lbdf, brr]
 buffers: [128KB]
 searches: [ls, rs]
 splitters: [random, oracle]
-budgets: [150]
+budgets: [30]
 seeds: [0, 1]
 grids:
   - {}
@@ -72,9 +73,9 @@ def test_grid_expands_sub_grids_without_repeats(tmp_path):
     (TINY.replace("[lbdf, brr]", "[lbdf, tiling]"), "unknown scheme 'tiling'"),
     (TINY.replace("[squeezenet]", "[alexnet]"), "unknown model 'alexnet'"),
     (TINY.replace("[128KB]", "[lots]"), "lots"),
-    (TINY.replace("[150]", "[0]"), "budgets must hold integers of at least 1"),
+    (TINY.replace("[30]", "[0]"), "budgets must hold integers of at least 1"),
     (TINY.replace("seeds: [0]", "sedes: [0]"), "unknown key 'sedes' in grids[1]"),
-    (TINY.replace("budgets: [150]\n", ""), "missing budgets"),
+    (TINY.replace("budgets: [30]\n", ""), "missing budgets"),
     ("models: [squeezenet\n", "not valid YAML"),
     ("- 1\n- 2\n", "expected a mapping"),
 ])

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.padding import Padding
 from rich.table import Table
-from rich.text import Text
 
 from fuseplan.cli.common import (app, choices, stdout, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
                                   named_inputs, print_named, progress_bar)
@@ -50,7 +49,9 @@ def _list_passes(as_json: bool) -> None:
     stdout.print(f"{len(entries)} passes", highlight=False)
     for e, summary in zip(entries, summaries):
         stdout.print(f"{e['name']}  ({e['source']})", highlight=False, markup=False, soft_wrap=True)
-        stdout.print(Padding(Text(summary), (0, 0, 0, 4), expand=False), soft_wrap=False)
+        # wrapped here rather than by a padded renderable, which would fill each line with spaces to the width
+        stdout.print(textwrap.fill(summary, max(stdout.width, 24), initial_indent="    ", subsequent_indent="    "),
+                     highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("passes")

@@ -9,8 +9,8 @@ exporter uses). Nothing else in fuseplan imports torch.
 * :func:`export_factory` runs ``path/to/module.py:factory`` (the command line's
   ``MODEL`` form): ``factory()`` returns ``(module, example_inputs)``;
   :func:`exported_factory` keeps its export in a cache keyed by the file's
-  content and the factory's name, so only the first command pays for torch's
-  exporter.
+  content, the factory's name and the content of the local modules the file
+  imports, so only the first command pays for torch's exporter.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import importlib.util
 import io
+import json
 import logging
 import os
 import re
@@ -212,11 +213,54 @@ except FuseplanError as exc:
 
 def export_here(spec: str, directory: str | Path) -> Path:
     """:func:`export_factory` in this process (the child's part of it: what the module prints goes to the
-    child's stdout, which the parent passes on to its stderr, apart from the exporter's own logging)."""
+    child's stdout, which the parent passes on to its stderr, apart from the exporter's own logging).
+
+    The factory file's directory comes first on ``sys.path``, as ``python module.py`` has it, so the file
+    may import modules beside it; the local modules it loaded are listed with their content's digest in
+    ``directory/sources.json`` (:func:`local_sources`), which the export cache keys by.
+    """
+    factory_file = Path(FACTORY_PATTERN.match(spec)["file"]).resolve()
+    sys.path.insert(0, str(factory_file.parent))
     module, inputs, name = load_factory(spec, prints=sys.stdout)
+    sources = local_sources(factory_file)
     weight_bytes = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
-    return save_torch_onnx(module, inputs, Path(directory) / f"{name}.onnx",
-                           external_data=weight_bytes > EXTERNAL_DATA_ABOVE)
+    written = save_torch_onnx(module, inputs, Path(directory) / f"{name}.onnx",
+                              external_data=weight_bytes > EXTERNAL_DATA_ABOVE)
+    from fuseplan.files import write_text
+
+    write_text(Path(directory) / SOURCES_FILE, json.dumps({"sources": sources}, indent=1))
+    return written
+
+
+#: The file of an export's directory that lists the local modules its factory loaded, with their digests.
+SOURCES_FILE = "sources.json"
+
+
+def local_sources(factory_file: Path) -> dict[str, str]:
+    """``{path relative to the factory file's directory: sha256 of its content}`` of every module now
+    loaded in this process whose file lies under that directory, the factory file itself and the
+    installed packages (the interpreter's prefixes, site-packages, fuseplan itself) apart."""
+    import site
+    import sysconfig
+
+    home = factory_file.parent
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                             *site.getsitepackages(), site.getusersitepackages(),
+                                             *sysconfig.get_paths().values())}
+    installed.add(Path(__file__).resolve().parents[1])  # fuseplan's own package: the exporter, not the model
+    found: dict[str, str] = {}
+    for loaded in list(sys.modules.values()):
+        name = getattr(loaded, "__file__", None)
+        if not isinstance(name, str):
+            continue
+        path = Path(name).resolve()
+        if path == factory_file or not path.is_file() or not path.is_relative_to(home):
+            continue
+        if any(path.is_relative_to(prefix) for prefix in installed if prefix != home and
+               not home.is_relative_to(prefix)) or "site-packages" in path.parts or "dist-packages" in path.parts:
+            continue
+        found[path.relative_to(home).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return dict(sorted(found.items()))
 
 
 #: Where exports of ``module.py:factory`` are kept between commands; the environment variable overrides it.
@@ -229,12 +273,9 @@ def default_export_cache() -> Path:
     return Path(given) if given else Path.home() / ".cache" / "fuseplan" / "torch-exports"
 
 
-def export_key(spec: str) -> str:
-    """What an export of ``spec`` depends on: the file's content, the factory's name and torch's version.
-
-    (Modules the file imports are not hashed: edit the factory's own file, or clear the cache, after
-    changing them.)
-    """
+def _file_key(spec: str) -> str:
+    """What every export of ``spec`` depends on: the factory file's content, the factory's name and the
+    torch and onnxscript versions (the local modules the file imports come on top, :func:`export_key`)."""
     match = FACTORY_PATTERN.match(spec)
     if match is None:
         raise FuseplanError(f"{spec!r} is not of the form path/to/module.py:factory")
@@ -244,9 +285,56 @@ def export_key(spec: str) -> str:
     from fuseplan.files import read_input
 
     digest = hashlib.sha256(read_input(path, "Python file"))
-    for part in (match["factory"], _package_version("torch"), _package_version("onnxscript")):
+    for part in ("sources v2", match["factory"], _package_version("torch"), _package_version("onnxscript")):
         digest.update(b"\0" + part.encode())
     return digest.hexdigest()[:32]
+
+
+def _sources_key(file_key: str, sources: dict[str, str]) -> str:
+    digest = hashlib.sha256(file_key.encode())
+    for relative, content in sorted(sources.items()):
+        digest.update(b"\0" + relative.encode() + b"\0" + content.encode())
+    return digest.hexdigest()[:32]
+
+
+def _manifest(root: Path, file_key: str) -> Path:
+    """Where the cache notes which local modules the latest export of a factory file loaded."""
+    return root / f"{file_key}.sources.json"
+
+
+def _current_sources(spec: str, names: list[str]) -> dict[str, str]:
+    """The digests of the files ``names`` (relative to the factory file's directory) as they are now; a
+    missing or unreadable file digests as ``absent``, which no export recorded."""
+    home = Path(FACTORY_PATTERN.match(spec)["file"]).resolve().parent
+    found = {}
+    for relative in names:
+        try:
+            found[relative] = hashlib.sha256((home / relative).read_bytes()).hexdigest()
+        except OSError:
+            found[relative] = "absent"
+    return found
+
+
+def export_key(spec: str, cache: Path | None = None) -> str:
+    """The cache key of ``spec``'s export: the factory file's content, the factory's name, the torch and
+    onnxscript versions, and the content of the local modules (files under the factory file's directory)
+    that the latest export of this file loaded, as noted in ``cache``.
+
+    Which local modules a file loads is known only once it has run, so the cache keeps, per file key,
+    the list its latest export found: an edit to one of them changes the key, and the next command
+    exports again (and records the list afresh, should the edit import other modules).
+    """
+    root = Path(cache) if cache is not None else default_export_cache()
+    return _recorded_key(spec, root, _file_key(spec))
+
+
+def _recorded_key(spec: str, root: Path, file_key: str) -> str:
+    try:
+        names = json.loads(_manifest(root, file_key).read_text("utf-8"))["sources"]
+        assert isinstance(names, list) and all(isinstance(name, str) for name in names)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        names = []  # no export yet (or a damaged note): the key of a file that imports nothing local
+    return _sources_key(file_key, _current_sources(spec, names))
 
 
 def _package_version(name: str) -> str:
@@ -260,23 +348,44 @@ def _package_version(name: str) -> str:
 
 def exported_factory(spec: str, cache: Path | None = None) -> Path:
     """The ONNX file of ``spec``, exported once and kept in ``cache`` (default :func:`default_export_cache`)
-    under :func:`export_key`, so later commands on the same file and factory skip torch's exporter.
+    under :func:`export_key`, so later commands on the same file, factory and local modules skip torch's
+    exporter.
 
-    Each export is written into a directory of its own and renamed into place whole
-    (:func:`~fuseplan.files.atomic_directory`), so a reader never sees half an export, and of writers
-    exporting the same key at once the first to rename keeps its export.
+    Each export is written into a staging directory of its own and renamed into place whole, so a reader
+    never sees half an export; of writers exporting the same key at once the first to rename keeps its
+    export. The key it is renamed to comes from the factory file as read before the export and the local
+    modules as the export's process read them once the factory had returned (``sources.json``), not
+    after torch's exporter ran, so an edit made meanwhile is not filed under the edited content.
     """
-    from fuseplan.files import atomic_directory
+    import shutil
+    import tempfile
+
+    from fuseplan.files import settle_directory, write_text
 
     root = Path(cache) if cache is not None else default_export_cache()
-    key = export_key(spec)
-    final = root / key / f"{FACTORY_PATTERN.match(spec)['factory']}.onnx"
+    file_key = _file_key(spec)  # the file as it is before the export starts
+    key = _recorded_key(spec, root, file_key)
+    factory = FACTORY_PATTERN.match(spec)["factory"]
+    final = root / key / f"{factory}.onnx"
     if final.is_file():
         return final
     try:
-        with atomic_directory(root / key) as staging:
-            export_factory(spec, staging)
-    except (OSError, FuseplanError):
-        if not final.is_file():  # not another writer's export that got there first
-            raise
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=root))
+    except OSError as exc:
+        raise FuseplanError(f"cannot create the export cache {root}: {exc.strerror}") from None
+    try:
+        export_factory(spec, staging)
+        sources = json.loads((staging / SOURCES_FILE).read_text("utf-8"))["sources"]
+        key = _sources_key(file_key, sources)
+        final = root / key / f"{factory}.onnx"
+        settle_directory(staging)
+        try:
+            os.rename(staging, root / key)
+        except OSError:
+            if not final.is_file():  # not another writer's export that got there first
+                raise FuseplanError(f"cannot keep the export in {root / key}") from None
+        write_text(_manifest(root, file_key), json.dumps({"sources": sorted(sources)}))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return final
