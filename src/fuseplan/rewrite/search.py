@@ -90,7 +90,7 @@ class RewriteResult:
     budget_spent: float = 0.0  # expansions, a relaxed one counted as its sites over the original's
     max_operators: int = 0  # the relaxed phase's bound on a graph's operators
     site_checks: dict[str, int] | None = None  # verify="site": distinct site signatures run, and lookups
-    estimated: int = 0  # candidates priced by the objective's estimate (pricing="lazy")
+    estimated: int = 0  # candidates priced by an estimate that was not exact (pricing="lazy")
     exact_pricings: int = 0  # graphs priced exactly: the original, candidates priced exactly, expanded graphs
 
     @property
@@ -396,7 +396,7 @@ class _Search:
             return self.costs[digest], True
         if digest not in self.estimates:
             value, exact = self.objective.estimate_near(expansion, model, changed)
-            self.counters["estimated"] += 1
+            self.counters["exact_pricings" if exact else "estimated"] += 1
             store = self.costs if exact else self.estimates
             store[digest] = value
             self.priced_now.append((store, digest))
