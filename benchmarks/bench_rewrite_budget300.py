@@ -111,7 +111,8 @@ def main(argv=None) -> None:
         cache = Path(scratch) / "latency_cache.json"
         if args.latency_cache.exists():
             shutil.copyfile(args.latency_cache, cache)
-        for model, objective, scheme, pricing in run.progress(configurations, label=lambda c: " ".join(filter(None, c))):
+        named = run.progress(configurations, label=lambda c: " ".join(filter(None, c)))
+        for model, objective, scheme, pricing in named:
             rows.append(search(model, objective, scheme, pricing, args, cache))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "rules"}), file=sys.stderr, flush=True)
             run.write({"rows": rows})

@@ -105,8 +105,8 @@ def measure(source: str, scheme: str, args) -> dict:
         "max_excess_percent": round(100 * max(excess, default=0.0), 4),
         "spearman": None if (rho := spearman(exact, estimate)) is None else round(rho, 5),
         "discordant_pairs": None if (d := discordant_share(exact, estimate)) is None else round(d, 5),
-        "keep_decision_differs": sum((r["estimate"] < args.alpha * r["parent"]) != (r["exact"] < args.alpha * r["parent"])
-                                     for r in finite),
+        "keep_decision_differs": sum((r["estimate"] < args.alpha * r["parent"])
+                                     != (r["exact"] < args.alpha * r["parent"]) for r in finite),
         "improving_exact": sum(r["exact"] < r["parent"] for r in finite),
         "improving_estimate": sum(r["estimate"] < r["parent"] for r in finite),
         "cpu_ms_per_candidate": {k: round(1000 * v / max(len(rows), 1), 2) for k, v in cpu.items()},
