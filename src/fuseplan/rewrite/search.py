@@ -14,6 +14,13 @@ result, so it is never worse than the greedy search. The budget counts
 expanded graphs. The result is the best verified graph and the exact
 sequence of substitutions that produced it.
 
+By default a candidate is kept or dropped by an estimate that is never below
+its exact cost (for the dram objective, the DRAM of a real plan of it: the
+window DP narrowed around the rewrite), and priced exactly only when it is
+popped to be expanded (its expansion's tables hold the price) or verified to
+be returned, so every graph that becomes the best carries its exact cost
+(``pricing="lazy"``; ``pricing="exact"`` prices every candidate exactly).
+
 Graphs stay onnx-ir models while they are rewritten: each candidate is the
 expanded graph with one substitution applied in place (only the new values'
 shapes inferred), hashed, priced and then undone
