@@ -106,3 +106,17 @@ def test_a_lazy_search_returns_its_graph_at_its_exact_price_and_never_prices_a_c
 def test_an_unknown_pricing_is_one_clear_error():
     with pytest.raises(FuseplanError, match="unknown pricing"):
         backtracking_search(_prepared("squeezenet"), DramObjective(), pricing="eager")
+
+
+def test_the_estimate_benchmark_measures_rank_agreement_as_it_says():
+    from tests.scripts import load_script
+
+    bench = load_script("bench_rewrite_estimate")
+    exact = [3.0, 1.0, 2.0, 5.0]
+    assert bench.spearman(exact, exact) == pytest.approx(1.0)
+    assert bench.spearman(exact, [-x for x in exact]) == pytest.approx(-1.0)
+    assert bench.discordant_share(exact, exact) == 0.0
+    # One pair of six swapped (1 and 2), and a tie the prices do not have counts as ordered otherwise.
+    assert bench.discordant_share(exact, [3.0, 2.0, 1.0, 5.0]) == pytest.approx(1 / 6)
+    assert bench.discordant_share(exact, [3.0, 2.0, 2.0, 5.0]) == pytest.approx(1 / 6)
+    assert bench.spearman([1.0], [1.0]) is None and bench.discordant_share([1.0, 1.0], [1.0, 2.0]) is None
