@@ -14,6 +14,13 @@ result, so it is never worse than the greedy search. The budget counts
 expanded graphs. The result is the best verified graph and the exact
 sequence of substitutions that produced it.
 
+By default a candidate is kept or dropped by an estimate that is never below
+its exact cost (for the dram objective, the DRAM of a real plan of it: the
+window DP narrowed around the rewrite), and priced exactly only when it is
+popped to be expanded (its expansion's tables hold the price) or verified to
+be returned, so every graph that becomes the best carries its exact cost
+(``pricing="lazy"``; ``pricing="exact"`` prices every candidate exactly).
+
 Graphs stay onnx-ir models while they are rewritten: each candidate is the
 expanded graph with one substitution applied in place (only the new values'
 shapes inferred), hashed, priced and then undone
@@ -59,6 +66,10 @@ MAX_GROWTH = 1.5
 #: how a graph is verified: whole, each one the search uses, or its last substitution alone (once per signature)
 VERIFY_MODES = ("each", "site")
 
+#: how a candidate is priced when generated: exactly, or by an upper bound (a real plan's cost) that is made exact
+#: when the candidate is expanded or returned (:meth:`Objective.estimate_near`)
+PRICINGS = ("lazy", "exact")
+
 
 @dataclass
 class RewriteResult:
@@ -86,6 +97,8 @@ class RewriteResult:
     budget_spent: float = 0.0  # expansions, a relaxed one counted as its sites over the original's
     max_operators: int = 0  # the relaxed phase's bound on a graph's operators
     site_checks: dict[str, int] | None = None  # verify="site": distinct site signatures run, and lookups
+    estimated: int = 0  # candidates priced by an estimate that was not exact (pricing="lazy")
+    exact_pricings: int = 0  # graphs priced exactly: the original, candidates priced exactly, expanded graphs
 
     @property
     def cut_by_time(self) -> bool:
@@ -99,6 +112,7 @@ class RewriteResult:
                 "undoing": self.undoing, "budget_spent": round(self.budget_spent, 3),
                 "max_operators": self.max_operators, "site_checks": self.site_checks, "verified": self.verified,
                 "verification_failures": self.verification_failures, "max_error": self.max_error,
+                "estimated": self.estimated, "exact_pricings": self.exact_pricings,
                 "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted,
                 "interrupted_in": self.interrupted_in, "timed_out": self.timed_out, "greedy": self.greedy}
 
@@ -109,7 +123,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                         greedy: RewriteResult | None = None, greedy_time_limit: float | None = None,
                         max_growth: float = MAX_GROWTH,
                         on_progress: Callable[[dict[str, Any]], None] | None = None,
-                        verify: str = "site", clock: Callable[[], float] = time.perf_counter) -> RewriteResult:
+                        verify: str = "site", clock: Callable[[], float] = time.perf_counter,
+                        pricing: str = "lazy") -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
     With ``alpha > 1`` the search first runs the greedy search (``alpha =
@@ -156,6 +171,17 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     another time. Give the same greedy result to every alpha to compare
     them (as the benchmark does).
 
+    ``pricing="exact"`` prices every candidate exactly when it is generated
+    (:meth:`Objective.price_near`). ``pricing="lazy"`` prices it by the
+    objective's estimate (:meth:`Objective.estimate_near`: never below the
+    exact cost, and for ``dram`` the cost of a real plan of the candidate)
+    and decides with that whether to keep it; a kept graph is priced
+    exactly when it is popped to be expanded (its expansion holds the
+    price) or verified to be returned. Every graph that becomes the best,
+    and so the result, carries its exact cost. A candidate whose estimate
+    is above its exact cost is queued later than exact pricing would queue
+    it, or not at all, so the two may find different graphs.
+
     ``clock`` (seconds, :func:`time.perf_counter` by default) is what the
     time limits and the wall time are read from; a test gives its own to
     cross a limit at a chosen expansion, whatever the machine's speed.
@@ -166,6 +192,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         raise FuseplanError("the budget must be at least one expanded graph")
     if verify not in VERIFY_MODES:
         raise FuseplanError(f"unknown verification {verify!r}; choose one of {', '.join(VERIFY_MODES)}")
+    if pricing not in PRICINGS:
+        raise FuseplanError(f"unknown pricing {pricing!r}; choose one of {', '.join(PRICINGS)}")
     if not 1 <= max_growth < float("inf"):
         raise FuseplanError(f"the growth bound must be at least 1 (got {max_growth}); 1 keeps the operator count")
     registry = load_rules()
@@ -176,6 +204,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     start = clock()
     try:
         search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)
+        search.lazy = pricing == "lazy"
         search.on_progress = on_progress
         search.clock = clock
         search.site_verifier = SiteVerifier(seed) if verify == "site" else None
@@ -249,7 +278,7 @@ def _to_ir(model: onnx.ModelProto) -> Any:
 
 
 _COUNTERS = ("expanded", "generated", "duplicates", "refused", "unpriced", "oversized", "undoing", "verified",
-             "verification_failures")
+             "verification_failures", "estimated", "exact_pricings")
 
 
 @dataclass(frozen=True)
@@ -288,11 +317,14 @@ class _Search:
         self.budget_spent = 0.0
         self.rng = random.Random(seed)
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
+        self.estimates: dict[str, float] = {}  # structural hash -> the objective's estimate, where not priced exactly
+        self.lazy = True
+        self.priced_now: list[tuple[dict[str, float], str]] = []  # prices kept while the current graph expands
+        self.counters = dict.fromkeys(_COUNTERS, 0)
         self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
         self.original_model = model
         self.best = _Best(self.initial, [], model, 0.0)
         self.bound = self.initial  # the cheapest graph kept, verified or not
-        self.counters = dict.fromkeys(_COUNTERS, 0)
         self.interrupted = self.timed_out = False
         self.phase = "greedy"  # then "relaxed"
         self.pushed = 0
@@ -356,12 +388,39 @@ class _Search:
     def price(self, model: onnx.ModelProto, digest: str) -> float:
         if digest not in self.costs:
             self.costs[digest] = self.objective(model)
+            self.counters["exact_pricings"] += 1
         return self.costs[digest]
 
-    def price_near(self, expansion: Any, model: Any, digest: str, changed: frozenset[int]) -> float:
-        if digest not in self.costs:
+    def price_near(self, expansion: Any, model: Any, digest: str, changed: frozenset[int]) -> tuple[float, bool]:
+        """The cost of a candidate (the expanded graph edited in place) and whether it is exact: with lazy
+        pricing the objective's estimate unless the candidate was priced exactly before."""
+        if digest in self.costs:
+            return self.costs[digest], True
+        if not self.lazy:
             self.costs[digest] = self.objective.price_near(expansion, model, changed)
-        return self.costs[digest]
+            self.counters["exact_pricings"] += 1
+            self.priced_now.append((self.costs, digest))
+            return self.costs[digest], True
+        if digest not in self.estimates:
+            value, exact = self.objective.estimate_near(expansion, model, changed)
+            self.counters["exact_pricings" if exact else "estimated"] += 1
+            store = self.costs if exact else self.estimates
+            store[digest] = value
+            self.priced_now.append((store, digest))
+            if exact:
+                return value, True
+        return self.estimates[digest], False
+
+    def exact_cost(self, model: Any, digest: str) -> tuple[Any, float]:
+        """What the objective keeps of a graph popped to be expanded (its onnx-ir ``model``) and its exact
+        cost, which that holds, before the graph can become the best. Its estimate was never below the
+        exact cost, so the graph is still the cheapest queued; the bound follows the exact cost."""
+        expansion = self.objective.expansion(model)
+        if digest not in self.costs:
+            self.costs[digest] = self.objective.expanded_cost(expansion, model)
+            self.counters["exact_pricings"] += 1
+        self.bound = min(self.bound, self.costs[digest])
+        return expansion, self.costs[digest]
 
     def out_of_time(self, deadline: float | None) -> bool:
         if deadline is not None and self.clock() > deadline:
@@ -398,13 +457,14 @@ class _Search:
             digest = model_digest(rebuilt, HashState.of(rebuilt.graph))
             seen.add(digest)
             tried.add(_step_key(steps))
-            queue.append((cost, self.rng.random(), self._tick(), steps, digest, True))
+            queue.append((cost, self.rng.random(), self._tick(), steps, digest, True, True))
         heapq.heapify(queue)
         bounded = alpha > 1
         spent = 0.0
         while queue and spent < budget and not self.out_of_time(deadline):
-            cost, _, _, steps, digest, verified = heapq.heappop(queue)
+            cost, _, _, steps, digest, verified, exact = heapq.heappop(queue)
             producers: dict[str, str] = {}
+            expansion = None
             if not verified and self.site_verifier is not None:  # check the last substitution alone
                 checked = []
 
@@ -414,11 +474,15 @@ class _Search:
                     return checked[0].passed
 
                 working = self.rebuild(steps, producers if bounded else None, check_last)
+                if working is not None and not exact:
+                    expansion, cost = self.exact_cost(working, digest)
                 if not self.judge(cost, steps, working, checked[0], whole=False):
                     continue
                 verified = True
             else:
                 working = self.rebuild(steps, producers if bounded else None)
+                if not exact:
+                    expansion, cost = self.exact_cost(working, digest)
             if not verified and not self.overlap_verification:
                 if not self.verify(cost, steps, working):
                     continue
@@ -429,6 +493,7 @@ class _Search:
             pending = None if verified else self.verifications.submit(self.verifier.check, steps)
             before = None if pending is None else self._mark()
             added_seen: list[str] = []
+            self.priced_now = []
             added_tried: list[frozenset] = []
             pushes = []
             sites = [(name, rule, site) for name, rule in self.rules for site in rule.sites(working)]
@@ -439,7 +504,8 @@ class _Search:
             hashed = HashState.of(working.graph)
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
-            expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
+            if expansion is None:
+                expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
             for name, rule, site in sites:
                 if self.out_of_time(deadline):
@@ -472,7 +538,7 @@ class _Search:
                         continue
                     seen.add(digest)
                     added_seen.append(digest)
-                    candidate_cost = self.price_near(expansion, working, digest, undo.changed)
+                    candidate_cost, candidate_exact = self.price_near(expansion, working, digest, undo.changed)
                 finally:
                     undo(added)  # the expanded graph again, for the next site
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
@@ -481,13 +547,16 @@ class _Search:
                 if not candidate_cost < alpha * self.bound:
                     continue
                 self.bound = min(self.bound, candidate_cost)
-                pushes.append((candidate_cost, self.rng.random(), self._tick(), candidate_steps, digest, False))
+                pushes.append((candidate_cost, self.rng.random(), self._tick(), candidate_steps, digest, False,
+                               candidate_exact))
             if pending is not None:
                 verification = pending.result()
                 if not verification.passed:
                     self._rewind(before)  # as if the graph had never been expanded
                     spent -= charge
                     seen.difference_update(added_seen)
+                    for store, priced in self.priced_now:  # as if never priced
+                        del store[priced]
                     tried.difference_update(added_tried)
                 self.judge(cost, steps, working, verification)
                 if not verification.passed:
@@ -534,8 +603,15 @@ class _Search:
     def settle(self, queue: list) -> None:
         """Verify the queued graphs cheaper than the best verified one, cheapest first, until one passes."""
         while queue and queue[0][0] < self.best.cost:
-            cost, _, _, steps, _, verified = heapq.heappop(queue)
-            if verified or self.verify(cost, steps):
+            cost, _, _, steps, digest, verified, exact = heapq.heappop(queue)
+            graph = None
+            if not exact:  # an estimate: the graph's exact cost is at most this, so it is below the best too
+                graph = self.rebuild(steps)
+                if digest not in self.costs:
+                    self.costs[digest] = self.objective.price_ir(graph)
+                    self.counters["exact_pricings"] += 1
+                cost = self.costs[digest]
+            if verified or self.verify(cost, steps, graph):
                 break
         self.bound = self.best.cost
 

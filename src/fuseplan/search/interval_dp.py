@@ -212,13 +212,14 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
 
 
 def _runs(order: list[int], i: int, excluded: set[int] | frozenset[int], neighbours, evaluate,
-          beta: int, known: tuple[int, int] | None = None) -> tuple[list[tuple[int, float]], int]:
+          beta: int, known: tuple[int, int] | None = None,
+          stop: int | None = None) -> tuple[list[tuple[int, float]], int]:
     """The runs ``order[i:j]`` :func:`interval_dp` scans from start ``i`` that fit, as ``(j, DRAM of their
     components)``, and the last position the scan looked at (where it stopped).
 
     ``known``: ``(p, DRAM of order[i:p])`` where every run up to ``p`` is known to fit and is not wanted
     again; the operators before ``p`` are then only joined into components, and a component among them
-    is priced only when a later operator joins it.
+    is priced only when a later operator joins it. ``stop``: no run ends after position ``stop``.
     """
     if order[i] in excluded:
         return [(i + 1, 0)], i
@@ -233,7 +234,7 @@ def _runs(order: list[int], i: int, excluded: set[int] | frozenset[int], neighbo
             v = order[j]
             _join(v, {component[u] for u in neighbours[v] if u in component}, component, members)
     runs: list[tuple[int, float]] = []
-    for j in range(first, len(order)):
+    for j in range(first, len(order) if stop is None else stop):
         v = order[j]
         if v in excluded:
             return runs, j
@@ -326,7 +327,17 @@ def interval_tables(problem: FusionProblem, order: list[int]) -> IntervalTables:
     return IntervalTables(forward, backward, first_reaching, [runs for runs, _ in scans])
 
 
-def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, prefix: int, suffix: int) -> float:
+def optimal_cuts(tables: IntervalTables) -> list[int]:
+    """The positions, ascending, where some optimal interval plan of ``tables``' order cuts (0 and the end
+    included): ``forward[k] + backward[k]`` is the optimum exactly there (the values are sums of integers)."""
+    best = tables.best
+    if best == INF:
+        return [0, len(tables.forward) - 1]
+    return [k for k, (ahead, behind) in enumerate(zip(tables.forward, tables.backward)) if ahead + behind == best]
+
+
+def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, prefix: int, suffix: int, *,
+              first: int | None = None, last: int | None = None) -> float:
     """:func:`interval_dp`'s optimum for ``order``, re-solving only a window of it.
 
     ``parent`` holds the tables of an order whose first ``prefix`` and last ``suffix`` operators are the
@@ -337,6 +348,12 @@ def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, 
     A start inside the prefix finds the parent's runs up to the end of the prefix again, and those can
     improve no cost the parent found: its scan resumes at the end of the prefix from the DRAM the parent
     found there (:func:`_runs`'s ``known``), or is skipped where the parent's stopped before it.
+
+    ``first`` (at most ``prefix``) and ``last`` (at least ``len(order) - suffix``) narrow the window:
+    no start before ``first`` is scanned and no run ends after ``last``. The answer is then the DRAM of
+    the cheapest interval plan of ``order`` that cuts at ``first`` or before it and keeps the parent's
+    optimum of the prefix there, and cuts at ``last`` or after it: a real plan, so never below the
+    optimum, and equal to it wherever an optimal plan cuts there.
     """
     n, n_parent = len(order), len(parent.forward) - 1
     end_of_window = n - suffix
@@ -345,7 +362,8 @@ def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, 
     excluded = set(problem.excluded)
     neighbours, evaluate, beta = problem.graph.neighbours, problem.cost.evaluate, problem.buffer_bytes
     furthest = end_of_window
-    for start in range(parent.first_reaching[prefix], end_of_window):
+    scanned_from = parent.first_reaching[prefix] if first is None else max(first, parent.first_reaching[prefix])
+    for start in range(scanned_from, end_of_window):
         here = forward[start]
         if here == INF:
             continue
@@ -355,7 +373,7 @@ def window_dp(problem: FusionProblem, order: list[int], parent: IntervalTables, 
             if len(found) < prefix - start:  # stopped inside the prefix
                 continue
             known = (prefix, found[prefix - start - 1][1])
-        for end, dram in _runs(order, start, excluded, neighbours, evaluate, beta, known)[0]:
+        for end, dram in _runs(order, start, excluded, neighbours, evaluate, beta, known, last)[0]:
             if here + dram < forward[end]:
                 forward[end] = here + dram
                 if end > furthest:
