@@ -87,6 +87,7 @@ def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
         "relaxation_bound_bytes": relaxation.get("bound_bytes"),
         "relaxation_seconds": relaxation.get("seconds"),
         "packing_bound_bytes": packing.get("bound_bytes"), "packing_seconds": packing.get("seconds"),
+        "reread_bound_bytes": exact.get("reread_bound_bytes"),
         "parts": exact.get("decomposition", {}).get("parts", 1),
         "commit": harness.commit()["fuseplan_commit"], "cost_model": str(COST_MODEL_VERSION),
     }

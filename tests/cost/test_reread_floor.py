@@ -39,7 +39,8 @@ def check_pairs(cost, groups: list[tuple[frozenset[int], int]], rng: random.Rand
     return checks, positive
 
 
-@pytest.mark.parametrize("name, buffer_kb", [("squeezenet", 64), ("resnet18", 64), ("mobilenet_v2", 128)])
+@pytest.mark.parametrize("name, buffer_kb", [("squeezenet", 64), ("resnet18", 64),
+                                             pytest.param("mobilenet_v2", 128, marks=pytest.mark.slow)])
 def test_brr_reread_floor_never_exceeds_what_a_candidate_holding_the_set_rereads(zoo_graphs, name, buffer_kb):
     cost = make_cost_model("brr", zoo_graphs[name], buffer_kb * KB)
     candidates = enumerate_candidates(FusionProblem(cost))
