@@ -2,7 +2,10 @@
 
 For GoogLeNet (the tests' ``tests/data/googlenet_opset13.onnx``) and every
 zoo model, under both schemes, at 64KB to 2MB: auto (budget 5,000, seed 0)
-on a fresh cost model, its time, its plan's DRAM, its proven lower bound and
+on a fresh cost model, its time, its plan's DRAM (of the fuseable operators,
+and in total with the operators too big for the buffer, ``total_dram_bytes``,
+the figure to compare across buffers: an operator that fits a larger buffer
+starts to count among the fuseable ones), its proven lower bound and
 where that comes from (``optimum``, ``linear relaxation``, ``cut packing``,
 ``cut bound``, ...), the gap, and the plan's DRAM against the row of the same
 set-up in the results file it updates, where that row was priced the same
@@ -10,8 +13,9 @@ set-up in the results file it updates, where that row was priced the same
 Generated
 branchy networks (``tests.dags.branchy_network``) of 1,000 to 5,000
 operators at 256KB are the ``generated`` part. Writes
-``benchmarks/results/proofs.json`` (rows of a part replace the same rows of
-an earlier run). Run from the repository root, one process::
+``benchmarks/results/proofs.json`` through the shared harness (rows of a part
+replace the same rows of an earlier run). Run from the repository root, one
+process::
 
     python benchmarks/bench_proofs.py                  # GoogLeNet and the zoo, every buffer, both schemes
     python benchmarks/bench_proofs.py --quick          # GoogLeNet and four zoo models at 64KB, 256KB, 2MB
@@ -20,16 +24,14 @@ an earlier run). Run from the repository root, one process::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import time
-from importlib import metadata
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import harness  # benchmarks/harness.py, beside this script
+
+ROOT = harness.ROOT
 sys.path.insert(0, str(ROOT))  # for tests.dags, the network generator
 
 from fuseplan import load_graph, make_cost_model, zoo  # noqa: E402
@@ -38,9 +40,7 @@ from fuseplan.plan import FusionProblem  # noqa: E402
 from fuseplan.search import make_search, minimize  # noqa: E402
 from fuseplan.split import make_splitter  # noqa: E402
 from tests.dags import branchy_network  # noqa: E402
-from peers import machine, write_results  # noqa: E402 - benchmarks/peers.py, beside this script
 
-RESULTS = ROOT / "benchmarks" / "results"
 GOOGLENET = ROOT / "tests" / "data" / "googlenet_opset13.onnx"
 BUFFERS_KB = (64, 128, 256, 512, 1024, 2048)
 QUICK_MODELS = ("googlenet", "resnet50", "efficientnet_b0", "squeezenet", "deeplabv3_mobilenet_v3_large")
@@ -48,24 +48,6 @@ QUICK_BUFFERS_KB = (64, 256, 2048)
 SIZES = (1000, 2000, 3000, 4000, 5000)
 GENERATED_KB = 256
 KB = 1024
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def versions() -> dict[str, str]:
-    found = {"cost_model": str(COST_MODEL_VERSION)}
-    for package in ("ortools", "numpy"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
 
 
 def compare_with_earlier(row: dict, earlier: dict | None) -> dict:
@@ -96,7 +78,8 @@ def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
         "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
         "load_average_at_start": round(load, 2),
         "enumeration_seconds": exact.get("enumeration_seconds"),
-        "dram_bytes": result.cost.dram, "lower_bound_bytes": bound,
+        "dram_bytes": result.cost.dram, "total_dram_bytes": result.cost.dram + problem.cost.unfuseable_dram(),
+        "lower_bound_bytes": bound,
         "gap": round(result.cost.dram / bound - 1, 6) if bound else None,
         "optimal": bool(details["optimal"]), "bound_source": details.get("lower_bound_source"),
         "method": exact.get("method"), "candidates": exact.get("candidates"),
@@ -104,8 +87,9 @@ def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
         "relaxation_bound_bytes": relaxation.get("bound_bytes"),
         "relaxation_seconds": relaxation.get("seconds"),
         "packing_bound_bytes": packing.get("bound_bytes"), "packing_seconds": packing.get("seconds"),
+        "reread_bound_bytes": exact.get("reread_bound_bytes"),
         "parts": exact.get("decomposition", {}).get("parts", 1),
-        "commit": commit(), "cost_model": str(COST_MODEL_VERSION),
+        "commit": harness.commit()["fuseplan_commit"], "cost_model": str(COST_MODEL_VERSION),
     }
 
 
@@ -144,36 +128,35 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
     return [r for r in old if key(r) not in fresh] + new
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=harness.RESULTS / "proofs.json", models=["googlenet", *zoo.names()])
     parser.add_argument("--part", choices=("zoo", "generated", "all"), default="zoo",
                         help="zoo: GoogLeNet and the zoo models; generated: branchy networks")
-    parser.add_argument("--models", nargs="*", default=["googlenet", *zoo.names()])
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--buffers", nargs="*", type=int, default=list(BUFFERS_KB), help="KB")
     parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
     parser.add_argument("--quick", action="store_true", help=f"models {', '.join(QUICK_MODELS)} at "
                         f"{', '.join(map(str, QUICK_BUFFERS_KB))} KB only")
     parser.add_argument("--budget", type=int, default=5000, help="auto's plan budget")
-    parser.add_argument("--output", type=Path, default=RESULTS / "proofs.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.models, args.buffers = list(QUICK_MODELS), list(QUICK_BUFFERS_KB)
+    run = harness.Run("proofs", args)
 
-    document = json.loads(args.output.read_text()) if args.output.exists() else {}
-    document.update({"machine": machine(), "cpus": os.cpu_count(), "versions": versions(), "commit": commit(),
-                     "note": "one process on a machine shared with other jobs; load_average_at_start is the "
-                             "1-minute load average when each run started; cpu_seconds is the process's CPU "
-                             "time, less sensitive to the load than seconds (wall clock)"})
+    document = json.loads(args.out.read_text()) if args.out.exists() else {}
+    payload = {part: document[part] for part in ("zoo", "generated") if part in document}
+    payload["note"] = ("one process on a machine shared with other jobs; load_average_at_start is the 1-minute "
+                       "load average when each run started; cpu_seconds is the process's CPU time, less "
+                       "sensitive to the load than seconds (wall clock); rows keep the commit they ran at")
     if args.part in ("zoo", "all"):
-        old = document.get("zoo", [])
-        document["zoo"] = merge(old, zoo_part(args.models, args.schemes, args.buffers, args.budget,
-                                              {key(r): r for r in old}))
+        old = payload.get("zoo", [])
+        payload["zoo"] = merge(old, zoo_part(args.models, args.schemes, args.buffers, args.budget,
+                                             {key(r): r for r in old}))
     if args.part in ("generated", "all"):
-        old = document.get("generated", [])
-        document["generated"] = merge(old, generated_part(args.sizes, args.schemes, args.budget,
-                                                          {key(r): r for r in old}))
-    write_results(document, args.output)
+        old = payload.get("generated", [])
+        payload["generated"] = merge(old, generated_part(args.sizes, args.schemes, args.budget,
+                                                         {key(r): r for r in old}))
+    run.write(payload)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,23 @@ def zoo_tables(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def rising_totals(rows: list[dict]) -> list[str]:
+    """Set-ups whose plan moves more in total than the plan of a smaller buffer of the same model and scheme
+    (``total_dram_bytes``, recorded from this change on; a plan valid at a buffer is valid at any larger one,
+    so a rise would be a plan the search could have done better)."""
+    rising = []
+    for model, scheme in sorted({(r["model"], r["scheme"]) for r in rows}):
+        recorded = sorted((r["buffer_kb"], r["total_dram_bytes"]) for r in rows
+                          if (r["model"], r["scheme"]) == (model, scheme) and r.get("total_dram_bytes") is not None)
+        least = None
+        for kb, total in recorded:
+            if least is not None and total > least[1]:
+                rising.append(f"{model} {scheme.upper()} {kb}KB ({total} bytes against {least[1]} at {least[0]}KB)")
+            if least is None or total < least[1]:
+                least = (kb, total)
+    return rising
+
+
 def facts(rows: list[dict]) -> str:
     proven = [r for r in rows if r["optimal"]]
     compared = [r for r in rows if r.get("earlier_dram_bytes") is not None]
@@ -68,6 +85,9 @@ def facts(rows: list[dict]) -> str:
         + (", ".join(name(r) for r in worse) or "none") + f"), {len(better)} less.",
         f"- proven set-ups over 10 s: {len(slow_wall)} by the wall clock, {len(slow_cpu)} by CPU time; slowest "
         f"by CPU time {slowest['cpu_seconds']:.1f} s ({slowest['seconds']:.1f} s wall, {name(slowest)}).",
+        f"- total DRAM (operators too big for the buffer included) rising with the buffer, over "
+        f"{sum(1 for r in rows if r.get('total_dram_bytes') is not None)} set-ups recording it: "
+        + (", ".join(rising_totals(rows)) or "none") + ".",
         f"- load average at the start of each run: {min(loads):.1f} to {max(loads):.1f} (2 cores).",
         f"- at most {max((r['states'] or 0) for r in proven)} downset states; at most "
         f"{max((r['candidates'] or 0) for r in proven)} candidates where proven; split into parts in "

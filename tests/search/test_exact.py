@@ -15,7 +15,7 @@ from fuseplan.plan.plan import Plan
 from fuseplan.search import IntervalDP, make_search, minimize
 from fuseplan.search.candidates import enumerate_candidates
 from fuseplan.search.exact import downset_search, partition_search, solve_exact
-from fuseplan.search.packing import cut_lower_bound, packing_lower_bound
+from fuseplan.search.packing import cut_lower_bound, packing_lower_bound, reread_lower_bound
 from fuseplan.split import make_splitter
 from tests.dags import branchy_network, random_dags
 
@@ -146,8 +146,10 @@ def test_stopped_searches_report_a_proven_bound(zoo_graphs):
     restricted = solve_exact(problem, max_sets=300)
     assert not restricted.optimal and restricted.method.startswith("restricted")
     assert problem.check(restricted.plan) == [] and restricted.dram >= optimum
-    assert restricted.lower_bound == max(cut_lower_bound(problem), packing_lower_bound(problem).bound) <= optimum
-    assert restricted.bound_source in ("cut bound", "cut packing", "all fused")
+    assert restricted.lower_bound == max(cut_lower_bound(problem), packing_lower_bound(problem).bound,
+                                         reread_lower_bound(problem)) <= optimum
+    assert restricted.stats["reread_bound_bytes"] == reread_lower_bound(problem)
+    assert restricted.bound_source in ("cut bound", "cut packing", "cut and re-read bound", "all fused")
 
 
 @pytest.mark.parametrize("scheme", ["lbdf", pytest.param("brr", marks=pytest.mark.slow)])

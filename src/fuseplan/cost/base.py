@@ -579,6 +579,12 @@ class CostModel(ABC):
         """``F_D`` of ``group`` as if it fitted the buffer (for bounds)."""
         return self.evaluate(group).dram
 
+    def reread_floor(self, group: Iterable[int]) -> int:
+        """A lower bound on the DRAM bytes of weights of ``group``'s members that every fitting group
+        holding ``group`` reads beyond reading each weight once (for bounds; 0 by default: weights read
+        once)."""
+        return 0
+
     def fuseable_components(self) -> list[Group]:
         """Weakly connected components of the graph restricted to fuseable operators."""
         return sorted(self.graph.components(self.fuseable), key=min)

@@ -618,6 +618,38 @@ class BRRCostModel(CostModel):
         # convolution, say) is priced by the lone mapper, which reads only the rows and columns it touches.
         return least_touched(self.tables, t)
 
+    def reread_floor(self, group) -> int:
+        """:meth:`CostModel.reread_floor`: ``b * W_r * (T - 1)``, with ``W_r`` the members' weights read
+        once per row tile and ``T`` the fewest row tiles a fitting group holding ``group`` takes; 0 where
+        such a group may keep its weights on chip or run as a lone operator.
+
+        A group no lone-operator schedule can price (:meth:`lone_floor` is ``None``) runs in row tiles,
+        which read ``W_r`` once per tile. Where ``b * (W + feature_floor) >= beta`` with the members'
+        weights ``W``, the weights cannot stay, so tiles hold one weight block (at least the members'
+        largest) beside ``Q(h) = F + line * (h - 1)`` feature elements, within ``room = (beta - 1) / b -
+        w_blk``. Over the ``T`` tiles of ``h`` rows (``T * h`` at least the reference rows ``R``), each
+        tensor of ``H <= R`` rows adds at least its whole size to ``T * Q(h)``: kept whole it is in every
+        tile's ``F``; streamed, it keeps a row and gains ``H / R`` of a row per extra row. Each counts its
+        :attr:`floor_row_elements` per row (a channel block where it may be held one, nothing where it
+        may be overwritten in place), so ``T >= ceil(whole / room)``.
+        """
+        members = frozenset(group)
+        if not members or self.lone_floor(members) is not None:
+            return 0
+        nodes, b, beta = self.graph.nodes, self.bytes_per_element, self.buffer_bytes
+        streamed = sum(nodes[v].weight_numel for v in members if not self._once_weights[v])
+        if not streamed or b * (sum(nodes[v].weight_numel for v in members) + self.feature_floor(members)) < beta:
+            return 0
+        room = (beta - 1) / b - max(self._weight_block[v] for v in members)
+        if room <= 0:  # no row tile fits: no fitting group holds the members
+            return 0
+        tables, per_row = self.tables, self.floor_row_elements
+        touched = {t for v in members for t in (*(t for t, _k, _s, _r in tables.node_inputs[v]),
+                                                *tables.node_outputs[v])}
+        whole = sum(tables.tensor_rows[t] * per_row[t] for t in touched)
+        tiles = max(1, ceil(whole / room * (1 - 1e-9)))  # float sums: never claim a tile more than proven
+        return b * streamed * (tiles - 1)
+
     def dram_ignoring_buffer(self, group: Group) -> int:
         # With room for everything, weights are read once: no tiling reloads. Inputs count what their readers
         # touch, the least any schedule of the group reads (see least_read).

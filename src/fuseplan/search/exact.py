@@ -56,7 +56,7 @@ from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates, predecessor_masks
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.interval_dp import candidate_orders
-from fuseplan.search.packing import cut_lower_bound, packing_lower_bound
+from fuseplan.search.packing import cut_lower_bound, packing_lower_bound, reread_lower_bound
 from fuseplan.search.relaxation import Relaxation, linear_relaxation
 from fuseplan.units import format_bytes
 
@@ -366,7 +366,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     them (usually no worse than the interval DP's), which is not proven
     optimal, and the proven bound is the packing of sets too big for the
     buffer (:func:`fuseplan.search.packing.packing_lower_bound`, never below
-    :func:`~fuseplan.search.packing.cut_lower_bound`). The outcome's
+    :func:`~fuseplan.search.packing.cut_lower_bound`), or the cut sets with
+    sets whose fitting groups must re-read weights
+    (:func:`~fuseplan.search.packing.reread_lower_bound`). The outcome's
     ``bound_source`` says which bound was the best. ``on_status`` hears after
     each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
     ``time.perf_counter()`` time) the enumeration and the searches stop as at
@@ -429,6 +431,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     if not candidates.complete:  # optimal among the kept candidates only
         outcome.optimal = False
         dram_bounds.append((cut_lower_bound(problem), "cut bound"))
+        reread = reread_lower_bound(problem)
+        stats["reread_bound_bytes"] = reread
+        dram_bounds.append((reread, "cut and re-read bound"))
         packing = packing_lower_bound(problem, deadline=deadline)
         if packing is not None:
             stats["packing"] = {"bound_bytes": packing.bound, **packing.stats}

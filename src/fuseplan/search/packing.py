@@ -32,6 +32,19 @@ truly reaches the buffer floor, which is checked with
 :meth:`CostModel.buffer_floor` itself. The final packing is rounded down to
 integers and scaled until every tensor's constraint holds in integers.
 
+Weights add a second way to pay. The all-fused bound reads every weight
+once; a group re-reads weights only on its members' account
+(:meth:`CostModel.reread_floor`: under BRR, streamed weights once per row
+tile), and weight traffic is apart from tensor traffic. So a connected set
+``S`` whose fitting holders all re-read at least ``r_S`` bytes of its
+members' weights costs every plan ``min(r_S, cheapest penalty inside S)``
+more: either a tensor inside it is cut, or it lies whole in one group,
+which re-reads. :func:`reread_lower_bound` adds that over sets with
+disjoint members (so neither their inside tensors nor their weights are
+counted twice), cut from the topological order as the greedy cut sets are,
+each closed once its floor reaches the buffer or its re-reads reach its
+cheapest inside penalty.
+
 These bounds hold for every plan whatever the candidates, so they serve
 where the candidate enumeration is cut short and the linear relaxation over
 the candidates proves nothing.
@@ -119,6 +132,32 @@ def cut_lower_bound(problem: FusionProblem) -> int:
     penalty = cut_penalties(problem)
     extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in greedy_cut_sets(problem))
     return problem.cost.dram_lower_bound() + extra
+
+
+def reread_lower_bound(problem: FusionProblem) -> int:
+    """The all-fused bound plus, over connected sets with disjoint members, each set's cheapest inside
+    penalty where any plan either cuts a tensor inside it or re-reads at least that much of its members'
+    weights (:meth:`CostModel.reread_floor`), or where no fitting group holds it (module docstring). Sets
+    are the components of growing runs of operators in label order, as in :func:`greedy_cut_sets`. The
+    cut bound's where the scheme reads every weight once."""
+    graph, cost = problem.graph, problem.cost
+    beta = problem.buffer_bytes
+    penalty = cut_penalties(problem)
+    extra = 0
+    run: list[int] = []
+    for v in range(len(graph)):
+        if v not in problem.fuseable:
+            continue
+        run.append(v)
+        part = next(part for part in graph.components(run) if v in part)
+        inside = inside_tensors(problem, part)
+        if not inside:
+            continue
+        least = min(penalty[t] for t in inside)
+        if cost.buffer_floor(part) >= beta or cost.reread_floor(part) >= least:
+            extra += least
+            run = []
+    return cost.dram_lower_bound() + extra
 
 
 @dataclass
