@@ -19,6 +19,7 @@ scheme than today's are left out (a cell's key hashes that version in), unless
 
     python benchmarks/summarize_splitters.py [--results benchmarks/results] [--suffix _v8]
     python benchmarks/summarize_splitters.py --suffix _v3 --reproduce benchmarks/results/reproduce/full_v3 --stale-cells
+    python benchmarks/summarize_splitters.py --stale-cells --reproduce benchmarks/results/reproduce/full_v6
 """
 
 from __future__ import annotations
