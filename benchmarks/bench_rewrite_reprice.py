@@ -14,8 +14,9 @@ A child over ``--simulate-timeout`` seconds is stopped and recorded as not finis
 
 ``--grid benchmarks/results/rewrite_speed_budget300.json`` does the same for the searches that
 ``bench_rewrite_speed.py`` ran under today's cost models (so only the simulation is new). ``--schemes`` takes
-one scheme's configurations only; ``--resume`` keeps the rows of the results file that were priced under today's
-version of their scheme (and simulated, where ``--simulate`` is given and the gain survives) and runs the rest,
+one scheme's configurations only; ``--resume`` keeps the rows of the results file outside ``--models`` and
+``--schemes``, and those priced under today's version of their scheme (and simulated, where ``--simulate`` is
+given and the gain survives), and runs the rest,
 so the grid can be run scheme by scheme, or after a stop, into one file. Run (a small mode:
 ``--models squeezenet --schemes lbdf -o /tmp/reprice.json``)::
 
@@ -124,14 +125,20 @@ def cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def kept_rows(path: Path, simulate: bool) -> list[dict]:
-    """The rows of an earlier results file that need no rerun: priced under today's version of their scheme and,
-    when ``simulate``, simulated wherever the gain survives."""
+def kept_rows(path: Path, simulate: bool, models: list[str] | None, schemes: list[str] | None) -> list[dict]:
+    """The rows of an earlier results file that this run leaves as they are: those outside its ``models`` and
+    ``schemes``, and those priced under today's version of their scheme and, when ``simulate``, simulated
+    wherever the gain survives."""
     if not path.is_file():
         return []
+
+    def selected(row: dict) -> bool:
+        return (not models or row["model"] in models) and (not schemes or row["scheme"] in schemes)
+
     return [row for row in json.loads(path.read_text())["runs"]
-            if row["now"]["scheme_version"] == scheme_version(row["scheme"])
-            and (not simulate or "simulation" in row or row["now"]["cost"] >= row["now"]["initial_cost"])]
+            if not selected(row) or (row["now"]["scheme_version"] == scheme_version(row["scheme"])
+                                     and (not simulate or "simulation" in row
+                                          or row["now"]["cost"] >= row["now"]["initial_cost"]))]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,8 +156,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     grid = json.loads(args.grid.read_text())
     run = harness.Run("rewrite_reprice", args)
-    rows = kept_rows(args.out, args.simulate) if args.resume else []
+    rows = kept_rows(args.out, args.simulate, args.models, args.schemes) if args.resume else []
     done = {(row["model"], row["scheme"], row["buffer_kb"]) for row in rows}
+    # Rows are written in the grid's order, whichever run (or --resume) priced them.
+    order = {(r["model"], r["scheme"], r["buffer_kb"]): i for i, r in enumerate(best_rewrites(grid, None))}
+
+    def in_order(found: list[dict]) -> list[dict]:
+        return sorted(found, key=lambda row: order.get((row["model"], row["scheme"], row["buffer_kb"]), len(order)))
+
+    # This run's settings; rows kept by --resume may come from runs with others (each simulation names its own).
     settings = {"grid": args.grid.name, "simulate": args.simulate, "size": args.size,
                 "simulate_timeout": args.simulate_timeout}
     with tempfile.TemporaryDirectory(prefix="fuseplan-reprice-") as scratch_name:
@@ -183,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                 if args.size and len(dims) == 4:
                     shapes.append((original.graph.input[0].name, (*dims[:2], args.size, args.size)))
                 for shape in shapes:
-                    row["simulation"] = {"input_shape": shape, **{
+                    row["simulation"] = {"input_shape": shape, "timeout_seconds": args.simulate_timeout, **{
                         side: simulated(file, scheme, kb, shape, args.simulate_timeout) for side, file in files.items()}}
                     both = [row["simulation"][side] for side in files]
                     if all(s.get("simulated") and s["groups_agreeing"] == s["groups"] for s in both):
@@ -201,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{label} {scheme} {kb}KB: recorded {recorded['change_percent']:+.2f}% (v"
                   f"{row['recorded']['cost_model_version']}), now {row['now']['change_percent']:+.2f}%"
                   + (f"; simulated below: {sim.get('rewritten_below_original')}" if sim else ""), flush=True)
-            run.write({"settings": settings, "runs": rows})  # after every row: a stopped run keeps what finished
+            run.write({"settings": settings, "runs": in_order(rows)})  # after every row: a stop keeps what finished
+    run.write({"settings": settings, "runs": in_order(rows)})
 
 
 if __name__ == "__main__":
