@@ -413,11 +413,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_all(args: argparse.Namespace) -> int:
     register()  # Optimus's accounting by name, for this process only
-    run = harness.Run("compare_optimus", args)
     recorded = recorded_answers(args.recorded)
     root = python = None
     if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
         root, python = find_peer(args)
+    run = harness.Run("compare_optimus", args)  # once the peer is found: a missing one is an error line only
     commit = subprocess.run(["git", "-C", str(root or "."), "rev-parse", "HEAD"], capture_output=True, text=True)
     if root is None:
         commit.stdout = ""  # this repository's commit is not Optimus's
