@@ -13,45 +13,50 @@ and agreed with its price.
 A child over ``--simulate-timeout`` seconds is stopped and recorded as not finished.
 
 ``--grid benchmarks/results/rewrite_speed_budget300.json`` does the same for the searches that
-``bench_rewrite_speed.py`` ran under today's cost models (so only the simulation is new). Run::
+``bench_rewrite_speed.py`` ran under today's cost models (so only the simulation is new). ``--schemes`` takes
+one scheme's configurations only; ``--resume`` keeps the rows of the results file outside ``--models`` and
+``--schemes``, and those priced under today's version of their scheme (and simulated, where ``--simulate`` is
+given and the gain survives), and runs the rest,
+so the grid can be run scheme by scheme, or after a stop, into one file. Run (a small mode:
+``--models squeezenet --schemes lbdf -o /tmp/reprice.json``)::
 
     nice -n 5 python benchmarks/bench_rewrite_reprice.py [--grid benchmarks/results/rewrite.json] [--simulate]
-        [--models squeezenet ...] [--size 0] [--output benchmarks/results/rewrite_reprice.json]
+        [--models squeezenet ...] [--schemes lbdf] [--resume] [--size 0]
+        [--output benchmarks/results/rewrite_reprice.json]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
+import resource
 import tempfile
 import time
-from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 from queue import Empty
 
+import harness  # benchmarks/harness.py, beside this script
 import onnx
-from peers import machine, provenance, write_results
 
-from fuseplan.cost import scheme_version
+from fuseplan.cost import SCHEMES, scheme_version
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.passes import Rewrite
 from fuseplan.rewrite import total_dram
 
-RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
-GOOGLENET = str(ROOT / "tests" / "data" / "googlenet_opset13.onnx")
+RESULTS = harness.RESULTS
+GOOGLENET = str(harness.ROOT / "tests" / "data" / "googlenet_opset13.onnx")
 
 
-def best_rewrites(grid: dict, models: list[str] | None) -> list[dict]:
+def best_rewrites(grid: dict, models: list[str] | None, schemes: list[str] | None = None) -> list[dict]:
     """Per (model, scheme, buffer) of the grid's dram runs, the run with the lowest cost (ties: fewer steps).
 
     Also reads ``bench_rewrite_speed.py``'s results, whose runs keep their substitutions as ``steps_taken``."""
     best: dict[tuple, dict] = {}
     for run in grid["runs"]:
-        if run["objective"] != "dram" or (models and run["model"] not in models):
+        if run["objective"] != "dram" or (models and run["model"] not in models) or (
+                schemes and run["scheme"] not in schemes):
             continue
         if "steps_taken" in run:
             run = {**run, "steps": run["steps_taken"]}
@@ -114,31 +119,63 @@ def simulated(model: Path, scheme: str, buffer_kb: int, shape: tuple[str, tuple[
         child.join()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cpu_seconds() -> float:
+    """CPU time so far of this process and of its children that have ended."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def kept_rows(path: Path, simulate: bool, models: list[str] | None, schemes: list[str] | None) -> list[dict]:
+    """The rows of an earlier results file that this run leaves as they are: those outside its ``models`` and
+    ``schemes``, and those priced under today's version of their scheme and, when ``simulate``, simulated
+    wherever the gain survives."""
+    if not path.is_file():
+        return []
+
+    def selected(row: dict) -> bool:
+        return (not models or row["model"] in models) and (not schemes or row["scheme"] in schemes)
+
+    return [row for row in json.loads(path.read_text())["runs"]
+            if not selected(row) or (row["now"]["scheme_version"] == scheme_version(row["scheme"])
+                                     and (not simulate or "simulation" in row
+                                          or row["now"]["cost"] >= row["now"]["initial_cost"]))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_reprice.json")
     parser.add_argument("--grid", type=Path, default=RESULTS / "rewrite.json")
     parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--schemes", nargs="*", default=None, choices=sorted(SCHEMES))
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows of --out priced under today's cost models; run the rest")
     parser.add_argument("--simulate", action="store_true")
     parser.add_argument("--size", type=int, default=112,
                         help="input rows and columns of CNNs whose simulation at their own shape is over the time "
                              "limit; 0: no second try")
     parser.add_argument("--simulate-timeout", type=float, default=240.0)
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_reprice.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     grid = json.loads(args.grid.read_text())
-    started = time.perf_counter()
-    rows = []
-    document = {"benchmark": "rewrite_reprice", "machine": machine(), "cpus": os.cpu_count(), **provenance(),
-                "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
-                "settings": {"grid": args.grid.name, "simulate": args.simulate, "size": args.size,
-                             "simulate_timeout": args.simulate_timeout},
-                "runs": rows}
+    run = harness.Run("rewrite_reprice", args)
+    rows = kept_rows(args.out, args.simulate, args.models, args.schemes) if args.resume else []
+    done = {(row["model"], row["scheme"], row["buffer_kb"]) for row in rows}
+    # Rows are written in the grid's order, whichever run (or --resume) priced them.
+    order = {(r["model"], r["scheme"], r["buffer_kb"]): i for i, r in enumerate(best_rewrites(grid, None))}
+
+    def in_order(found: list[dict]) -> list[dict]:
+        return sorted(found, key=lambda row: order.get((row["model"], row["scheme"], row["buffer_kb"]), len(order)))
+
+    # This run's settings; rows kept by --resume may come from runs with others (each simulation names its own).
+    settings = {"grid": args.grid.name, "simulate": args.simulate, "size": args.size,
+                "simulate_timeout": args.simulate_timeout}
     with tempfile.TemporaryDirectory(prefix="fuseplan-reprice-") as scratch_name:
         scratch = Path(scratch_name)
-        for recorded in best_rewrites(grid, args.models):
+        for recorded in best_rewrites(grid, args.models, args.schemes):
             load_before = os.getloadavg()[0]
             name, scheme, kb = recorded["model"], recorded["scheme"], recorded["buffer_kb"]
             path, label = model_path(GOOGLENET if name == "googlenet_opset13" else name)
+            if (label, scheme, kb) in done:
+                continue
+            row_started, cpu_before = time.perf_counter(), cpu_seconds()
             original = prepare_model(read_model(path), label)[0]
             rewritten = Rewrite(recorded["steps"]).transform(original) if recorded["steps"] else original
             before = total_dram(original, scheme, kb * 1024)
@@ -160,7 +197,7 @@ def main() -> None:
                 if args.size and len(dims) == 4:
                     shapes.append((original.graph.input[0].name, (*dims[:2], args.size, args.size)))
                 for shape in shapes:
-                    row["simulation"] = {"input_shape": shape, **{
+                    row["simulation"] = {"input_shape": shape, "timeout_seconds": args.simulate_timeout, **{
                         side: simulated(file, scheme, kb, shape, args.simulate_timeout) for side, file in files.items()}}
                     both = [row["simulation"][side] for side in files]
                     if all(s.get("simulated") and s["groups_agreeing"] == s["groups"] for s in both):
@@ -169,13 +206,17 @@ def main() -> None:
                     if not any(s.get("why", "").startswith("over ") for s in both):
                         break
             row["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+            # The machine is shared: wall time beside CPU time (this process and its simulating children).
+            row["wall_seconds"] = round(time.perf_counter() - row_started, 1)
+            row["cpu_seconds"] = round(cpu_seconds() - cpu_before, 1)
+            row["fuseplan_commit"] = run.recorded["fuseplan_commit"]  # rows kept by --resume may be older
             rows.append(row)
             sim = row.get("simulation", {})
             print(f"{label} {scheme} {kb}KB: recorded {recorded['change_percent']:+.2f}% (v"
                   f"{row['recorded']['cost_model_version']}), now {row['now']['change_percent']:+.2f}%"
                   + (f"; simulated below: {sim.get('rewritten_below_original')}" if sim else ""), flush=True)
-            document["seconds"] = round(time.perf_counter() - started, 1)
-            write_results(document, args.output)
+            run.write({"settings": settings, "runs": in_order(rows)})  # after every row: a stop keeps what finished
+    run.write({"settings": settings, "runs": in_order(rows)})
 
 
 if __name__ == "__main__":

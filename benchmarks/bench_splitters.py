@@ -23,22 +23,22 @@ cell's planning run with the variant splitter. Run::
 
 ``--out`` is required and never defaults to a committed results file. Every row
 records the cost-model version its scheme's prices were last changed in, and
-the one-minute load average when it finished (runs beside other work are slower).
+the one-minute load average when it finished (runs beside other work are slower);
+the file records the run's envelope (``benchmarks/harness.py``: machine, load,
+versions, commit). A small mode: ``--targets table3 --setups squeezenet-lbdf-ls
+--splitters random random-edges --seeds 1 --out /tmp/splitters.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from fuseplan.cost import COST_MODEL_VERSION, scheme_version
-from fuseplan.files import write_text
+from fuseplan.cost import scheme_version
 from fuseplan.explain.explainers import ExplainerAlgorithm, Explanation
 from fuseplan.search import make_search, minimize
 from fuseplan.split import SPLITTERS, TreeSplitter, make_splitter
@@ -47,7 +47,7 @@ from fuseplan.sweep.reproduce import machine as processor, shipped_weights_text,
 from fuseplan.sweep.worker import problem_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import machine  # noqa: E402
+import harness  # noqa: E402  (benchmarks/harness.py, beside this script)
 
 
 class RandomEdges(ExplainerAlgorithm):
@@ -104,9 +104,8 @@ def run(setup: tuple, splitter: str, seed: int, merge: bool, top_k: int | None, 
             "cost_model_version": scheme_version(scheme), "load_average": round(os.getloadavg()[0], 2)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="results file (JSON) to write")
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=None)
     parser.add_argument("--targets", nargs="*", default=["table2", "table3", "table4"],
                         choices=["table2", "table3", "table4", "table5"])
     parser.add_argument("--setups", nargs="*", help="model-scheme-search prefixes of the set-ups to run")
@@ -116,14 +115,13 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, help="blamed edges turned into candidate cuts")
     parser.add_argument("--refine", action="store_true",
                         help="refine parts that pay for the buffer in DRAM (explainer-driven splitters only)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.out is None:
+        parser.error("--out is required (a results file; it never defaults to a committed one)")
     if args.refine and "random" in args.splitters:
         parser.error("--refine needs explainer-driven splitters; the random split cannot refine")
-    header = {"benchmark": "splitters", **machine(), "processor": processor(),
-              "load_average_at_start": round(os.getloadavg()[0], 2), "weights": shipped_weights_text(),
-              "cost_model_version": COST_MODEL_VERSION, "commit": subprocess.run(
-                  ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
-                  capture_output=True, text=True).stdout.strip() or None,
+    bench = harness.Run("splitters", args)
+    header = {"processor": processor(), "weights": shipped_weights_text(),
               "merge_back": not args.no_merge, "top_k": args.top_k, "refine": args.refine}
     single_threaded_torch()
     rows = []
@@ -132,8 +130,7 @@ def main() -> None:
             for splitter in args.splitters:
                 rows.append(run(setup, splitter, seed, not args.no_merge, args.top_k, args.refine))
                 print(json.dumps(rows[-1]), flush=True)
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                write_text(args.out, json.dumps({**header, "rows": rows}, indent=2) + "\n")
+                bench.write({**header, "rows": rows})  # after every run: a stopped benchmark keeps what finished
 
 
 if __name__ == "__main__":

@@ -42,15 +42,16 @@ from pathlib import Path
 
 from onnx import TensorProto, helper
 
-from fuseplan.cost import COST_MODEL_VERSION, LBDFCostModel, scheme_version
+import harness  # benchmarks/harness.py, beside this script
+from fuseplan.cost import LBDFCostModel, scheme_version
 from fuseplan.graph import graph_from_model
 from fuseplan.plan import FusionProblem
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
-from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
+from peers import PeerMissing, peer_paths  # benchmarks/peers.py, beside this script
 
-RESULTS = Path(__file__).resolve().parent / "results" / "defines.json"
+RESULTS = harness.RESULTS / "defines.json"
 
 # Each stack: input (channels, rows = columns) and layers (out channels, kernel, stride).
 STACKS = {
@@ -202,13 +203,12 @@ def run_defines(root: Path, python: Path, stack: dict, buffer_bytes: int) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, out=RESULTS)
     parser.add_argument("--defines", help="DeFiNES checkout (default $DEFINES_DIR)")
     parser.add_argument("--python", help="Python of DeFiNES's environment (default DEFINES/.venv/bin/python)")
     parser.add_argument("--ratios", nargs="+", type=float, default=list(RATIOS),
                         help="on-chip memory sizes as multiples of each stack's LBDF F_beta")
     parser.add_argument("--commit", help="the checkout's commit, where it is not a git work tree")
-    parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     try:
         root, python = find_peer(args)
@@ -217,11 +217,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
-    ours = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
-                          capture_output=True, text=True)
-    load_start, wall_start = os.getloadavg(), time.perf_counter()
+    run = harness.Run("compare_defines", args)
     entries, thresholds = [], []
-    for name, stack in STACKS.items():
+    for name in run.progress(STACKS):
+        stack = STACKS[name]
         sweep: list[tuple[int, float]] = []
         graph = stack_model(stack)
         group = frozenset(range(len(graph.nodes)))
@@ -264,15 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:38s} DeFiNES moves its least DRAM ({least:.0f}) from between {low} and {high} bytes "
               f"on chip; LBDF F_beta {need}", flush=True)
     payload = {
-        "machine": machine(),
         "defines_commit": args.commit or commit.stdout.strip() or None,
-        "fuseplan_commit": ours.stdout.strip() or None,
-        "cost_model_version": COST_MODEL_VERSION,
         "lbdf_version": scheme_version("lbdf"),
-        # The machine is shared: the load beside the run, and CPU time (ours, then DeFiNES's subprocesses).
-        "load_average": {"start": [round(x, 2) for x in load_start],
-                         "end": [round(x, 2) for x in os.getloadavg()]},
-        "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        # The machine is shared: CPU time beside the envelope's wall time and load (ours, then DeFiNES's).
         "cpu_seconds": {"fuseplan": round(time.process_time(), 1),
                         "defines": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
                                          + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime, 1)},
@@ -281,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": entries,
         "least_dram_memory": thresholds,
     }
-    write_results(payload, args.output)
+    run.write(payload)
     return 0
 
 

@@ -68,8 +68,9 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
+import harness  # benchmarks/harness.py, beside this script
 from fuseplan import load_graph, zoo
-from fuseplan.cost import COST_MODEL_VERSION, BRRCostModel, scheme_version
+from fuseplan.cost import BRRCostModel, scheme_version
 from fuseplan.cost.base import GroupCost
 from fuseplan.cost.brr import DEFAULT_CHANNEL_BLOCK
 from fuseplan.cost.streaming import footprint
@@ -79,9 +80,9 @@ from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
 from optimus_aligned import OptimusAlignedBRR, register  # benchmarks/optimus_aligned.py, beside this script
-from peers import PeerMissing, machine, peer_paths, write_results  # benchmarks/peers.py, beside this script
+from peers import PeerMissing, peer_paths  # benchmarks/peers.py, beside this script
 
-RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
+RESULTS = harness.RESULTS / "optimus.json"
 NETWORKS = {"squeezenet": "squeezenet", "resnet18": "resnet18", "vggnet": "vgg16", "resnet50": "resnet50"}
 # Where Optimus's definition stops short of the zoo model: its last operator type
 # there (VGG16's convolutional part; ResNet-18 without its classifier).
@@ -387,7 +388,7 @@ def compare(optimus_plan: dict, ours: dict, cost: BRRCostModel, aligned: dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, out=RESULTS)
     parser.add_argument("--optimus", help="Optimus checkout (default $OPTIMUS_DIR)")
     parser.add_argument("--python", help="Python of Optimus's environment (default OPTIMUS/.venv/bin/python)")
     parser.add_argument("--reuse", type=Path, help="keep and reuse Optimus's answers in this folder")
@@ -399,9 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--buffers", nargs="+", type=int, default=list(BUFFERS_KB), choices=list(BUFFERS_KB))
     parser.add_argument("--budget", type=int, default=5000, help="fuseplan search budget (plans)")
     parser.add_argument("--commit", help="the checkout's commit, where it is not a git work tree")
-    parser.add_argument("-o", "--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if args.recorded and args.recorded.resolve() == args.output.resolve():
+    if args.recorded and args.recorded.resolve() == args.out.resolve():
         parser.error("--recorded must not be the results file this run writes")
     try:
         return compare_all(args)
@@ -413,11 +413,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_all(args: argparse.Namespace) -> int:
     register()  # Optimus's accounting by name, for this process only
-    load_start, wall_start = os.getloadavg(), time.perf_counter()
     recorded = recorded_answers(args.recorded)
     root = python = None
     if args.optimus or os.environ.get("OPTIMUS_DIR") or not (args.cached_only and args.reuse):
         root, python = find_peer(args)
+    run = harness.Run("compare_optimus", args)  # once the peer is found: a missing one is an error line only
     commit = subprocess.run(["git", "-C", str(root or "."), "rev-parse", "HEAD"], capture_output=True, text=True)
     if root is None:
         commit.stdout = ""  # this repository's commit is not Optimus's
@@ -492,26 +492,18 @@ def compare_all(args: argparse.Namespace) -> int:
                   + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
                   + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}",
                   flush=True)
-    ours = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"],
-                          capture_output=True, text=True)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     payload = {
-        "machine": machine(),
         "optimus_commit": args.commit or commit.stdout.strip() or None,
-        "fuseplan_commit": ours.stdout.strip() or None,
-        "cost_model_version": COST_MODEL_VERSION,
         "brr_version": scheme_version("brr"),
-        # The machine is shared: the load beside the run, and CPU time (ours, then Optimus's subprocesses).
-        "load_average": {"start": [round(x, 2) for x in load_start],
-                         "end": [round(x, 2) for x in os.getloadavg()]},
-        "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        # The machine is shared: CPU time beside the envelope's wall time and load (ours, then Optimus's).
         "cpu_seconds": {"fuseplan": round(time.process_time(), 1),
                         "optimus": round(children.ru_utime + children.ru_stime, 1)},
         "dataflow": DATAFLOW,
         "channel_block": CHANNEL_BLOCK,
         "results": entries,
     }
-    write_results(payload, args.output)
+    run.write(payload)
     return 0
 
 

@@ -150,7 +150,9 @@ class Run:
                 "wall_seconds": round(time.perf_counter() - self.started, 1),
                 "versions": {"fuseplan": __version__, **installed_versions(LIBRARIES)},
                 **self.recorded, "cost_model_version": COST_MODEL_VERSION,
-                "cost_model_versions": {scheme: scheme_version(scheme) for scheme in sorted(SCHEMES)}}
+                # Schemes a benchmark registers for itself (Optimus's accounting) have no version of fuseplan's.
+                "cost_model_versions": {scheme: scheme_version(scheme) for scheme in sorted(SCHEMES)
+                                        if hasattr(SCHEMES[scheme], "version")}}
 
     def write(self, payload: dict, path: Path | None = None) -> dict:
         """Write the envelope and ``payload`` (whose keys win) to ``path`` (default: the ``--out`` given)."""

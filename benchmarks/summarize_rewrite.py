@@ -227,7 +227,8 @@ def reprice_table(path: Path = RESULTS / "rewrite_reprice.json") -> None:
     for r in document["runs"]:
         sim = r.get("simulation")
         if sim is None:
-            simulated, below = "–", "not simulated (no gain now)" if r["now"]["change_percent"] >= 0 else "–"
+            simulated, below = "–", ("not simulated (no gain now)" if r["now"]["change_percent"] >= 0
+                                     else "not simulated (not reached)")
         elif all(sim[side].get("simulated") and sim[side]["groups_agreeing"] == sim[side]["groups"]
                  for side in ("original", "rewritten")):  # every schedule of both plans ran and agreed
             before, after = sim["original"]["simulated_dram_bytes"], sim["rewritten"]["simulated_dram_bytes"]

@@ -13,10 +13,13 @@ the files must have priced under the same cost-model version. A results file
 may also be split by scheme (``splitters_control_lbdf{suffix}.json`` and
 ``splitters_control_brr{suffix}.json``), and the control's baseline, the
 random split, is read from the reproduce cells on the seeds the control
-files do not hold. Run::
+files do not hold. Reproduce cells priced under an older version of their
+scheme than today's are left out (a cell's key hashes that version in), unless
+``--stale-cells`` reads an older run on purpose. Run::
 
-    python benchmarks/summarize_splitters.py [--results benchmarks/results] [--suffix _v6]
-    python benchmarks/summarize_splitters.py --suffix _v3 --reproduce benchmarks/results/reproduce/full_v3
+    python benchmarks/summarize_splitters.py [--results benchmarks/results] [--suffix _v8]
+    python benchmarks/summarize_splitters.py --suffix _v3 --reproduce benchmarks/results/reproduce/full_v3 --stale-cells
+    python benchmarks/summarize_splitters.py --stale-cells --reproduce benchmarks/results/reproduce/full_v6
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from fuseplan.sweep.config import Cell
+
 MB = 1024 * 1024
 EXPLAINERS = ["pgexplainer", "rgexplainer", "eig", "goat", "oracle", "random-edges"]
 REGISTRY = ["gnnexplainer", "pgexplainer", "rgexplainer", "eig", "goat", "oracle"]
@@ -38,8 +43,9 @@ def load(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"] if path.exists() else []
 
 
-def reproduce_rows(directory: Path, scheme: str) -> list[dict]:
-    """The finished cells of a reproduce run's Tables II-IV under one scheme, as benchmark rows."""
+def reproduce_rows(directory: Path, scheme: str, stale: bool = False) -> list[dict]:
+    """The finished cells of a reproduce run's Tables II-IV under one scheme, as benchmark rows: those priced
+    under today's version of the scheme (their key is the one the cell has today), or all with ``stale``."""
     found = []
     for table in ("table2", "table3", "table4"):
         path = directory / table / f"{table}_cells.csv"
@@ -48,12 +54,20 @@ def reproduce_rows(directory: Path, scheme: str) -> list[dict]:
         with path.open(newline="", encoding="utf-8") as handle:
             for cell in csv.DictReader(handle):
                 if (cell["status"] == "ok" and cell["scheme"] == scheme and cell["search"] != "auto"
-                        and cell["refine"] == "False" and cell["bytes_per_element"] == "1"):
+                        and cell["refine"] == "False" and cell["bytes_per_element"] == "1"
+                        and (stale or cell["key"] == today_key(cell))):
                     found.append({"model": cell["model"], "scheme": scheme,
                                   "buffer_kb": int(cell["buffer_bytes"]) // 1024, "search": cell["search"],
                                   "budget": int(cell["budget"]), "splitter": cell["splitter"],
                                   "seed": int(cell["seed"]), "dram_bytes": int(cell["dram_bytes"])})
     return found
+
+
+def today_key(cell: dict[str, str]) -> str:
+    """The key a cells-table row would have if it were run today (its scheme's version is hashed in)."""
+    return Cell(model=cell["model"], scheme=cell["scheme"], buffer_bytes=int(cell["buffer_bytes"]),
+                search=cell["search"], splitter=cell["splitter"], budget=int(cell["budget"]), seed=int(cell["seed"]),
+                refine=cell["refine"] == "True", bytes_per_element=int(cell["bytes_per_element"])).key
 
 
 def keyed(rows: list[dict]) -> dict[tuple, dict]:
@@ -143,9 +157,11 @@ def control_table(control: dict, default: dict) -> list[str]:
                  f"equal on {tally['=']}, higher on {tally['↑'] + tally['↑!']} ({tally['↑!']} beyond noise); "
                  f"per seed lower / equal / higher: {per_seed[0]} / {per_seed[1]} / {per_seed[2]}.")
     lines.append("")
+    counted = "; ".join(f"{name} {c[0]}/{c[1]}/{c[2]}" for name, c in against.items() if sum(c))
     lines.append("Each explainer-driven splitter against random-edges on the common seeds "
                  "(set-ups where the splitter's mean is lower / equal / higher than the control's): "
-                 + "; ".join(f"{name} {c[0]}/{c[1]}/{c[2]}" for name, c in against.items() if sum(c)) + ".")
+                 + (counted or "none, no reproduce cell of theirs priced under today's versions pairs with these")
+                 + ".")
     return lines
 
 
@@ -225,11 +241,13 @@ def setup_pairs(variant: dict, default: dict, control: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
-    parser.add_argument("--suffix", default="_v6")
+    parser.add_argument("--suffix", default="_v8")
     parser.add_argument("--reproduce", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "reproduce" / "full",
                         help="reproduce output directory whose cells give the defaults' runs (priced under the "
                              "version of the files named by --suffix)")
+    parser.add_argument("--stale-cells", action="store_true",
+                        help="read reproduce cells priced under an older cost-model version too (older files)")
     args = parser.parse_args()
 
     def rows(name: str) -> dict:
@@ -240,7 +258,8 @@ def main() -> None:
                  *sorted(args.results.glob(f"splitters_{name}_gnnexplainer*{args.suffix}.json"))]
         return keyed([row for path in paths for row in load(path)])
 
-    default = {**keyed(reproduce_rows(args.reproduce, "lbdf")), **keyed(reproduce_rows(args.reproduce, "brr")),
+    default = {**keyed(reproduce_rows(args.reproduce, "lbdf", args.stale_cells)),
+               **keyed(reproduce_rows(args.reproduce, "brr", args.stale_cells)),
                **rows("default_brr")}
     # The random split's runs of the reproduce cells are the control's baseline where its files hold none.
     control = rows("control")
