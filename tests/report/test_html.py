@@ -183,11 +183,9 @@ def _load_in_browser(page_path, *options: str) -> tuple[str, list[str]]:
 def test_loads_in_a_browser_without_console_errors(planned, tmp_path):
     plan_path, report_path = planned
     document = json.loads(plan_path.read_text())
-    dom, console = _load_in_browser(report_path)
-    assert console == []
-    assert 'data-ready="yes"' in dom  # the page's script ran to its end
-    assert parse(dom).rows == [g["id"] for g in document["groups"]]
-    # Clicking an operator shows its details and highlights its group.
+    # One browser start: the page as written, with a click on an operator appended after its own script.
+    # A console message from the page's script would show in this load too, so nothing is lost by not
+    # loading the unmodified page on its own (a headless Chromium start costs seconds of CPU).
     graph = load_graph("mobilenet_v2")
     name = document["groups"][1]["nodes"][0]
     clicked = tmp_path / "clicked.html"
@@ -196,6 +194,9 @@ def test_loads_in_a_browser_without_console_errors(planned, tmp_path):
                    ".dispatchEvent(new MouseEvent('click'));</script></body>"))
     dom, console = _load_in_browser(clicked)
     assert console == []
+    assert 'data-ready="yes"' in dom  # the page's script ran to its end
+    assert parse(dom).rows == [g["id"] for g in document["groups"]]
+    # Clicking an operator shows its details and highlights its group.
     details = dom.split('id="details"', 1)[1].split("</div>\n", 1)[0]
     assert name in details and graph.nodes[graph.node_index(name)].op_type in details
     assert f"group {document['groups'][1]['id']}:" in details

@@ -37,7 +37,19 @@ def set_partitions(items: list[int]):
 def brute_force(problem: FusionProblem) -> int:
     """The least DRAM of any valid plan, by trying every partition of the fuseable operators."""
     best = None
+    # A block that is not connected or does not fit makes `check` reject the plan; blocks recur across
+    # the Bell-many partitions, so their verdict is kept and such plans are passed over before `check`.
+    block_ok: dict[frozenset[int], bool] = {}
+
+    def possible(block: list[int]) -> bool:
+        key = frozenset(block)
+        if key not in block_ok:
+            block_ok[key] = problem.graph.is_connected(key) and problem.fits(key)
+        return block_ok[key]
+
     for blocks in set_partitions(sorted(problem.fuseable)):
+        if not all(possible(block) for block in blocks):
+            continue
         plan = Plan.from_groups(blocks)
         if problem.check(plan):
             continue
