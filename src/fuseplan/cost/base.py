@@ -233,6 +233,22 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
     return tuple(found)
 
 
+def read_numel(tables: GraphTables, t: int, group: Group) -> int:
+    """Elements of tensor ``t`` that the readers of ``t`` in ``group`` touch: the rows any of them touches
+    times the columns any of them touches, times the rest of a row (all of ``t`` unless every reader skips
+    rows or columns, as a strided 1x1 convolution does; :attr:`GraphTables.tensor_partial_reads`)."""
+    partial = tables.tensor_partial_reads[t]
+    if partial is None:
+        return tables.tensor_numel[t]
+    rows = cols = 0
+    for c in tables.tensor_consumers[t] & group:
+        masks = partial[c]
+        if masks is None:
+            return tables.tensor_numel[t]
+        rows |= masks[0]
+        cols |= masks[1]
+    return rows.bit_count() * cols.bit_count() * (tables.tensor_row_numel[t] // tables.tensor_cols[t])
+
 class CostModel(ABC):
     """Prices fusion groups of one graph under one scheme at one buffer size.
 
@@ -571,9 +587,13 @@ class CostModel(ABC):
         return sum(self.dram_ignoring_buffer(component) for component in self.fuseable_components())
 
     def least_read(self, t: int) -> int:
-        """Elements of tensor ``t`` that any group reading it from DRAM reads at the least: all of it
-        unless a scheme reads only what a group's readers touch."""
-        return self.tables.tensor_numel[t]
+        """Elements of tensor ``t`` that any group reading it from DRAM reads at the least: what one of its
+        readers touches (:func:`read_numel`). No schedule reads less, and the lone mapper's schedules, which
+        every scheme prices operators alone with, read just that (a strided 1x1 convolution, every other row
+        and column of its input)."""
+        tables = self.tables
+        return min((read_numel(tables, t, frozenset((c,))) for c in tables.tensor_consumers[t]),
+                   default=tables.tensor_numel[t])
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         """``F_D`` of ``group`` as if it fitted the buffer (for bounds)."""

@@ -54,8 +54,7 @@ from operator import add
 from typing import NamedTuple
 
 from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
-from fuseplan.cost.streaming import (Footprint, StreamingState, footprint, in_place_operators, least_touched,
-                                     overwritable_tensors)
+from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
 from fuseplan.schedule.lone import lone_schedule, riders
@@ -613,11 +612,6 @@ class BRRCostModel(CostModel):
                 flags[u] = True
         return tuple(flags)
 
-    def least_read(self, t: int) -> int:
-        # Row tiles read a tensor from outside whole, but a lone strided operator (a 1x1 stride-2
-        # convolution, say) is priced by the lone mapper, which reads only the rows and columns it touches.
-        return least_touched(self.tables, t)
-
     def reread_floor(self, group) -> int:
         """:meth:`CostModel.reread_floor`: ``b * W_r * (T - 1)``, with ``W_r`` the members' weights read
         once per row tile and ``T`` the fewest row tiles a fitting group holding ``group`` takes; 0 where
@@ -652,7 +646,7 @@ class BRRCostModel(CostModel):
 
     def dram_ignoring_buffer(self, group: Group) -> int:
         # With room for everything, weights are read once: no tiling reloads. Inputs count what their readers
-        # touch, the least any schedule of the group reads (see least_read).
+        # touch, the least any schedule of the group reads (CostModel.least_read).
         fp = footprint(self.tables, frozenset(group), in_place=self.in_place, touched_reads=True)
         return self.bytes_per_element * (fp.weights + fp.inputs + fp.outputs)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from fuseplan.cost.base import CostModel, Group, GroupCost
-from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, least_touched, overwritable_tensors
+from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
 
@@ -58,10 +58,6 @@ class LBDFCostModel(CostModel):
         reads: dict[int, int] = {}
         footprint(self.tables, group, rows, self.in_place, touched_reads=True, reads_out=reads)
         return stream_schedule(self.graph, group, rows, reads)
-
-    def least_read(self, t: int) -> int:
-        # a group reads what its readers of ``t`` touch, at least what one of them touches
-        return least_touched(self.tables, t)
 
     def floor_terms(self) -> tuple[int, ...]:
         return self.tables.node_weights  # all weights stay on chip

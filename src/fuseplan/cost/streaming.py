@@ -33,11 +33,10 @@ from __future__ import annotations
 from math import ceil, inf
 from typing import NamedTuple
 
-from fuseplan.cost.base import GraphTables, Group, in_place_operators
+from fuseplan.cost.base import GraphTables, Group, in_place_operators, read_numel
 from fuseplan.graph.ir import CompGraph
 
-__all__ = ["Footprint", "StreamingState", "footprint", "in_place_operators", "least_touched", "overwritable_tensors",
-           "read_numel"]
+__all__ = ["Footprint", "StreamingState", "footprint", "in_place_operators", "overwritable_tensors", "read_numel"]
 
 
 def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[bool, ...]:
@@ -52,30 +51,6 @@ def overwritable_tensors(graph: CompGraph, in_place: tuple[bool, ...]) -> tuple[
         and in_place[t.consumers[0]]
         for t in graph.tensors
     )
-
-def read_numel(tables: GraphTables, t: int, group: Group) -> int:
-    """Elements of tensor ``t`` that the readers of ``t`` in ``group`` touch: the rows any of them touches
-    times the columns any of them touches, times the rest of a row (all of ``t`` unless every reader skips
-    rows or columns, as a strided 1x1 convolution does; :attr:`GraphTables.tensor_partial_reads`)."""
-    partial = tables.tensor_partial_reads[t]
-    if partial is None:
-        return tables.tensor_numel[t]
-    rows = cols = 0
-    for c in tables.tensor_consumers[t] & group:
-        masks = partial[c]
-        if masks is None:
-            return tables.tensor_numel[t]
-        rows |= masks[0]
-        cols |= masks[1]
-    return rows.bit_count() * cols.bit_count() * (tables.tensor_row_numel[t] // tables.tensor_cols[t])
-
-
-def least_touched(tables: GraphTables, t: int) -> int:
-    """Elements of tensor ``t`` that any group reading it from DRAM reads at the least under a scheme whose
-    groups read at least what their readers touch (:func:`read_numel`): what one of its readers touches."""
-    return min((read_numel(tables, t, frozenset((c,))) for c in tables.tensor_consumers[t]),
-               default=tables.tensor_numel[t])
-
 
 class Footprint(NamedTuple):
     """Element counts of one group's streaming execution."""
