@@ -7,12 +7,12 @@ registry the command line derives its choices from.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right
 import json
 import statistics
 import time
 import weakref
 from abc import ABC, abstractmethod
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from math import prod

@@ -386,8 +386,12 @@ class _Search:
         return working
 
     def price(self, model: onnx.ModelProto, digest: str) -> float:
+        return self.priced_exactly(digest, lambda: self.objective(model))
+
+    def priced_exactly(self, digest: str, pricing: Callable[[], float]) -> float:
+        """The exact cost of the graph ``digest``, from ``pricing()`` the first time it is asked for."""
         if digest not in self.costs:
-            self.costs[digest] = self.objective(model)
+            self.costs[digest] = pricing()
             self.counters["exact_pricings"] += 1
         return self.costs[digest]
 
@@ -397,10 +401,9 @@ class _Search:
         if digest in self.costs:
             return self.costs[digest], True
         if not self.lazy:
-            self.costs[digest] = self.objective.price_near(expansion, model, changed)
-            self.counters["exact_pricings"] += 1
+            cost = self.priced_exactly(digest, lambda: self.objective.price_near(expansion, model, changed))
             self.priced_now.append((self.costs, digest))
-            return self.costs[digest], True
+            return cost, True
         if digest not in self.estimates:
             value, exact = self.objective.estimate_near(expansion, model, changed)
             self.counters["exact_pricings" if exact else "estimated"] += 1
@@ -416,11 +419,9 @@ class _Search:
         cost, which that holds, before the graph can become the best. Its estimate was never below the
         exact cost, so the graph is still the cheapest queued; the bound follows the exact cost."""
         expansion = self.objective.expansion(model)
-        if digest not in self.costs:
-            self.costs[digest] = self.objective.expanded_cost(expansion, model)
-            self.counters["exact_pricings"] += 1
-        self.bound = min(self.bound, self.costs[digest])
-        return expansion, self.costs[digest]
+        cost = self.priced_exactly(digest, lambda: self.objective.expanded_cost(expansion, model))
+        self.bound = min(self.bound, cost)
+        return expansion, cost
 
     def out_of_time(self, deadline: float | None) -> bool:
         if deadline is not None and self.clock() > deadline:
@@ -607,10 +608,7 @@ class _Search:
             graph = None
             if not exact:  # an estimate: the graph's exact cost is at most this, so it is below the best too
                 graph = self.rebuild(steps)
-                if digest not in self.costs:
-                    self.costs[digest] = self.objective.price_ir(graph)
-                    self.counters["exact_pricings"] += 1
-                cost = self.costs[digest]
+                cost = self.priced_exactly(digest, lambda: self.objective.price_ir(graph))
             if verified or self.verify(cost, steps, graph):
                 break
         self.bound = self.best.cost
