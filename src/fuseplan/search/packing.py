@@ -53,6 +53,7 @@ the candidates proves nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,33 +106,41 @@ def inside_tensors(problem: FusionProblem, group: frozenset[int]) -> set[int]:
     return {t for u in group for t in problem.graph.nodes[u].outputs if tables.tensor_consumers[t] & group}
 
 
-def greedy_cut_sets(problem: FusionProblem) -> list[frozenset[int]]:
-    """Connected sets whose buffer floor reaches the buffer, with disjoint inside tensors: the component of
-    the growing run of operators (in label order) whose floor first reaches it, then a new run."""
-    graph, cost = problem.graph, problem.cost
-    beta = problem.buffer_bytes
+def _closed_runs(problem: FusionProblem, closes: Callable[[frozenset[int]], bool]) -> list[frozenset[int]]:
+    """Connected sets with disjoint members: the component of the growing run of fuseable operators (in label
+    order) that first ``closes`` and has tensors inside it, then a new run."""
+    graph = problem.graph
     found: list[frozenset[int]] = []
     run: list[int] = []
     for v in range(len(graph)):
         if v not in problem.fuseable:
             continue
         run.append(v)
-        for part in graph.components(run):
-            if v not in part or cost.buffer_floor(part) < beta:
-                continue
-            if inside_tensors(problem, part):
-                found.append(part)
-                run = []
-            break
+        part = next(part for part in graph.components(run) if v in part)
+        if closes(part) and inside_tensors(problem, part):
+            found.append(part)
+            run = []
     return found
+
+
+def _bound_over(problem: FusionProblem, sets: list[frozenset[int]]) -> int:
+    """The all-fused bound plus each set's cheapest inside tensor's penalty."""
+    penalty = cut_penalties(problem)
+    extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in sets)
+    return problem.cost.dram_lower_bound() + extra
+
+
+def greedy_cut_sets(problem: FusionProblem) -> list[frozenset[int]]:
+    """Connected sets whose buffer floor reaches the buffer, with disjoint inside tensors: the component of
+    the growing run of operators (in label order) whose floor first reaches it, then a new run."""
+    cost, beta = problem.cost, problem.buffer_bytes
+    return _closed_runs(problem, lambda part: cost.buffer_floor(part) >= beta)
 
 
 def cut_lower_bound(problem: FusionProblem) -> int:
     """The all-fused bound plus, for each of :func:`greedy_cut_sets`, its cheapest inside tensor's penalty
     (a packing of sets with disjoint inside tensors; see the module docstring)."""
-    penalty = cut_penalties(problem)
-    extra = sum(min(penalty[t] for t in inside_tensors(problem, part)) for part in greedy_cut_sets(problem))
-    return problem.cost.dram_lower_bound() + extra
+    return _bound_over(problem, greedy_cut_sets(problem))
 
 
 def reread_lower_bound(problem: FusionProblem) -> int:
@@ -140,24 +149,16 @@ def reread_lower_bound(problem: FusionProblem) -> int:
     weights (:meth:`CostModel.reread_floor`), or where no fitting group holds it (module docstring). Sets
     are the components of growing runs of operators in label order, as in :func:`greedy_cut_sets`. The
     cut bound's where the scheme reads every weight once."""
-    graph, cost = problem.graph, problem.cost
-    beta = problem.buffer_bytes
+    cost, beta = problem.cost, problem.buffer_bytes
     penalty = cut_penalties(problem)
-    extra = 0
-    run: list[int] = []
-    for v in range(len(graph)):
-        if v not in problem.fuseable:
-            continue
-        run.append(v)
-        part = next(part for part in graph.components(run) if v in part)
+
+    def closes(part: frozenset[int]) -> bool:
+        if cost.buffer_floor(part) >= beta:
+            return True
         inside = inside_tensors(problem, part)
-        if not inside:
-            continue
-        least = min(penalty[t] for t in inside)
-        if cost.buffer_floor(part) >= beta or cost.reread_floor(part) >= least:
-            extra += least
-            run = []
-    return cost.dram_lower_bound() + extra
+        return bool(inside) and cost.reread_floor(part) >= min(penalty[t] for t in inside)
+
+    return _bound_over(problem, _closed_runs(problem, closes))
 
 
 @dataclass
