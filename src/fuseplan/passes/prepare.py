@@ -115,13 +115,18 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
             value.type.tensor_type.ClearField("shape")
 
 
+def _constant_tensors(model: onnx.ModelProto) -> list[tuple[str, onnx.TensorProto]]:
+    """The graph's constant tensors by name: its initializers and the values of its ``Constant`` nodes."""
+    tensors = [(init.name, init) for init in model.graph.initializer]
+    tensors += [(node.output[0], attr.t) for node in model.graph.node if node.op_type == "Constant" and node.output
+                for attr in node.attribute if attr.name == "value"]
+    return tensors
+
+
 def _constant_ints(model: onnx.ModelProto) -> dict[str, list[int]]:
     """The integer constants of the graph (initializers and ``Constant`` nodes) of a few values, by name."""
     found: dict[str, list[int]] = {}
-    tensors = [(init.name, init) for init in model.graph.initializer]
-    tensors += [(node.output[0], attr.t) for node in model.graph.node if node.op_type == "Constant"
-                for attr in node.attribute if attr.name == "value"]
-    for name, tensor in tensors:
+    for name, tensor in _constant_tensors(model):
         if tensor.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and prod(tensor.dims) <= 8:
             try:
                 found[name] = [int(x) for x in numpy_helper.to_array(tensor).reshape(-1)]
@@ -212,10 +217,7 @@ def _builds_large_constants(model: onnx.ModelProto) -> bool:
 
     values: dict[str, Any] = {}  # small integer constants: shapes, repeats, range bounds
     sizes: dict[str, int] = {}  # element counts of every constant
-    tensors = [(init.name, init) for init in model.graph.initializer]
-    tensors += [(node.output[0], attr.t) for node in model.graph.node if node.op_type == "Constant" and node.output
-                for attr in node.attribute if attr.name == "value"]
-    for name, tensor in tensors:
+    for name, tensor in _constant_tensors(model):
         sizes[name] = prod(tensor.dims)
         if sizes[name] <= 16 and tensor.data_type == onnx.TensorProto.INT64 and tensor.data_location == 0:
             try:
