@@ -331,8 +331,9 @@ def export_key(spec: str, cache: Path | None = None) -> str:
 def _recorded_key(spec: str, root: Path, file_key: str) -> str:
     try:
         names = json.loads(_manifest(root, file_key).read_text("utf-8"))["sources"]
-        assert isinstance(names, list) and all(isinstance(name, str) for name in names)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise TypeError("not a list of file names")
+    except (OSError, ValueError, KeyError, TypeError):
         names = []  # no export yet (or a damaged note): the key of a file that imports nothing local
     return _sources_key(file_key, _current_sources(spec, names))
 
