@@ -15,24 +15,24 @@ tensor's readers need across steps and block loops) in an unbounded buffer:
 its peak is what F_beta should have been, and whether that is under the
 buffer says whether the group would still fit. Also: the per-operator
 modes BRR's pricing gives against the roles the executor derives from the
-schedule alone. Results: ``benchmarks/results/brr_tiles.json``.
+schedule alone. Results: ``benchmarks/results/brr_tiles.json``, through the
+shared harness (``benchmarks/harness.py``). Run from the repository root::
+
+    python benchmarks/bench_brr_tiles.py                # six models at 64KB, 256KB and 1MB
+    python benchmarks/bench_brr_tiles.py --quick -o /tmp/brr_tiles.json  # squeezenet at 64KB, 2 random groups
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from math import ceil
-from pathlib import Path
 
+import harness  # benchmarks/harness.py, beside this script
 import numpy as np
 
-from fuseplan.cost import COST_MODEL_VERSION, make_cost_model
+from fuseplan.cost import make_cost_model
 from fuseplan.graph.onnx_import import load_prepared
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search import make_search, minimize
@@ -42,18 +42,10 @@ from fuseplan.simulate.tiles import ACCUMULATE, PRODUCE, TileRun, Unsupported
 from fuseplan.simulate.values import ModelValues, relative_error
 from fuseplan.split import make_splitter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import machine, write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "brr_tiles.json"
+RESULTS = harness.RESULTS / "brr_tiles.json"
 MODELS = ("squeezenet", "mobilenet_v2", "mobilenet_v3_small", "resnet18", "resnet50", "efficientnet_b0")
 BUFFERS_KB = (64, 256, 1024)
-
-
-def _commit() -> str:
-    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return found.stdout.strip() or "unknown"
+QUICK = {"models": ["squeezenet"], "buffers_kb": [64], "random": 2}
 
 
 def _random_groups(graph, cost, count: int, rng: random.Random) -> list[frozenset[int]]:
@@ -271,27 +263,24 @@ def run_setup(name: str, size: int, buffers_kb, random_groups: int, seed: int) -
     return setups
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=list(MODELS))
-    parser.add_argument("--buffers-kb", nargs="*", type=int, default=list(BUFFERS_KB))
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS, seed=0, models=list(MODELS))
+    parser.add_argument("--buffers-kb", nargs="+", type=int, default=list(BUFFERS_KB))
     parser.add_argument("--size", type=int, default=112, help="CNN input rows and columns (0: the model's own)")
     parser.add_argument("--random", type=int, default=10, help="random groups per set-up")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    load = [os.getloadavg()]
-    setups = [s for name in args.models for s in run_setup(name, args.size, args.buffers_kb, args.random, args.seed)]
-    load.append(os.getloadavg())
+    parser.add_argument("--quick", action="store_true", help="squeezenet at 64KB with 2 random groups")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.buffers_kb, args.random = QUICK["models"], QUICK["buffers_kb"], QUICK["random"]
+    run = harness.Run("brr_tiles", args)
+    setups = [s for name in run.progress(args.models)
+              for s in run_setup(name, args.size, args.buffers_kb, args.random, args.seed)]
     everything = [r for s in setups for r in s["groups"]]
-    write_results({"benchmark": "brr_tiles", **machine(), "commit": _commit(),
-                   "cost_model_version": COST_MODEL_VERSION,
-                   "load_average": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[-1]]},
-                   "size": args.size, "seed": args.seed, "random_per_setup": args.random,
-                   "totals": {"plan": summary([r for r in everything if r["origin"] == "plan"]),
-                              "random": summary([r for r in everything if r["origin"] == "random"]),
-                              "all": summary(everything)},
-                   "setups": setups}, args.out)
+    run.write({"size": args.size, "seed": args.seed, "random_per_setup": args.random,
+               "totals": {"plan": summary([r for r in everything if r["origin"] == "plan"]),
+                          "random": summary([r for r in everything if r["origin"] == "random"]),
+                          "all": summary(everything)},
+               "setups": setups})
 
 
 if __name__ == "__main__":

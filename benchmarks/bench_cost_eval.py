@@ -2,27 +2,27 @@
 
 Prices 100,000 random connected groups of 2 to 40 operators of resnet152 and
 efficientnet_b3 (LBDF and BRR at 256KB, one core) and writes evaluations per
-second to ``benchmarks/results/cost_eval.json``. Run::
+second to ``benchmarks/results/cost_eval.json``, through the shared harness
+(``benchmarks/harness.py``). Run from the repository root::
 
-    python benchmarks/bench_cost_eval.py [--groups 100000] [--seed 0]
+    python benchmarks/bench_cost_eval.py [--groups 100000] [--seed 0] [--models resnet152 efficientnet_b3]
+    python benchmarks/bench_cost_eval.py --quick -o /tmp/cost_eval.json  # 2,000 groups of squeezenet
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import random
 import time
-from pathlib import Path
+
+import harness  # benchmarks/harness.py, beside this script
 
 from fuseplan import load_graph, make_cost_model
-from fuseplan.cost import COST_MODEL_VERSION
-from fuseplan.files import write_text
 from fuseplan.graph import CompGraph
 
-RESULTS = Path(__file__).resolve().parent / "results" / "cost_eval.json"
+RESULTS = harness.RESULTS / "cost_eval.json"
+MODELS = ("resnet152", "efficientnet_b3")
+QUICK = {"models": ["squeezenet"], "groups": 2000}
 
 
 def random_groups(graph: CompGraph, count: int, seed: int, low: int = 2, high: int = 40) -> list[frozenset[int]]:
@@ -71,31 +71,23 @@ def measure(model: str, scheme: str, groups: list[frozenset[int]], buffer_bytes:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--groups", type=int, default=100_000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS, seed=0, models=list(MODELS))
+    parser.add_argument("--groups", type=int, default=100_000, help="random groups per model")
+    parser.add_argument("--schemes", nargs="+", default=["lbdf", "brr"])
+    parser.add_argument("--quick", action="store_true", help="2,000 groups of squeezenet")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.groups = QUICK["models"], QUICK["groups"]
+    run = harness.Run("cost_eval", args)
     rows = []
-    for model in ("resnet152", "efficientnet_b3"):
+    for model in run.progress(args.models):
         groups = random_groups(load_graph(model), args.groups, args.seed)
-        for scheme in ("lbdf", "brr"):
+        for scheme in args.schemes:
             row = measure(model, scheme, groups, 256 * 1024)
-            print(json.dumps(row))
+            print(json.dumps(row), flush=True)
             rows.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(args.out, json.dumps({
-        "benchmark": "cost_eval",
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "processor": platform.processor() or "unknown",
-        "seed": args.seed,
-        "cost_model_version": COST_MODEL_VERSION,
-        "load_average": {"start": load_at_start, "end": [round(x, 2) for x in os.getloadavg()]},
-        "results": rows,
-    }, indent=2) + "\n")
+    run.write({"seed": args.seed, "results": rows})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ resolution (the 5-minute target). Results: ``benchmarks/results/simulate.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import subprocess
@@ -27,6 +26,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+import harness  # benchmarks/harness.py, beside this script
 
 from fuseplan import zoo
 from fuseplan.cost import COST_MODEL_VERSION, make_cost_model
@@ -38,18 +39,11 @@ from fuseplan.simulate.run import simulate, simulate_alone
 from fuseplan.simulate.values import ModelValues
 from fuseplan.split import make_splitter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import machine, write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "simulate.json"
+ROOT = harness.ROOT
+RESULTS = harness.RESULTS / "simulate.json"
 GOOGLENET = str(ROOT / "tests" / "data" / "googlenet_opset13.onnx")
 BUFFERS_KB = (64, 256, 1024)
-
-
-def _commit() -> str:
-    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return found.stdout.strip() or "unknown"
+QUICK = {"models": ["squeezenet"], "buffers_kb": [64], "random": 2}
 
 
 def _random_groups(graph, cost, count: int, rng: random.Random) -> list[frozenset[int]]:
@@ -141,47 +135,60 @@ def time_full_resnet50(seed: int) -> list[dict]:
     return timings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=[*zoo.names(), *zoo.transformer_names(), GOOGLENET])
-    parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
-    parser.add_argument("--buffers-kb", nargs="*", type=int, default=list(BUFFERS_KB))
+def setup_key(row: dict) -> tuple[str, str, int]:
+    return row["model"], row["scheme"], row["buffer_kb"]
+
+
+def kept_setups(earlier: dict, rows: list[dict], schemes: list[str], keep_other_models: bool) -> list[dict]:
+    """The set-ups of the ``earlier`` results document that a run measuring ``rows`` under ``schemes`` keeps:
+    never one it measured again (same model, scheme and buffer); of the ``schemes`` it ran, only those of the
+    models it ran (at other buffers) unless ``keep_other_models``; every one under other schemes. Each keeps
+    the commit and cost-model version that made it (the document's, for rows that recorded none)."""
+    measured = {setup_key(row) for row in rows}
+    models = {row["model"] for row in rows}
+    made = {"commit": earlier.get("commit", earlier.get("fuseplan_commit")),
+            "cost_model_version": earlier.get("cost_model_version")}
+    return [{**made, **row} for row in earlier["setups"]
+            if setup_key(row) not in measured
+            and (row["scheme"] not in schemes or keep_other_models or row["model"] in models)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS, seed=0,
+                            models=[*zoo.names(), *zoo.transformer_names(), GOOGLENET])
+    parser.add_argument("--schemes", nargs="+", default=["lbdf", "brr"])
+    parser.add_argument("--buffers-kb", nargs="+", type=int, default=list(BUFFERS_KB))
     parser.add_argument("--size", type=int, default=112, help="CNN input rows and columns (0: the model's own)")
     parser.add_argument("--random", type=int, default=20, help="random groups per set-up")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-resnet50", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true",
+                        help="squeezenet at 64KB with 2 random groups (both schemes unless --schemes)")
     parser.add_argument("--keep-other-schemes", action="store_true",
-                        help="keep the set-ups of --out priced by schemes not in --schemes (each row records the "
-                             "commit and cost-model version that made it)")
+                        help="keep the set-ups of --out priced by schemes not in --schemes, and those of the "
+                             "models run at buffers not run (each row records the commit and cost-model version "
+                             "that made it)")
     parser.add_argument("--keep-other-models", action="store_true",
-                        help="with --keep-other-schemes, also keep the set-ups of --out of models not in --models")
-    args = parser.parse_args()
-    import os
-
-    load = [os.getloadavg()]
-    rows = [row for name in args.models
+                        help="with --keep-other-schemes, also keep the set-ups of --out of models not run: "
+                             "every set-up this run did not measure")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.models, args.buffers_kb, args.random = QUICK["models"], QUICK["buffers_kb"], QUICK["random"]
+    run = harness.Run("simulate", args)
+    rows = [row for name in run.progress(args.models)
             for row in run_setup(name, args.size, args.schemes, args.buffers_kb, args.random, args.seed)]
-    commit = _commit()
+    commit = run.recorded["fuseplan_commit"]
     for row in rows:
         row.update(commit=commit, cost_model_version=COST_MODEL_VERSION)
     timings = time_full_resnet50(args.seed) if args.time_resnet50 else []
     if args.keep_other_schemes and args.out.exists():
         earlier = json.loads(args.out.read_text())
-        rerun = {Path(name).stem for name in args.models} if args.keep_other_models else None  # graph names
-        kept = [{"commit": earlier["commit"], "cost_model_version": earlier["cost_model_version"], **row}
-                for row in earlier["setups"]
-                if row["scheme"] not in args.schemes or (rerun is not None and row["model"] not in rerun)]
-        rows = kept + rows
+        rows = kept_setups(earlier, rows, args.schemes, args.keep_other_models) + rows
         timings = timings or earlier.get("resnet50_full_resolution", [])
-    load.append(os.getloadavg())
     total = {part: {key: sum(row[part][key] for row in rows) for key in ("schedules", "run", "agree", "dram_exact",
                                                                         "peak_within_price")}
              for part in ("plan", "random_groups")}
-    write_results({"benchmark": "simulate", **machine(), "commit": commit, "cost_model_version": COST_MODEL_VERSION,
-                   "load_average": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[-1]]},
-                   "size": args.size, "seed": args.seed, "totals": total, "setups": rows,
-                   "resnet50_full_resolution": timings}, args.out)
+    run.write({"size": args.size, "seed": args.seed, "totals": total, "setups": rows,
+               "resnet50_full_resolution": timings})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,37 @@
+"""The benchmarks' own bookkeeping: what a rerun of part of a benchmark keeps of the results file it updates."""
+
+from __future__ import annotations
+
+import json
+
+from tests.scripts import BENCHMARKS, load_script
+
+
+def test_simulate_rerun_of_one_buffer_keeps_the_other_buffers_of_the_same_model_and_scheme(tmp_path):
+    simulate = load_script("bench_simulate")
+    recorded = json.loads((BENCHMARKS / "results" / "simulate.json").read_text())
+    out = tmp_path / "simulate.json"
+    out.write_text(json.dumps(recorded))
+    before = {simulate.setup_key(row): row for row in recorded["setups"]}
+    assert {("squeezenet", "lbdf", 64), ("squeezenet", "lbdf", 256), ("resnet18", "lbdf", 64)} <= set(before)
+
+    simulate.main(["--models", "squeezenet", "--schemes", "lbdf", "--buffers-kb", "64", "--random", "0",
+                   "--size", "56", "--keep-other-schemes", "-o", str(out)])
+    after = json.loads(out.read_text())
+    setups = {simulate.setup_key(row): row for row in after["setups"]}
+    assert len(setups) == len(after["setups"])
+    # the set-up run again is replaced, by this run's row at the smaller input
+    assert setups["squeezenet", "lbdf", 64]["input_shapes"] != before["squeezenet", "lbdf", 64]["input_shapes"]
+    assert setups["squeezenet", "lbdf", 64]["commit"] == after["fuseplan_commit"]
+    # the same model and scheme at the buffers not run again stay as recorded, with the commit that made them
+    for kb in (256, 1024):
+        assert setups["squeezenet", "lbdf", kb] == before["squeezenet", "lbdf", kb]
+    # other schemes stay; other models of the scheme run are left out without --keep-other-models
+    assert {key for key in before if key[1] == "brr"} <= set(setups)
+    assert not any(model != "squeezenet" and scheme == "lbdf" for model, scheme, _ in setups)
+    assert after["totals"]["plan"]["schedules"] == sum(row["plan"]["schedules"] for row in after["setups"])
+
+    # with --keep-other-models every set-up not measured again stays
+    fresh = [row for row in after["setups"] if row["commit"] == after["fuseplan_commit"]]
+    kept = simulate.kept_setups(recorded, fresh, ["lbdf"], keep_other_models=True)
+    assert {simulate.setup_key(row) for row in kept} == set(before) - {("squeezenet", "lbdf", 64)}
