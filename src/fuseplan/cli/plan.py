@@ -176,6 +176,12 @@ def plan(
                if rate is not None else "")
             + (f"; {details['refinements']} refinement cuts" if "refinements" in details else ""),
             highlight=False)
+    if details.get("dissolved_groups"):
+        count = details["dissolved_groups"]
+        stdout.print(f"dissolved          {count} group{'s' if count != 1 else ''} of the search's best plan that "
+                     f"cost more fused than apart, split into single operators "
+                     f"({_format_estimate(problem.objective.name, details['dissolved_saving'])} less)",
+                     highlight=False)
     if rewritten is not None:
         stdout.print(f"rewritten first    {len(rewritten.result.steps)} verified substitution(s), total DRAM of the "
                      f"best interval plan (the rewrite search's objective) "

@@ -164,3 +164,29 @@ def mutate(problem: FusionProblem, plan: Plan, rng: random.Random) -> Plan:
         if result is not None:
             return result
     return plan
+
+
+def dissolve_dearer_groups(problem: FusionProblem, plan: Plan) -> tuple[Plan, list[Group]]:
+    """``plan`` with every group that costs more (in the problem's objective) than its operators each in a
+    group of its own split into those operators, and the groups so split.
+
+    Under BRR a fused schedule can move more than the operators' own schedules (a pooling that shrinks
+    its input 4x, fused before a convolution whose weights stream, re-reads the larger tensor per
+    weight block), and a search that proposes plans at random can keep such a group. Splitting a convex
+    group of an acyclic plan into single operators keeps the plan acyclic (a cycle through them would
+    have run through the group and back), so the result is a valid plan that costs strictly less by the
+    groups' excess. A group is left alone where one of its operators does not fit by itself.
+    """
+    kept: list[Group] = []
+    dissolved: list[Group] = []
+    price = problem.group_objective
+    for group in plan.groups:
+        if len(group) > 1:
+            singles = [frozenset((v,)) for v in sorted(group)]
+            if (all(problem.fits(single) for single in singles)
+                    and sum(price(single) for single in singles) < price(group)):
+                dissolved.append(group)
+                kept.extend(singles)
+                continue
+        kept.append(group)
+    return (Plan.from_groups(kept) if dissolved else plan), dissolved

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuseplan.errors import FuseplanError
+from fuseplan.plan.moves import dissolve_dearer_groups
 from fuseplan.plan.plan import Plan, PlanCost
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.split.base import Splitter
@@ -140,7 +141,7 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
              seed: int = 0, on_improve: Callable[[int, int, PlanCost], None] | None = None,
              on_propose: Callable[[int], None] | None = None,
              on_status: Callable[[str, float | None, float | None], None] | None = None,
-             time_limit: float | None = None) -> SearchResult:
+             time_limit: float | None = None, dissolve: bool = True) -> SearchResult:
     """Run ``algorithm`` on ``problem`` and return the best valid plan.
 
     Same problem, algorithm, splitter, budget and seed give the same plan.
@@ -150,6 +151,11 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
     stops ``exact`` and ``auto`` inside their enumeration, downset search and
     CP-SAT too, with the best plan and bound found by then; a time-limited
     result depends on the machine's speed, a budget's does not.
+    ``dissolve`` splits every group of the best plan that costs more than its
+    operators apart (:func:`~fuseplan.plan.moves.dissolve_dearer_groups`;
+    never one of a proven optimum, which would not be optimal): the result's
+    ``dissolved_groups`` and ``dissolved_saving`` say what it did. Off, the
+    algorithm's own best plan is returned as it found it.
     A ``KeyboardInterrupt`` stops the search and still returns the best valid
     plan found so far (``interrupted=True``). A problem without a fuseable
     operator (none fits the buffer alone) is a :class:`FuseplanError`.
@@ -179,9 +185,17 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         trivial = Plan.from_groups([v] for v in sorted(problem.fuseable))
         ctx.consider(trivial, problem.evaluate(trivial))
     assert ctx.best is not None and ctx.best_cost is not None
+    best, best_cost, dissolved = ctx.best, ctx.best_cost, {}
+    if dissolve:
+        polished, split = dissolve_dearer_groups(problem, best)
+        if split:
+            polished_cost = problem.evaluate(polished)
+            dissolved = {"dissolved_groups": len(split),
+                         "dissolved_saving": best_cost.objective - polished_cost.objective}
+            best, best_cost = polished, polished_cost
     return SearchResult(
-        plan=ctx.best,
-        cost=ctx.best_cost,
+        plan=best,
+        cost=best_cost,
         algorithm=algorithm.name,
         splitter=splitter.name,
         budget=budget,
@@ -190,7 +204,7 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         wall_seconds=wall,
         interrupted=interrupted,
         history=ctx.history,
-        details={**algorithm.details(), **splitter.stats_dict(),
+        details={**algorithm.details(), **splitter.stats_dict(), **dissolved,
                  **({} if time_limit is None else {"time_limit": time_limit, "time_limit_reached": ctx.timed_out})},
         reference=algorithm.reference(),
     )
