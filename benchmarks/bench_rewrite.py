@@ -11,26 +11,29 @@ cost-model version it was priced under. ``--merge`` keeps the output file's runs
 configuration run again (so a partial rerun under a new cost model updates what it reran). Run::
 
     nice -n 15 python benchmarks/bench_rewrite.py [--budget 300] [--time-limit 10] [--greedy-time-limit 60]
-        [--models squeezenet ...] [--resume | --merge]
+        [--models squeezenet ...] [--resume | --merge] [-o FILE]
+    python benchmarks/bench_rewrite.py --models squeezenet --schemes lbdf --no-latency --budget 3 -o /tmp/r.json
+
+The options every benchmark takes and the results file's envelope come from the shared harness
+(``benchmarks/harness.py``); the second line is its small mode.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import time
 from math import prod
 from pathlib import Path
 
+import harness  # benchmarks/harness.py, beside this script
+
 from fuseplan import zoo
 from fuseplan.cost import scheme_version
 from fuseplan.errors import FuseplanError
-from fuseplan.files import write_text
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective, model_macs
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = harness.RESULTS
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 RELAXED = (1.01, 1.05, 1.1)
 BUFFERS_KB = (64, 256, 1024)
@@ -54,7 +57,7 @@ def entry_of(result, name, objective, alpha, **where) -> dict:
     return entry
 
 
-def sweep(model, name, objective, args, document, **where) -> None:
+def sweep(model, name, objective, args, document, bench: harness.Run, **where) -> None:
     """The greedy search, then each relaxed one from it (replacing the configuration's earlier runs).
 
     A configuration the search refuses (an objective that cannot price the original model) is recorded
@@ -68,15 +71,15 @@ def sweep(model, name, objective, args, document, **where) -> None:
         document.setdefault("refused", []).append({"model": name, "objective": objective.name, **where,
                                                    "reason": str(exc)})
         print(f"{name} {objective.name} {where}: refused ({exc})", flush=True)
-        save(document, args.output)
+        bench.write(document)
         return
     document["runs"].append(entry_of(greedy, name, objective, 1.0, **where))
-    save(document, args.output)
+    bench.write(document)
     for alpha in RELAXED:
         relaxed = backtracking_search(model, objective, alpha=alpha, budget=args.budget, seed=args.seed,
                                       time_limit=args.time_limit, greedy=greedy)
         document["runs"].append(entry_of(relaxed, name, objective, alpha, **where))
-        save(document, args.output)
+        bench.write(document)
 
 
 def configuration(run: dict) -> tuple:
@@ -88,12 +91,8 @@ def size(source: str) -> int:
     return len(model.graph.node) * sum(prod(init.dims) for init in model.graph.initializer)
 
 
-def save(document: dict, path: Path) -> None:
-    write_text(path, json.dumps(document, indent=1) + "\n")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite.json", seed=0)
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--greedy-time-limit", type=float, default=None,
@@ -103,32 +102,30 @@ def main() -> None:
                         help="keep the configurations the output file already holds in full and run the rest")
     parser.add_argument("--merge", action="store_true",
                         help="keep the output file's runs, replacing those of the configurations run again")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--models", nargs="*", default=None, help="models (default: the zoo and GoogLeNet)")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--schemes", nargs="*", default=list(SCHEMES), choices=SCHEMES,
                         help="schemes of the dram configurations to run (default: both)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite", args)  # not `run`: that names the runs of the document below
     if args.models:
         sources = args.models
     else:  # cheapest first (operators x weights: candidates per expansion x cost of verifying one), so a sweep
         sources = sorted([*zoo.names(), GOOGLENET], key=size)  # cut short has the most models
-    document = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-                "budget": args.budget, "time_limit_seconds": args.time_limit,
+    document = {"budget": args.budget, "time_limit_seconds": args.time_limit,
                 "greedy_time_limit_seconds": args.greedy_time_limit, "seed": args.seed,
                 "models": [model_path(s)[1] for s in sources], "runs": []}
     done: set[tuple] = set()
-    if args.resume and args.output.exists():
-        previous = json.loads(args.output.read_text())
+    if args.resume and args.out.exists():
+        previous = json.loads(args.out.read_text())
         counts: dict[tuple, int] = {}
         for run in previous["runs"]:
             counts[configuration(run)] = counts.get(configuration(run), 0) + 1
         done = {key for key, n in counts.items() if n == 1 + len(RELAXED)}
         document["runs"] = [run for run in previous["runs"] if configuration(run) in done]
         document["resumed_from"] = {k: previous.get(k) for k in ("time_limit_seconds", "greedy_time_limit_seconds")}
-    if args.merge and args.output.exists():
-        previous = json.loads(args.output.read_text())
+    if args.merge and args.out.exists():
+        previous = json.loads(args.out.read_text())
         document["runs"] = previous["runs"]
         document["models"] = list(dict.fromkeys([*previous.get("models", []), *document["models"]]))
         document["earlier"] = {k: previous.get(k) for k in ("time_limit_seconds", "greedy_time_limit_seconds",
@@ -142,13 +139,13 @@ def main() -> None:
                 if (name, "dram", scheme, kb) in done:
                     continue
                 objective = make_objective("dram", scheme=scheme, buffer_bytes=kb * 1024)
-                sweep(model, name, objective, args, document, scheme=scheme, buffer_kb=kb)
+                sweep(model, name, objective, args, document, bench, scheme=scheme, buffer_kb=kb)
         if not args.no_latency and (name, "latency", None, None) not in done:
             objective = make_objective("latency", cache=RESULTS / "rewrite_latency_cache.json", seed=args.seed)
-            sweep(model, name, objective, args, document, macs_before=model_macs(model))
+            sweep(model, name, objective, args, document, bench, macs_before=model_macs(model))
             objective.save()
         document["total_seconds"] = round(time.time() - started, 1)
-        save(document, args.output)
+        bench.write(document)
 
 
 if __name__ == "__main__":

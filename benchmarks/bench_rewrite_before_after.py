@@ -8,12 +8,14 @@ two searches found the same result. Run::
 
     git archive COMMIT | tar -x -C /tmp/before
     nice -n 15 python benchmarks/bench_rewrite_before_after.py --before /tmp/before --label-before COMMIT \\
-        [--runs squeezenet:lbdf resnet18:brr ...] [--budget 3]
+        [--runs squeezenet:lbdf resnet18:brr ...] [--budget 3] [-o FILE]
+
+The options every benchmark takes and the results file's envelope come from the shared harness
+(``benchmarks/harness.py``); ``--runs squeezenet:lbdf --budget 1`` is its small mode.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,11 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from peers import machine, write_results
+import harness  # benchmarks/harness.py, beside this script
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-RESULTS = HERE / "results"
+ROOT = harness.ROOT
+RESULTS = harness.RESULTS
 SAME = ("expanded", "generated", "duplicates", "steps", "change_percent")
 
 
@@ -41,8 +42,8 @@ def one(tree: Path, model: str, scheme: str, args) -> dict:
         return json.loads(output.read_text())["runs"][0]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_speed_incremental.json")
     parser.add_argument("--before", type=Path, required=True, help="an earlier checkout (its src/ is imported)")
     parser.add_argument("--label-before", default="before")
     parser.add_argument("--label-after", default="this checkout")
@@ -51,9 +52,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=3)
     parser.add_argument("--buffer-kb", type=int, default=256)
     parser.add_argument("--alpha", type=float, default=1.05)
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_speed_incremental.json")
-    args = parser.parse_args()
-    document = {**machine(), "cpus": os.cpu_count(), "before": args.label_before, "after": args.label_after,
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite_before_after", args)
+    document = {"before": args.label_before, "after": args.label_after,
                 "settings": {"budget": args.budget, "buffer_kb": args.buffer_kb, "alpha": args.alpha,
                              "time_limit": None, "seed": 0},
                 "runs": []}
@@ -68,7 +69,7 @@ def main() -> None:
         print(json.dumps({k: entry[k] for k in ("model", "scheme", "same_result", "cpu_ms_per_candidate",
                                                  "cpu_speedup")}), flush=True)
         document["runs"].append(entry)
-        write_results(document, args.output)
+        bench.write(document)
 
 
 if __name__ == "__main__":

@@ -8,22 +8,25 @@ that has not spent its budget by then; the record says so. ``--src`` runs the se
 checkout's ``src`` (the code before a change; its search has no bounds and no ``max_growth``). Run::
 
     nice -n 5 python benchmarks/bench_rewrite_bounds.py [--models probe squeezenet ...] [--buffer 64KB]
-        [--time-limit 120] [--src OTHER/src] [--output benchmarks/results/rewrite_bounds.json]
+        [--time-limit 120] [--src OTHER/src] [-o benchmarks/results/rewrite_bounds.json]
+    python benchmarks/bench_rewrite_bounds.py --models probe --budget 3 -o /tmp/bounds.json  # small mode
+
+The options every benchmark takes and the results file's envelope (machine, load, versions, this checkout's
+commit) come from the shared harness (``benchmarks/harness.py``); ``commit`` is the code that ran.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from peers import machine, write_results
+import harness  # benchmarks/harness.py, beside this script
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = harness.ROOT
+RESULTS = harness.RESULTS
 
 # One search; prints one JSON line. Runs with PYTHONPATH set to the code under test (and the checkout root, for
 # the probe's builder in tests/).
@@ -55,28 +58,22 @@ print(json.dumps({"operators": len(prepared.graph.node), "result_operators": len
 """
 
 
-def versions() -> dict[str, str]:
-    from importlib import metadata
-
-    return {package: metadata.version(package) for package in ("onnx", "onnxruntime", "onnx-ir", "numpy")}
-
-
 def commit(src: Path) -> str:
     found = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
     return found.stdout.strip() or "unknown"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["probe", "squeezenet", "resnet18", "mobilenet_v2"])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_bounds.json",
+                            models=["probe", "squeezenet", "resnet18", "mobilenet_v2"])
     parser.add_argument("--buffer", default="64KB")
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--alpha", type=float, default=1.05)
     parser.add_argument("--time-limit", default="none", help="seconds, or none")
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the fuseplan source tree to run")
     parser.add_argument("--label", default=None, help="what code ran (default: this checkout's commit)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_bounds.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite_bounds", args)
     runs = []
     environment = {**os.environ, "PYTHONPATH": f"{args.src.resolve()}{os.pathsep}{ROOT}"}
     for name in args.models:
@@ -92,11 +89,10 @@ def main() -> None:
               f"generated {search['generated']}, operators {run['operators']} -> {run['result_operators']}"
               f"{' (time limit)' if search['timed_out'] or search['greedy'].get('timed_out') else ''}", flush=True)
         runs.append(run)
-    write_results({"benchmark": "rewrite_bounds", "machine": machine(), "versions": versions(),
-                   "commit": args.label or commit(args.src), "cpus": os.cpu_count(),
-                   "settings": {"buffer": args.buffer, "budget": args.budget, "alpha": args.alpha,
-                                "time_limit": args.time_limit, "scheme": "lbdf", "objective": "dram"},
-                   "runs": runs}, args.output)
+    bench.write({"commit": args.label or commit(args.src),
+                 "settings": {"buffer": args.buffer, "budget": args.budget, "alpha": args.alpha,
+                              "time_limit": args.time_limit, "scheme": "lbdf", "objective": "dram"},
+                 "runs": runs})
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ the median per-round ratio below 0.98, confirmed by a second set of rounds; docs
 average is recorded before and after each model. Run::
 
     nice -n 5 python benchmarks/bench_rewrite_end_to_end.py [--models resnet18 vgg16 ...] [--budget 300]
-        [--alpha 1] [--time-limit 60] [--rounds 30] [--quick] [--output benchmarks/results/rewrite_end_to_end.json]
+        [--alpha 1] [--time-limit 60] [--rounds 30] [--quick] [-o benchmarks/results/rewrite_end_to_end.json]
 
-``--quick``: SqueezeNet, ResNet-18, VGG-16 and MobileNetV2, budget 50, time limit 30 s.
+``--quick``: SqueezeNet, ResNet-18, VGG-16 and MobileNetV2, budget 50, time limit 30 s. The options every
+benchmark takes and the results file's envelope come from the shared harness (``benchmarks/harness.py``).
 
 ``--steps-from benchmarks/results/rewrite.json`` searches nothing: it times the rewrites that grid's
 latency-objective searches at ``--alpha`` (1: the greedy ones) found, replayed on the original, against the
@@ -22,17 +23,14 @@ original; ``--steps-from benchmarks/results/rewrite_speed_budget300.json --alpha
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
-from peers import machine, provenance, write_results
+import harness  # benchmarks/harness.py, beside this script
 
 from fuseplan import zoo
 from fuseplan.errors import FuseplanError
@@ -42,8 +40,8 @@ from fuseplan.passes.verify import Verifier
 from fuseplan.rewrite import rewrite_model
 from fuseplan.rewrite.latency import judge_latency
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = harness.ROOT
+RESULTS = harness.RESULTS
 GOOGLENET = ROOT / "tests" / "data" / "googlenet_opset13.onnx"
 QUICK = ["squeezenet", "resnet18", "vgg16", "mobilenet_v2"]
 
@@ -52,23 +50,22 @@ def zoo_names() -> list[str]:
     return sorted(zoo.names())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=None)
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_end_to_end.json", seed=0)
+    parser.add_argument("--models", nargs="+", default=None, help="models (default: the zoo)")
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, default=RESULTS / "rewrite_latency_cache.json")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--steps-from", type=Path, default=None,
                         help="time the latency rewrites recorded in this grid (bench_rewrite.py) instead of searching")
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_end_to_end.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite_end_to_end", args)
     if args.steps_from is not None:
-        replay_recorded(args)
+        replay_recorded(args, bench)
         return
     if args.quick:
         args.models = args.models or QUICK
@@ -110,16 +107,13 @@ def main() -> None:
             run["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
             runs.append(run)
             _show(run)
-    write_results({"benchmark": "rewrite_end_to_end", "machine": machine(), "cpus": os.cpu_count(),
-                   "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
-                   "commit": _commit(),
-                   "settings": {"budget": args.budget, "alpha": args.alpha, "time_limit": args.time_limit,
-                                "rounds": args.rounds, "threads": args.threads, "seed": args.seed,
-                                "optimization": "all", "quick": args.quick},
-                   "runs": runs}, args.output)
+    bench.write({"settings": {"budget": args.budget, "alpha": args.alpha, "time_limit": args.time_limit,
+                              "rounds": args.rounds, "threads": args.threads, "seed": args.seed,
+                              "optimization": "all", "quick": args.quick},
+                 "runs": runs})
 
 
-def replay_recorded(args: argparse.Namespace) -> None:
+def replay_recorded(args, bench: harness.Run) -> None:
     """Time the rewrites a grid's latency searches found (those at ``--alpha``) against their originals.
 
     Reads ``bench_rewrite.py``'s grid and ``bench_rewrite_speed.py``'s results (whose runs keep their
@@ -149,13 +143,10 @@ def replay_recorded(args: argparse.Namespace) -> None:
         run["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         runs.append(run)
         _show(run)
-    write_results({"benchmark": "rewrite_end_to_end", "machine": machine(), "cpus": os.cpu_count(),
-                   **provenance(),
-                   "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
-                   "commit": _commit(), "settings": {"steps_from": str(args.steps_from.name), "alpha": args.alpha,
-                                                     "rounds": args.rounds, "threads": args.threads,
-                                                     "seed": args.seed, "optimization": "all"},
-                   "runs": runs}, args.output)
+    bench.write({"settings": {"steps_from": str(args.steps_from.name), "alpha": args.alpha,
+                              "rounds": args.rounds, "threads": args.threads, "seed": args.seed,
+                              "optimization": "all"},
+                 "runs": runs})
 
 
 def _show(run: dict) -> None:
@@ -165,10 +156,6 @@ def _show(run: dict) -> None:
                       f"{'faster' if v['faster'] else 'no gain'})" for t, v in run["end_to_end"].items())
     print(f"{run['model']}: {run['steps']} steps, operator sum {100 * run['operator_sum']['change']:+.2f}%; "
           f"{shown or 'nothing to time'}", flush=True)
-
-
-def _commit() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def _prepared(path: Path, label: str):

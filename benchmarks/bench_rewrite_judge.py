@@ -18,7 +18,12 @@ SqueezeNet with every 1x1 convolution enlarged to a 3x3 one with zero outer
 taps (nine times those convolutions' work) against SqueezeNet. Run::
 
     nice -n 5 python benchmarks/bench_rewrite_judge.py [--models squeezenet resnet18 mobilenet_v2]
-        [--trials 10] [--threads 1 2] [--rounds 30] [--burners 1] [--output benchmarks/results/rewrite_judge.json]
+        [--trials 10] [--threads 1 2] [--rounds 30] [--burners 1] [-o benchmarks/results/rewrite_judge.json]
+    python benchmarks/bench_rewrite_judge.py --models squeezenet --trials 1 --detection-trials 1 --threads 1 \
+        --rounds 6 --burners 0 -o /tmp/judge.json  # small mode
+
+The options every benchmark takes and the results file's envelope come from the shared harness
+(``benchmarks/harness.py``).
 """
 
 from __future__ import annotations
@@ -30,17 +35,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
+import harness  # benchmarks/harness.py, beside this script
 import onnx
-from peers import machine, provenance, write_results
 
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.passes.verify import random_inputs, with_random_weights
 from fuseplan.rewrite.latency import judge_latency
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = harness.RESULTS
 BURN = "while True:\n    pass\n"
 
 
@@ -101,20 +105,18 @@ def rates(rows: list[dict]) -> dict:
                            ("quartile_rule_faster", "first_set_faster", "faster")}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["squeezenet", "resnet18", "mobilenet_v2"])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_judge.json",
+                            models=["squeezenet", "resnet18", "mobilenet_v2"])
     parser.add_argument("--trials", type=int, default=10, help="judgements of each model against its copy")
     parser.add_argument("--detection-trials", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--burners", type=int, default=1, help="CPU-spinning processes started beside the timing")
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_judge.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the burners are killed on the way out
-    args.provenance = provenance()  # the commit and load when the run began, whenever the results are written
+    bench = harness.Run("rewrite_judge", args)  # the commit and load as the run began, whenever it writes
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(args.burners)]
-    started = time.perf_counter()
     rows: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix="fuseplan-judge-") as scratch:
@@ -125,27 +127,27 @@ def main() -> None:
                 for threads in args.threads:
                     for seed in range(args.trials):
                         rows.append(trial("copy", name, weighted, copy, threads, "all", args, seed))
-                        write(rows, args, started)
+                        write(rows, args, bench)
                 optimised = ort_optimised(weighted, Path(scratch))
                 for threads in args.threads:
                     for seed in range(args.detection_trials):
                         rows.append(trial("ort-opt", name, weighted, optimised, threads, "disabled", args, seed))
-                        write(rows, args, started)
+                        write(rows, args, bench)
             if "squeezenet" in args.models:
                 plain = with_random_weights(prepared("squeezenet"), 0)
                 heavy = enlarged(plain)
                 for threads in args.threads:
                     for seed in range(args.detection_trials):
                         rows.append(trial("enlarged", "squeezenet", heavy, plain, threads, "all", args, seed))
-                        write(rows, args, started)
+                        write(rows, args, bench)
     finally:
         for burner in burners:
             burner.kill()
             burner.wait()
-    write(rows, args, started)
+    write(rows, args, bench)
 
 
-def write(rows: list[dict], args: argparse.Namespace, started: float) -> None:
+def write(rows: list[dict], args: argparse.Namespace, bench: harness.Run) -> None:
     """The results so far (written after every trial, so a stopped run keeps what it measured)."""
     summary = {}
     threads = sorted({r["threads"] for r in rows})
@@ -155,13 +157,9 @@ def write(rows: list[dict], args: argparse.Namespace, started: float) -> None:
                                                and r["threads"] == t])
                             for m in dict.fromkeys(r["model"] for r in rows if r["kind"] == kind)
                             for t in threads}}
-    write_results({"benchmark": "rewrite_judge", "machine": machine(), "cpus": os.cpu_count(), **args.provenance,
-                   "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
-                   "settings": {"models": args.models, "trials": args.trials, "detection_trials": args.detection_trials,
-                                "threads": args.threads, "rounds": args.rounds, "burners": args.burners},
-                   "seconds": round(time.perf_counter() - started, 1),
-                   "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-                   "summary": summary, "trials": rows}, args.output)
+    bench.write({"settings": {"models": args.models, "trials": args.trials, "detection_trials": args.detection_trials,
+                              "threads": args.threads, "rounds": args.rounds, "burners": args.burners},
+                 "summary": summary, "trials": rows})
 
 if __name__ == "__main__":
     main()

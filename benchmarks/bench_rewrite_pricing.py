@@ -12,23 +12,25 @@ holding only operators relabelled because a neighbour changed (their tensors' re
 new names). The load average is recorded before and after each run. Run::
 
     nice -n 15 python benchmarks/bench_rewrite_pricing.py [--models squeezenet ...] [--schemes lbdf brr]
-        [--budget 1] [--output benchmarks/results/rewrite_pricing_profile.json]
+        [--budget 1] [-o benchmarks/results/rewrite_pricing_profile.json]
+    python benchmarks/bench_rewrite_pricing.py --models squeezenet --schemes lbdf -o /tmp/pricing.json  # small
+
+The options every benchmark takes and the results file's envelope come from the shared harness
+(``benchmarks/harness.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 
-from harness import machine, provenance, write_results
+import harness  # benchmarks/harness.py, beside this script
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = harness.RESULTS
 
 
 def run(name: str, scheme: str, args) -> dict:
@@ -142,26 +144,22 @@ def run(name: str, scheme: str, args) -> dict:
     return entry
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=["squeezenet", "resnet18", "mobilenet_v2", "efficientnet_b0"])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_pricing_profile.json",
+                            models=["squeezenet", "resnet18", "mobilenet_v2", "efficientnet_b0"])
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--buffer-kb", type=int, default=256)
     parser.add_argument("--alpha", type=float, default=1.05)
     parser.add_argument("--budget", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_pricing_profile.json")
-    args = parser.parse_args()
-    document = {**machine(), "cpus": os.cpu_count(), **provenance(),
-                "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir")},
-                "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                             if k != "output"},
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite_pricing", args)
+    document = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"},
                 "runs": []}
     for name in args.models:
         for scheme in args.schemes:
             with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
                 document["runs"].append(pool.submit(run, name, scheme, args).result())
-            document["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-            write_results(document, args.output)
+            bench.write(document)
 
 
 if __name__ == "__main__":

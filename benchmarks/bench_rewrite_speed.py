@@ -21,12 +21,15 @@ whole search). Run::
 
     nice -n 15 python benchmarks/bench_rewrite_speed.py [--models squeezenet ...] [--time-limit 60]
         [--schemes lbdf brr] [--objectives dram latency] [--sections]
-        [--output benchmarks/results/rewrite_speed.json]
+        [-o benchmarks/results/rewrite_speed.json]
+    python benchmarks/bench_rewrite_speed.py --models squeezenet --schemes lbdf --budget 3 -o /tmp/speed.json  # small
+
+The options every benchmark takes and the results file's envelope come from the shared harness
+(``benchmarks/harness.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -36,17 +39,16 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 
-from peers import machine, provenance, write_results
+import harness  # benchmarks/harness.py, beside this script
 
 from fuseplan import zoo
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = harness.RESULTS
 GOOGLENET = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "googlenet_opset13.onnx")
 
 #: section name -> (module, attribute path) of the function whose CPU time it sums, looked up where the search calls it
@@ -116,27 +118,25 @@ def run(source: str, scheme: str | None, objective_name: str, args, cache: Path 
     return entry
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=None)
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_speed.json", seed=0)
+    parser.add_argument("--models", nargs="*", default=None, help="models (default: the zoo and GoogLeNet)")
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--buffer-kb", type=int, default=256)
     parser.add_argument("--alpha", type=float, default=1.05)
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds; 0 for none")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--objectives", nargs="*", default=["dram"], choices=["dram", "latency"])
     parser.add_argument("--latency-cache", type=Path, default=RESULTS / "rewrite_latency_cache.json")
     parser.add_argument("--sections", action="store_true",
                         help="also record CPU time in the window DP and in verification (see the docstring)")
     parser.add_argument("--label", default=None, help="a note saying which code ran (e.g. a commit)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_speed.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite_speed", args)
     sources = args.models or [*zoo.names(), GOOGLENET]
-    document = {**machine(), "cpus": os.cpu_count(), **provenance(), "label": args.label,
-                "versions": {p: metadata.version(p) for p in ("onnx", "onnxruntime", "onnx-ir", "numpy")},
+    document = {"label": args.label,
                 "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                             if k not in ("output", "models", "label")},
+                             if k not in ("out", "models", "label")},
                 "runs": []}
     runs = [(source, scheme, "dram") for source in sources for scheme in args.schemes] if "dram" in args.objectives \
         else []
@@ -149,8 +149,7 @@ def main() -> None:
             # a fresh process per search: its peak resident memory is this search's alone
             with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
                 document["runs"].append(pool.submit(run, source, scheme, objective, args, cache).result())
-            document["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-            write_results(document, args.output)
+            bench.write(document)
 
 if __name__ == "__main__":
     main()

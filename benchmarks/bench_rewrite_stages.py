@@ -19,17 +19,20 @@ written to
 ``benchmarks/results/rewrite_stages.json``. Run::
 
     nice -n 15 python benchmarks/bench_rewrite_stages.py [--models squeezenet ...] [--scheme lbdf] [--buffer-kb 256]
+    python benchmarks/bench_rewrite_stages.py --models squeezenet --limit 5 -o /tmp/stages.json  # small mode
+
+The options every benchmark takes and the results file's envelope come from the shared harness
+(``benchmarks/harness.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
 
+import harness  # benchmarks/harness.py, beside this script
 import onnx_ir as ir
-from peers import machine, write_results
 
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.passes.ir_hashing import HashState, model_digest
@@ -38,7 +41,7 @@ from fuseplan.rewrite.ir_graph import graph_from_ir
 from fuseplan.rewrite.objectives import DramObjective, GroupPrices, graph_dram
 from fuseplan.rewrite.trial import Trials
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = harness.RESULTS
 GOOGLENET = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "googlenet_opset13.onnx")
 CLONE_PATH = ("clone", "apply", "hash_update", "read", "price_all_orders")
 CURRENT_PATH = ("record_undo", "apply_in_place", "hash_update_in_place", "read_memo", "price_window", "undo")
@@ -136,16 +139,15 @@ def _rebuild(original, steps):
     return working
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=["squeezenet", "resnet18", GOOGLENET])
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, out=RESULTS / "rewrite_stages.json", models=["squeezenet", "resnet18", GOOGLENET])
     parser.add_argument("--scheme", default="lbdf")
     parser.add_argument("--buffer-kb", type=int, default=256)
     parser.add_argument("--limit", type=int, default=None, help="candidates per model (default: all)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "rewrite_stages.json")
-    args = parser.parse_args()
-    runs = [stages(source, args.scheme, args.buffer_kb, args.limit) for source in args.models]
-    write_results({**machine(), "cpus": os.cpu_count(), "runs": runs}, args.output)
+    args = parser.parse_args(argv)
+    bench = harness.Run("rewrite_stages", args)
+    runs = [stages(source, args.scheme, args.buffer_kb, args.limit) for source in bench.progress(args.models)]
+    bench.write({"runs": runs})
 
 
 if __name__ == "__main__":

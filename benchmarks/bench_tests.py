@@ -10,7 +10,10 @@ time would be on an idle machine, so both are recorded, with the load
 average at the start and at the end.
 
 ``python benchmarks/bench_tests.py --fast --workers 2`` writes
-``benchmarks/results/tests_fast.json`` (``tests_full.json`` without ``--fast``).
+``benchmarks/results/tests_fast.json`` (``tests_full.json`` without ``--fast``). With workers the tests are
+shared out as the README's command shares them, ``--dist loadgroup`` (the tests that load the validity GNN on
+one worker); ``--dist load`` shares them out one by one, as before that. The summary lines of failed tests
+are kept in the results (``failures``).
 """
 
 from __future__ import annotations
@@ -47,12 +50,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = harness.parser(__doc__, out=None)
     parser.add_argument("--fast", action="store_true", help='the fast set (-m "not slow") only')
     parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (0: one process, no xdist)")
+    parser.add_argument("--dist", default="loadgroup", choices=("loadgroup", "load"),
+                        help="how pytest-xdist shares the tests out among the workers (default: loadgroup)")
     args = parser.parse_args(argv)
     args.out = args.out or harness.RESULTS / f"tests_{'fast' if args.fast else 'full'}.json"
     run = harness.Run("tests", args)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "bench_tests"]
     command += ["-m", "not slow"] if args.fast else []
-    command += ["-n", str(args.workers)] if args.workers else []
+    command += ["-n", str(args.workers), "--dist", args.dist] if args.workers else []
     with tempfile.TemporaryDirectory() as reports:
         env = {**os.environ, REPORTS: reports,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")]))}
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         "what": "pytest " + " ".join(command[3:]),
         "exit_status": done.returncode,
         "summary": closing,
+        "failures": [line for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))],
         "wall_seconds": round(wall, 1),
         "busiest_process_cpu_seconds": busiest,
         "processes": processes,

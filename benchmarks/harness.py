@@ -64,6 +64,16 @@ def parser(doc: str | None, *, out: Path | None, seed: int | None = None,
     return made
 
 
+def summary_parser(doc: str | None, *, results: Path) -> argparse.ArgumentParser:
+    """An argument parser for a script that reads what a benchmark wrote and prints (or writes into docs/) its
+    tables: ``--results`` (also ``--input``), the results file or directory read, ``results`` by default. The
+    description is the first line of ``doc``, as :func:`parser` gives it."""
+    made = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    made.add_argument("--results", "--input", dest="results", type=Path, default=results,
+                      help=f"what the benchmark wrote (default: {_shown(results)})")
+    return made
+
+
 def _shown(path: Path) -> str:
     try:
         return str(path.relative_to(ROOT))

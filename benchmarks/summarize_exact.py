@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+import harness  # benchmarks/harness.py, beside this script
+
+RESULTS = harness.RESULTS
 MB = 1024 * 1024
 
 
@@ -91,10 +91,9 @@ def generated_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--input", type=Path, default=RESULTS / "exact.json")
-    document = json.loads(parser.parse_args().input.read_text())
+def main(argv: list[str] | None = None) -> None:
+    args = harness.summary_parser(__doc__, results=RESULTS / "exact.json").parse_args(argv)
+    document = json.loads(args.results.read_text())
     if document.get("zoo"):
         print(zoo_tables(document["zoo"]))
         print()

@@ -8,11 +8,11 @@ each accounting step and under its BRR model (bytes).
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "optimus.json"
+import harness  # benchmarks/harness.py, beside this script
+
+RESULTS = harness.RESULTS / "optimus.json"
 NAMES = {"squeezenet": "squeezenet", "resnet18": "resnet18", "vggnet": "vgg16 (conv part)", "resnet50": "resnet50"}
 MIB = 2**20
 
@@ -66,11 +66,10 @@ def groups(entry: dict) -> list[str]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=RESULTS)
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.summary_parser(__doc__, results=RESULTS)
     parser.add_argument("--groups", nargs=2, metavar=("NETWORK", "KB"), help="one set-up's groups, e.g. vggnet 256")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results = json.loads(args.results.read_text())["results"]
     if args.groups:
         network, kb = args.groups[0], int(args.groups[1])

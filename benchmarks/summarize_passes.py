@@ -8,14 +8,15 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+
+import harness  # benchmarks/harness.py, beside this script
 
 from fuseplan.files import write_text
 from fuseplan.units import MB
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = harness.ROOT
 START, END = "<!-- bench_passes: start -->", "<!-- bench_passes: end -->"
 LIGHT_START, LIGHT_END = "<!-- bench_passes_light: start -->", "<!-- bench_passes_light: end -->"
 
@@ -110,11 +111,10 @@ def _replace(text: str, start: str, end: str, body: list[str]) -> str:
     return text.rstrip("\n") + "\n\n" + block + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "passes.json")
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.summary_parser(__doc__, results=harness.RESULTS / "passes.json")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "passes.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     document = json.loads(args.results.read_text())
     body = [f"Measured by `benchmarks/bench_passes.py` (budget {document['budget']}, {document['random']} random "
             f"orders, {document['rounds']} interleaved rounds, 1 thread, seed {document['seed']}, "

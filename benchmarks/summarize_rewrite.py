@@ -6,8 +6,8 @@ with peak memory; ``--reprice [FILE]``: rewrite_reprice.json)."""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,32 +22,34 @@ def print_head(header: str) -> None:
     print("|" + "---|" * (header.strip().count("|") - 1))
 
 
-def main() -> None:
-    if sys.argv[1:2] == ["--end-to-end"]:
-        end_to_end_table(*[Path(a) for a in sys.argv[2:3]])
+def main(argv: list[str] | None = None) -> None:
+    # each table other than the grid's: what prints it, and how many files it reads (the first the results
+    # file, the second an earlier one to compare with)
+    tables = {"speed": (speed_table, 0, 2), "end-to-end": (end_to_end_table, 0, 1), "bounds": (bounds_table, 0, 2),
+              "stages": (stages_table, 0, 1), "before-after": (before_after_table, 1, 1),
+              "judge": (judge_table, 0, 1), "budget300": (budget_table, 0, 1), "reprice": (reprice_table, 0, 1)}
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path,
+                        help="the results file (default: the table's own), then an earlier one where it compares")
+    chosen = parser.add_mutually_exclusive_group()
+    for name in tables:
+        chosen.add_argument(f"--{name}", dest="table", action="store_const", const=name)
+    args = parser.parse_args(argv)
+    if args.table is not None:
+        show, fewest, most = tables[args.table]
+        if not fewest <= len(args.files) <= most:
+            wanted = f"{most}" if fewest == most else f"{fewest} to {most}"
+            parser.error(f"--{args.table} reads {wanted} file{'s' if most > 1 else ''} (got {len(args.files)})")
+        show(*args.files)
         return
-    if sys.argv[1:2] == ["--bounds"]:
-        bounds_table(*[Path(a) for a in sys.argv[2:4]])
-        return
-    if sys.argv[1:2] == ["--stages"]:
-        stages_table(*[Path(a) for a in sys.argv[2:3]])
-        return
-    if sys.argv[1:2] == ["--before-after"]:
-        before_after_table(Path(sys.argv[2]))
-        return
-    if sys.argv[1:2] == ["--judge"]:
-        judge_table(*[Path(a) for a in sys.argv[2:3]])
-        return
-    if sys.argv[1:2] == ["--budget300"]:
-        budget_table(*[Path(a) for a in sys.argv[2:3]])
-        return
-    if sys.argv[1:2] == ["--reprice"]:
-        reprice_table(*[Path(a) for a in sys.argv[2:3]])
-        return
-    if sys.argv[1:2] == ["--speed"]:
-        speed_table(*[Path(a) for a in sys.argv[2:4]])
-        return
-    document = json.loads((Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "rewrite.json").read_text())
+    if len(args.files) > 1:
+        parser.error(f"the grid's tables read one file (got {len(args.files)})")
+    rewrite_grid(args.files[0] if args.files else RESULTS / "rewrite.json")
+
+
+def rewrite_grid(path: Path) -> None:
+    """The tables of ``bench_rewrite.py``'s grid (``rewrite.json``)."""
+    document = json.loads(path.read_text())
     runs = document["runs"]
     dram = [r for r in runs if r["objective"] == "dram"]
     alphas = sorted({r["alpha"] for r in dram})

@@ -24,12 +24,13 @@ scheme than today's are left out (a cell's key hashes that version in), unless
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
+
+import harness  # benchmarks/harness.py, beside this script
 
 from fuseplan.sweep.config import Cell
 
@@ -238,9 +239,8 @@ def setup_pairs(variant: dict, default: dict, control: dict) -> list[str]:
     return [f"per set-up and splitter (means): lower on {lower}, equal on {equal}, higher on {higher}."]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.summary_parser(__doc__, results=harness.RESULTS)
     parser.add_argument("--suffix", default="_v8")
     parser.add_argument("--reproduce", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "reproduce" / "full",
@@ -248,7 +248,7 @@ def main() -> None:
                              "version of the files named by --suffix)")
     parser.add_argument("--stale-cells", action="store_true",
                         help="read reproduce cells priced under an older cost-model version too (older files)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     def rows(name: str) -> dict:
         """A file's rows, those of its files per scheme and those of its GNNExplainer files (run apart: that

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fuseplan import zoo
 from tests.builders import legacy_style, two_convs, with_unknown_op
 from tests.cli.inprocess import assert_one_line_error
+from tests.explain.gnn_worker import ON_THE_GNN_WORKER
 
 
 def _leftovers(directory: Path) -> list[str]:
@@ -297,6 +298,7 @@ def test_fewer_groups_than_asked_is_said(cli, tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+@ON_THE_GNN_WORKER
 def test_weights_whose_state_dict_is_not_a_mapping(cli, tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")

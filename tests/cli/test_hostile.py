@@ -32,6 +32,9 @@ from tests.cli.test_corpus import HOSTILE
 
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# How long a process the tests start may take to reach the point a test waits for (a marker, a lock let go, its
+# exit): a bound on a hang, with what was waited for in the failure; such steps take seconds at load 2.
+HANG_SECONDS = 120
 
 
 BILLION_LAUGHS = "\n".join(
@@ -570,7 +573,14 @@ def test_two_sweeps_into_one_store_both_keep_their_run(tmp_path):
     with open(out / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         writers = [subprocess.Popen([sys.executable, "-c", script, str(out), name], env=env) for name in ("a", "b")]
-    assert [writer.wait(timeout=300) for writer in writers] == [0, 0]
+    for name, writer in zip(("a", "b"), writers):
+        try:
+            assert writer.wait(timeout=HANG_SECONDS) == 0, f"writer {name} failed"
+        except subprocess.TimeoutExpired:
+            for other in writers:
+                other.kill()
+                other.wait()
+            pytest.fail(f"writer {name} still waiting on the store's lock {HANG_SECONDS} s after the test let it go")
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     assert sorted(run["name"] for run in runs) == ["a", "b"]
 
@@ -713,7 +723,7 @@ def test_a_closed_pipe_ends_quietly_with_sigpipe_status(tmp_path):
                               stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(SRC)})
     reader.stdout.readline()
     reader.stdout.close()  # like `| head -1`
-    status = reader.wait(timeout=300)
+    status = reader.wait(timeout=HANG_SECONDS)
     assert status == 141 and reader.stderr.read() == b""
 
 
@@ -721,21 +731,24 @@ def test_a_closed_pipe_ends_quietly_with_sigpipe_status(tmp_path):
 # fuseplan.cli.common), the hook touches a marker and waits; the test sends its signal on seeing the marker,
 # so the signal provably lands during start-up, however slow the machine.
 STARTUP = """
-import importlib.abc, sys, time
+import importlib.abc, os, sys, time
 from pathlib import Path
 
-marker = Path(sys.argv[1])
+marker, patience = Path(sys.argv[1]), int(sys.argv[2])  # how long to wait for the signal, in seconds
 
 class Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == "fuseplan.cli.common":
             marker.touch()
-            for _ in range(6000):  # the signal handler ends the process during this wait
+            for _ in range(patience * 20):  # the signal handler ends the process during this wait
                 time.sleep(0.05)
+            sys.stderr.write("no signal ended the start-up\\n")
+            sys.stderr.flush()
+            os._exit(3)
         return None
 
 sys.meta_path.insert(0, Hook())
-sys.argv = ["fuseplan", *sys.argv[2:]]
+sys.argv = ["fuseplan", *sys.argv[3:]]
 from fuseplan.launch import main
 main()
 """
@@ -744,18 +757,24 @@ main()
 @pytest.mark.parametrize("signum", [2, 15], ids=["int", "term"])
 def test_a_signal_during_start_up_is_one_line(tmp_path, signum):
     marker = tmp_path / "loading"
-    process = subprocess.Popen([sys.executable, "-c", STARTUP, str(marker), "zoo"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+    process = subprocess.Popen([sys.executable, "-c", STARTUP, str(marker), str(HANG_SECONDS), "zoo"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(SRC)})
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + HANG_SECONDS
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)  # polling for the program's own report, not guessing a duration
-        assert marker.exists(), process.communicate()
+        assert marker.exists(), (f"the command line's modules did not start loading in {HANG_SECONDS} s",
+                                 process.poll(), process.stderr.read() if process.poll() is not None else "")
         os.kill(process.pid, signum)
-        out, err = process.communicate(timeout=300)
+        try:
+            out, err = process.communicate(timeout=HANG_SECONDS)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"fuseplan zoo did not exit in {HANG_SECONDS} s after its signal during start-up")
     finally:
         if process.poll() is None:
             process.kill()
+            process.communicate()
     assert process.returncode == 128 + signum and err == "error: interrupted\n" and out == ""
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,11 +20,33 @@ from fuseplan.cli import run
 # file when reached and then blocks until the command's signal handler has run, so a signal the test sends on
 # seeing the marker provably lands at that point, however slow the machine (no sleeps, no guessed timings).
 # The handler may raise KeyboardInterrupt out of the hook's wait: that is the program's own reaction to it.
-LAUNCHER = """
+# The handler notes that it ran by a plain assignment, never through a lock: it runs in the main thread between
+# any two lines of the hook's wait, so a lock it took (as threading.Event.set does) may be held by the very
+# wait it interrupts (inside Event.wait), and the process would hang for good.
+SIGNAL_HOOK = """
+import time
+from pathlib import Path
+
+noted = [False]  # set by the signal handler, read by the hook's wait
+
+def noting(handle):
+    def handle_and_note(self, signum, frame):
+        noted[0] = True
+        return handle(self, signum, frame)
+    return handle_and_note
+
+def reached(marker, poll=0.05):
+    noted[0] = False
+    Path(marker).touch()
+    # no time limit: on a loaded machine the test may see the marker late, and a hook that gave up waiting
+    # would let the signal land somewhere else (the test kills the process if it never sends one)
+    while not noted[0]:
+        time.sleep(poll)  # a signal cuts the sleep short: its handler runs here, in this thread
+"""
+
+LAUNCHER = SIGNAL_HOOK + """
 import json
 import sys
-import threading
-from pathlib import Path
 
 import fuseplan.cli as cli
 from fuseplan.cli import rewrite as cli_rewrite, signals as cli_signals
@@ -32,22 +55,7 @@ import fuseplan.rewrite.run as rewrite_run
 from fuseplan.rewrite import search as rewrite_search
 from fuseplan.search import base
 
-handled = threading.Event()
-handle = cli_signals.SignalGuard.handle
-
-def handle_and_note(self, signum, frame):
-    handled.set()
-    return handle(self, signum, frame)
-
-cli_signals.SignalGuard.handle = handle_and_note  # run() installs guard.handle, looked up after this
-
-def reached(marker):
-    handled.clear()
-    Path(marker).touch()
-    # no time limit: on a loaded machine the test may see the marker late, and a hook that gave up waiting
-    # would let the signal land somewhere else (the test kills the process if it never sends one)
-    while not handled.wait(0.05):
-        pass
+cli_signals.SignalGuard.handle = noting(cli_signals.SignalGuard.handle)  # run() installs guard.handle, after this
 
 def hook_on(owner, attribute, count, marker, when=lambda *args: True):
     original = getattr(owner, attribute)
@@ -92,30 +100,106 @@ cli.main()
 """
 
 
+# How long a command may take to reach a marker, or to exit after its last signal: a bound on a hang (with the
+# command's stderr in the failure), far above what it takes on a loaded machine (a few seconds at load 2).
+HANG_SECONDS = 120
+
+
+def _written(file) -> str:
+    file.seek(0)
+    return file.read().decode("utf-8", "replace")
+
+
 def _run_signalled(tmp_path: Path, points: list[tuple[str, int]], signals: tuple[int, ...],
                    *args: str) -> tuple[int, str, str]:
     """Run ``fuseplan args`` and send ``signals[k]`` when the program reaches ``points[k]`` (a point and how many
     times it must be reached first); the exit status, stdout and stderr."""
     markers = [tmp_path / f"reached-{k}-{point}" for k, (point, _) in enumerate(points)]
     hooks = [[point, count, str(marker)] for (point, count), marker in zip(points, markers)]
-    process = subprocess.Popen([sys.executable, "-c", LAUNCHER, json.dumps(hooks), *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for marker, signum in zip(markers, signals):
-            deadline = time.monotonic() + 300
-            while not marker.exists():  # polling for the program's own report, not guessing a duration
-                assert process.poll() is None, (f"exited before reaching {marker.name}", process.communicate())
-                assert time.monotonic() < deadline, f"never reached {marker.name}"
-                time.sleep(0.02)
-            os.kill(process.pid, signum)
-        out, err = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    command = f"fuseplan {' '.join(args)}"
+    # the output goes to files, not pipes: a pipe nobody reads while the test waits for a marker could fill
+    # and block the command before it gets there
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen([sys.executable, "-c", LAUNCHER, json.dumps(hooks), *args], stdout=out,
+                                   stderr=err)
+        try:
+            for marker, signum in zip(markers, signals):
+                deadline = time.monotonic() + HANG_SECONDS
+                while not marker.exists():  # polling for the program's own report, not guessing a duration
+                    if process.poll() is not None:
+                        pytest.fail(f"{command} exited ({process.returncode}) before reaching {marker.name}: "
+                                    f"{_written(err)[-3000:]}")
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"{command} did not reach {marker.name} in {HANG_SECONDS} s: "
+                                    f"{_written(err)[-3000:]}")
+                    time.sleep(0.02)
+                os.kill(process.pid, signum)
+            try:
+                process.wait(timeout=HANG_SECONDS)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{command} did not exit in {HANG_SECONDS} s after its signal at {markers[-1].name}: "
+                            f"{_written(err)[-3000:]}")
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        stdout, stderr = _written(out), _written(err)
     for marker in markers:
         marker.unlink(missing_ok=True)
-    return process.returncode, out, err
+    return process.returncode, stdout, stderr
+
+
+# The hook's wait, driven by a tracer that sends the process a signal at the k-th line the wait runs once the
+# marker is there (as the test sends its signal once it sees the marker): its own lines and those of any library
+# it calls, for every k up to LINES. The handler then runs at that line (os.kill runs a handler of its own
+# process before it returns); it records and returns, as the command's does once its search has returned.
+EVERY_LINE = SIGNAL_HOOK + """
+import os
+import signal
+import sys
+
+LINES, marker = int(sys.argv[1]), sys.argv[2]
+
+class Guard:
+    def handle(self, signum, frame):
+        pass
+
+Guard.handle = noting(Guard.handle)
+signal.signal(signal.SIGUSR1, Guard().handle)
+
+for line in range(1, LINES + 1):
+    seen = [0]
+
+    def tracer(frame, event, arg):
+        if event == "line" and os.path.exists(marker):
+            seen[0] += 1
+            if seen[0] == line:
+                os.kill(os.getpid(), signal.SIGUSR1)
+        return tracer
+
+    print(f"signal at line {line}", flush=True)
+    sys.settrace(tracer)
+    reached(marker, poll=0.001)
+    sys.settrace(None)
+    os.remove(marker)
+    print(f"line {line}: the wait ended", flush=True)
+"""
+
+
+def test_the_hook_s_wait_ends_whichever_line_the_signal_lands_on(tmp_path):
+    lines = 80  # a few rounds of the wait (a round of an Event.wait ran about 20)
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen([sys.executable, "-c", EVERY_LINE, str(lines), str(tmp_path / "marker")],
+                                   stdout=out, stderr=subprocess.STDOUT)
+        try:
+            process.wait(timeout=HANG_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            pytest.fail("the hook's wait never ended after a signal: " + _written(out).splitlines()[-1])
+        said = _written(out)
+    assert process.returncode == 0, said
+    assert said.splitlines()[-1] == f"line {lines}: the wait ended"
 
 
 @pytest.mark.parametrize("signals", [

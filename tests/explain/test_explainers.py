@@ -13,7 +13,10 @@ from fuseplan.search import make_search, minimize
 from fuseplan.split import SPLITTERS, make_splitter
 from tests.cli.test_cli import assert_one_line_error, fuseplan
 from tests.conftest import ZOO
+from tests.explain.gnn_worker import ON_THE_GNN_WORKER
 from tests.explain.stale import NEEDS_CURRENT_LBDF_WEIGHTS
+
+pytestmark = ON_THE_GNN_WORKER
 
 
 @pytest.fixture(autouse=True, scope="module")

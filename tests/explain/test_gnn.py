@@ -7,7 +7,10 @@ import pytest
 from fuseplan.errors import FuseplanError
 from fuseplan.explain import gnn
 from fuseplan.explain.dataset import build_dataset, load_dataset, sample_dataset
+from tests.explain.gnn_worker import ON_THE_GNN_WORKER
 from tests.explain.stale import NEEDS_CURRENT_BRR_WEIGHTS, NEEDS_CURRENT_LBDF_WEIGHTS
+
+pytestmark = ON_THE_GNN_WORKER
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 from html.parser import HTMLParser
 
@@ -164,19 +166,29 @@ def test_hostile_names_are_escaped(tmp_path):
     assert {node["name"] for node in data["nodes"].values()} == {hostile, "<b>&amp;"}
 
 
+# A bound on a hung browser, not on a slow start under load (about 2 s at load 2).
+BROWSER_SECONDS = 180
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
 
 
 def _load_in_browser(page_path, *options: str) -> tuple[str, list[str]]:
     """The DOM after the page's scripts ran, and every console message, from headless Chromium offline."""
-    completed = subprocess.run(
+    # Chromium's own processes (zygote, renderer) inherit its output pipes: in a session of their own, a hang
+    # ends with every one of them killed, so that reading the pipes to their end cannot hang as well.
+    browser = subprocess.Popen(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", *options,
          "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--dump-dom",
          page_path.as_uri()],
-        capture_output=True, text=True, timeout=600)  # a bound on a hang, not on a slow start under load
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    console = [line for line in completed.stderr.splitlines() if ":CONSOLE" in line]
-    return completed.stdout, console
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        dom, log = browser.communicate(timeout=BROWSER_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(browser.pid, signal.SIGKILL)
+        browser.communicate()
+        pytest.fail(f"Chromium did not finish loading {page_path.name} in {BROWSER_SECONDS} s")
+    assert browser.returncode == 0, log[-2000:]
+    console = [line for line in log.splitlines() if ":CONSOLE" in line]
+    return dom, console
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")

@@ -209,8 +209,8 @@ def _wait_for_records(out: Path, count: int, process: subprocess.Popen, timeout:
     deadline = time.monotonic() + timeout
     while len(list((out / "cells").glob("*[0-9a-f].json")) if (out / "cells").is_dir() else []) < count:
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+        assert time.monotonic() < deadline, f"the sweep wrote fewer than {count} cell records in {timeout:g} s"
+        time.sleep(0.05)  # polling for the program's own records, not guessing a duration
 
 
 @pytest.mark.slow
