@@ -55,6 +55,7 @@ from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, bits, enumerate_candidates, predecessor_masks
 from fuseplan.search.decompose import independent_parts, restrict
+from fuseplan.search.dominance import undominated
 from fuseplan.search.interval_dp import candidate_orders
 from fuseplan.search.packing import cut_lower_bound, packing_lower_bound, reread_lower_bound
 from fuseplan.search.relaxation import Relaxation, linear_relaxation
@@ -393,7 +394,11 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                                                     for mask, dram in zip(candidates.masks, candidates.dram)))
         solver_time = 0
         stats["objective"] = objective.name
-    elif relax and candidates.complete:  # over candidates cut short the relaxation proves nothing
+    enumerated = len(candidates)
+    candidates = undominated(candidates)  # by the objective's prices: no plan needs these
+    stats["dominated"] = enumerated - len(candidates)
+    # over candidates cut short the relaxation proves nothing
+    if relax and candidates.complete and objective.follows_dram:
         relaxation = linear_relaxation(problem, candidates, _positions(candidates, hint))
         if relaxation is not None:
             stats["relaxation"] = {"bound_bytes": relaxation.bound, "converged": relaxation.converged,
