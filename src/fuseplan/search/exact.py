@@ -394,8 +394,12 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                                                     for mask, dram in zip(candidates.masks, candidates.dram)))
         solver_time = 0
         stats["objective"] = objective.name
+    def out_of_time() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
     enumerated = len(candidates)
-    candidates = undominated(candidates)  # by the objective's prices: no plan needs these
+    if not out_of_time():  # the solvers stop at once past the deadline: fewer candidates would not help them
+        candidates = undominated(candidates)  # by the objective's prices: no plan needs these
     stats["dominated"] = enumerated - len(candidates)
     # over candidates cut short the relaxation proves nothing
     if relax and candidates.complete and objective.follows_dram:
@@ -425,7 +429,8 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         outcome = downset_search(problem, candidates, max_states, charges, deadline=deadline)
         bounds.append((outcome.lower_bound, "downset search"))
         report("downset search", outcome.dram, outcome.lower_bound if candidates.complete else None)
-    if outcome.plan is None and solver_time > 0:
+    # Past the deadline CP-SAT would stop at once, after building its model (seconds on large candidate lists).
+    if outcome.plan is None and solver_time > 0 and not out_of_time():
         fallback = partition_search(problem, candidates, solver_time, seed, hint, deadline)
         bounds.append((fallback.lower_bound, "set partitioning"))
         report("set partitioning", fallback.dram, fallback.lower_bound if candidates.complete else None)
