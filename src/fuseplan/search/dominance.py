@@ -48,7 +48,8 @@ def dominated(candidates: Candidates) -> list[bool]:
             continue
         for u in (mask.bit_length() - 1, (mask & -mask).bit_length() - 1):  # the largest, then the smallest
             rest = position.get(mask & ~(1 << u))  # a candidate, so convex: the split is one way
-            if rest is not None and price[rest] + alone.get(1 << u, price[c] + 1) <= price[c]:
+            single = alone.get(1 << u)  # always a candidate: every fuseable operator fits alone
+            if rest is not None and single is not None and price[rest] + single <= price[c]:
                 found[c] = True
                 break
     return found

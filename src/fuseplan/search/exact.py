@@ -358,7 +358,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                 deadline: float | None = None) -> ExactOutcome:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
 
-    When the candidates are complete and ``relax`` is set, the linear
+    Candidates that a split into a smaller candidate and one operator
+    prices no higher are dropped first (:mod:`fuseplan.search.dominance`):
+    some optimal plan does without them. When the candidates are complete and ``relax`` is set, the linear
     relaxation (:mod:`fuseplan.search.relaxation`) gives a first proven bound
     and its charges guide the downset search. When the candidates are too
     many to enumerate within ``max_sets``, the smallest ones of each seed and
