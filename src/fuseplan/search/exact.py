@@ -400,8 +400,10 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         return deadline is not None and time.perf_counter() > deadline
 
     enumerated = len(candidates)
-    if not out_of_time():  # the solvers stop at once past the deadline: fewer candidates would not help them
-        candidates = undominated(candidates)  # by the objective's prices: no plan needs these
+    # Integer prices only: a float objective's sums could round a split a hair above the group it replaces.
+    # Past the deadline the solvers stop at once: fewer candidates would not help them.
+    if objective.follows_dram and not out_of_time():
+        candidates = undominated(candidates)
     stats["dominated"] = enumerated - len(candidates)
     # over candidates cut short the relaxation proves nothing
     if relax and candidates.complete and objective.follows_dram:
