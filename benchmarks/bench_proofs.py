@@ -7,7 +7,8 @@ and in total with the operators too big for the buffer, ``total_dram_bytes``,
 the figure to compare across buffers: an operator that fits a larger buffer
 starts to count among the fuseable ones), its proven lower bound and
 where that comes from (``optimum``, ``linear relaxation``, ``cut packing``,
-``cut bound``, ...), the gap, and the plan's DRAM against the row of the same
+``cut bound``, ...), the candidates enumerated and how many of them were
+dominated (dropped before the solvers), the gap, and the plan's DRAM against the row of the same
 set-up in the results file it updates, where that row was priced the same
 (its cost-model version at least the scheme's: :attr:`CostModel.version`).
 Generated
@@ -82,7 +83,7 @@ def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
         "lower_bound_bytes": bound,
         "gap": round(result.cost.dram / bound - 1, 6) if bound else None,
         "optimal": bool(details["optimal"]), "bound_source": details.get("lower_bound_source"),
-        "method": exact.get("method"), "candidates": exact.get("candidates"),
+        "method": exact.get("method"), "candidates": exact.get("candidates"), "dominated": exact.get("dominated"),
         "candidates_complete": exact.get("candidates_complete"), "states": exact.get("states"),
         "relaxation_bound_bytes": relaxation.get("bound_bytes"),
         "relaxation_seconds": relaxation.get("seconds"),

@@ -41,19 +41,26 @@ def test_status_line():
     assert status_line("local search", 110.0, 100.0, "energy") == "local search, best 110, bound 100, gap 10.00%"
 
 
-def test_a_time_limit_stops_exact_and_auto_with_a_valid_plan_and_a_proven_bound(zoo_graphs):
+def test_a_time_limit_stops_exact_and_auto_with_a_valid_plan_and_a_proven_bound(zoo_graphs, capfd):
     from fuseplan.search.exact import solve_exact
 
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 256 * KB))
     optimum = solve_exact(problem).dram
     for name in ("exact", "auto"):
         problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 256 * KB))
+        heard = []
         result = minimize(problem, make_search(name), make_splitter("random"), budget=100, seed=0,
-                          time_limit=1e-9)  # past before the search starts
+                          time_limit=1e-9, on_status=lambda *status: heard.append(status))  # past at the start
         assert result.details["time_limit_reached"] and result.details["time_limit"] == 1e-9
         assert problem.check(result.plan) == [] and result.cost.dram >= optimum
         assert result.details["lower_bound_bytes"] <= optimum
-        assert not result.details["exact"]["candidates_complete"]  # every seed stopped at its own operator
+        exact = result.details["exact"]
+        # every seed stopped at its own operator, and no interval plan's group was priced after the deadline
+        assert not exact["candidates_complete"] and exact["candidates"] == len(problem.fuseable)
+        # nor was a CP-SAT model built, which would stop at once
+        assert "set partitioning" not in [stage for stage, _, _ in heard] and "cuts" not in exact
+    # the cut packing stopped before its first solve reads no duals (OR-Tools would complain on stderr)
+    assert "changed since the solution" not in capfd.readouterr().err
     assert result.cost.dram <= IntervalDP().solve(problem)[1]  # auto still owes the interval DP's plan
     unlimited = minimize(problem, make_search("auto"), make_splitter("random"), budget=100, seed=0, time_limit=600)
     assert unlimited.details["optimal"] and not unlimited.details["time_limit_reached"]

@@ -202,7 +202,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     interval plans of ``orders`` are added (:func:`run_components`), so that
     plans built from the candidates are never worse than the interval DP's.
     Past ``deadline`` (a ``time.perf_counter()`` time) every seed stops
-    growing, as if the limit had been reached.
+    growing, as if the limit had been reached, and the interval plans' groups
+    are added only as far as they were priced by then.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -327,7 +328,7 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     if not complete:
         known = {mask for found in per_seed.values() for mask, _, _ in found}
         for order in orders:
-            for mask, dram in run_components(problem, order, reach):
+            for mask, dram in run_components(problem, order, reach, deadline=deadline):
                 if mask not in known:
                     known.add(mask)
                     per_seed[(mask & -mask).bit_length() - 1].append((mask, dram,
@@ -354,7 +355,7 @@ RUN_WORK = 3_000_000
 
 
 def run_components(problem: FusionProblem, order: Sequence[int], reach: Reachability | None = None,
-                   max_work: int = RUN_WORK) -> list[tuple[int, int]]:
+                   max_work: int = RUN_WORK, deadline: float | None = None) -> list[tuple[int, int]]:
     """Fitting convex groups of the form "the component of ``order[p]`` among the fuseable operators of
     ``order[p:j]``", with their DRAM, for every start ``p`` and end ``j``.
 
@@ -364,7 +365,8 @@ def run_components(problem: FusionProblem, order: Sequence[int], reach: Reachabi
     it, so each start stops once the floor passes the buffer, or
     :data:`RUN_SLACK` positions after its component last grew. All starts
     together price at most about ``max_work`` operators, shared out evenly
-    over the starts (a start that needs less passes the rest on).
+    over the starts (a start that needs less passes the rest on). Past ``deadline`` (a
+    ``time.perf_counter()`` time) no more groups are priced: the groups found by then are returned.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -415,6 +417,8 @@ def run_components(problem: FusionProblem, order: Sequence[int], reach: Reachabi
                 a |= anc[u]
             if d & a & ~mask:
                 continue  # not convex: skipped, but it may become convex as it grows
+            if deadline is not None and time.perf_counter() > deadline:
+                return found
             buffer, dram = cost.price(frozenset(group))
             if buffer < beta:
                 found.append((mask, dram))

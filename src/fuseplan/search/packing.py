@@ -370,6 +370,7 @@ def _pack_block(problem: FusionProblem, grower: _SetGrower, penalty: dict[int, i
     touched = grower.floor.touched
     position = rounds = grown = 0
     lp_value = 0.0
+    solved = False  # whether the duals answer the sets as they stand (a deadline may come before any solve)
     while stale and rounds < max_rounds and grown < max_growths:
         if deadline is not None and time.perf_counter() > deadline:
             break
@@ -405,14 +406,15 @@ def _pack_block(problem: FusionProblem, grower: _SetGrower, penalty: dict[int, i
             break
         if not fresh and rounds > 1:
             continue  # the same linear program: the same weights
-        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        solved = solver.Solve() == pywraplp.Solver.OPTIMAL
+        if not solved:
             break
         lp_value = objective.Value() * scale
         previous, weight = weight, {t: max(0.0, y[t].solution_value()) for t in tensors}
         for t in tensors:
             if weight[t] != previous[t]:
                 stale |= consulted_by.pop(t, set())
-    packed = _integer_packing(sets, penalty, scale) if sets else 0
+    packed = _integer_packing(sets, penalty, scale) if sets and solved else 0
     return packed, {"sets": len(sets), "rounds": rounds, "grown": grown, "lp_bytes": round(lp_value)}
 
 
