@@ -10,10 +10,9 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode,
-    VerifyMode, check_max_growth, print_table,
-    resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model, named_inputs,
-    print_named,
+    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_max_growth,
+    print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model,
+    named_inputs, print_named,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
