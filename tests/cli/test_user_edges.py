@@ -165,6 +165,37 @@ def test_plan_rewrite_takes_max_growth_and_verify_as_rewrite_does(cli, tmp_path)
     assert "--max-growth" in help_text and "--verify" in help_text
 
 
+def test_pricing_is_a_choice_of_rewrite_and_plan_rewrite_with_one_line_errors(cli):
+    for command in (("rewrite", "squeezenet", "-o", "never.onnx"), ("plan", "squeezenet", "--rewrite")):
+        assert_one_line_error(cli(*command, "--pricing", "guess"), "--pricing")
+    for command in ("rewrite", "plan"):
+        help_text = " ".join(re.sub("[│╭╮╰╯─]", " ", cli(command, "--help").stdout).split())  # the box undrawn
+        assert "--pricing" in help_text and "lazy" in help_text and "exact" in help_text
+        assert "2 SqueezeNet BRR candidates of 2,254" in help_text  # the measured miss of lazy pricing
+
+
+@pytest.mark.slow  # four rewrite searches and four plans: about 30 s
+def test_pricing_reaches_the_search_of_rewrite_and_plan_rewrite(cli, tmp_path):
+    pytest.importorskip("onnx_ir")
+    pytest.importorskip("onnxruntime")
+    searches = {}
+    for pricing in ("lazy", "exact"):
+        result = cli("rewrite", "squeezenet", "-o", tmp_path / f"{pricing}.onnx", "--scheme", "brr",
+                     "--budget", "2", "--pricing", pricing, "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["pricing"] == pricing
+        searches[pricing] = report["search"]
+    # lazy: most candidates kept or dropped by their estimate; exact: every candidate priced exactly
+    assert searches["lazy"]["estimated"] > 0 and searches["exact"]["estimated"] == 0
+    assert searches["exact"]["exact_pricings"] > searches["lazy"]["exact_pricings"]
+    assert searches["lazy"]["generated"] == searches["exact"]["generated"]
+    for pricing in ("lazy", "exact"):
+        result = cli("plan", "squeezenet", "--rewrite", "--rewrite-budget", "1", "--pricing", pricing, "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["rewrite"]["pricing"] == pricing
+
+
 # -- module.py:factory ------------------------------------------------------------------
 def test_a_cached_factory_export_is_read_without_torch_and_named_module_colon_factory(cli, tmp_path, monkeypatch):
     from fuseplan.graph import torch_import

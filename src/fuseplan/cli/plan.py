@@ -9,8 +9,9 @@ import typer
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, resolve_accelerator, load_model,
-    read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named, progress_bar,
+    HardwareOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_max_growth,
+    resolve_accelerator, load_model, read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named,
+    progress_bar,
 )
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
@@ -72,6 +73,7 @@ def plan(
              "(default: none).", show_default=False)] = None,
     max_growth: Annotated[float, typer.Option(help="With --rewrite: " + MAX_GROWTH_HELP)] = MAX_GROWTH,
     verify: Annotated[VerifyMode, typer.Option(help="With --rewrite: " + VERIFY_HELP)] = VerifyMode.site,
+    pricing: Annotated[PricingMode, typer.Option(help="With --rewrite: " + PRICING_HELP)] = PricingMode.lazy,
     time_limit: Annotated[Optional[float], typer.Option(
         "--time-limit", help="Stop the search after this many seconds with the best plan found by then and, for "
                              "exact and auto, its proven gap (default: none; a time-limited result depends on the "
@@ -104,7 +106,8 @@ def plan(
         shapes = dict(parse_input_shape(text) for text in input_shape or [])
         rewritten = run_rewrite_search(read_rewritable(source), model_path(model)[1], "dram", scheme.value,
                                     buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
-                                    as_json, rewrite_time_limit, max_growth=max_growth, verify=verify.value)
+                                    as_json, rewrite_time_limit, max_growth=max_growth, verify=verify.value,
+                                    pricing=pricing.value)
     graph = load_model(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
@@ -134,7 +137,7 @@ def plan(
     if rewritten is not None:  # how the rewrite search ended; its steps are in "passes"
         document["rewrite"] = {**rewritten.summary(), "max_growth": max_growth,
                                "max_operators": rewritten.result.max_operators, "verify": verify.value,
-                               "site_checks": rewritten.result.site_checks}
+                               "pricing": pricing.value, "site_checks": rewritten.result.site_checks}
     if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
         assert source_model is not None
         save_onnx(annotate_onnx(source_model, problem, result.plan, document.get("estimates")), onnx_out,

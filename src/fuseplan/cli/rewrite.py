@@ -10,9 +10,9 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, VERIFY_HELP, VerifyMode, check_max_growth, print_table,
-    resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model, named_inputs,
-    print_named,
+    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_max_growth,
+    print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model,
+    named_inputs, print_named,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
@@ -71,6 +71,7 @@ def rewrite(
              "rounds (docs/rewrite.md).")] = 30,
     timing_threads: Annotated[int, typer.Option(help="Latency objective: onnxruntime threads of those runs.")] = 1,
     verify: Annotated[VerifyMode, typer.Option(help=VERIFY_HELP)] = VerifyMode.site,
+    pricing: Annotated[PricingMode, typer.Option(help=PRICING_HELP)] = PricingMode.lazy,
     bytes_per_element: HardwareBytesPerElementOpt = None,
     hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,
@@ -95,7 +96,7 @@ def rewrite(
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     options = {"cache": latency_cache} if latency_cache is not None else {}
     options.update(max_growth=max_growth, timing_rounds=timing_rounds, timing_threads=timing_threads,
-                   verify=verify.value)
+                   verify=verify.value, pricing=pricing.value)
     done = run_rewrite_search(source_model, name, objective.value, scheme.value, buffer_bytes, bytes_per_element, alpha,
                            budget, rules, seed, shapes, as_json, time_limit, **options)
     if done.keeps_original:  # timed end to end, the graph found was no faster than the original
@@ -113,7 +114,8 @@ def rewrite(
                "after": plan_total_dram(load_model(str(output), None), scheme.value, buffer_bytes,
                                         bytes_per_element, seed)}
     report = {"model": name, "output": str(output), "alpha": alpha, "budget": budget, "max_growth": max_growth,
-              "time_limit": time_limit, "seed": seed, **done.to_json(), "plan_total_dram_bytes": planned}
+              "time_limit": time_limit, "seed": seed, "pricing": pricing.value, **done.to_json(),
+              "plan_total_dram_bytes": planned}
     if as_json:
         print(dumps_json(report, indent=2))
         return

@@ -157,6 +157,11 @@ def _window_rows(kernel: float, stride: float, reach: float, out_rows: int, heig
 #: tables of graphs that share most of their operators, thousands of times)
 _READER_MASKS: dict[tuple, tuple[tuple[int, int] | None, ...]] = {}
 MAX_READER_MASKS = 1 << 16
+#: per reader, what :func:`_reader_masks` found, by the identity of the attributes and row geometry its operator
+#: shares with the copies of it that the graphs of a rewrite search hold (the operators a rewrite did not touch:
+#: the same objects, or moved to other indices), with the rest of the key kept to be compared: building the key
+#: of every operator of every candidate was most of :func:`partial_reads`
+_READER_MASKS_BY_OPERATOR: dict[tuple[int, int], tuple] = {}
 #: the attributes :func:`~fuseplan.schedule.lone.conv_geometry` reads
 _GEOMETRY_ATTRIBUTES = ("kernel_shape", "strides", "dilations", "group", "auto_pad", "pads", "storage_order")
 
@@ -210,14 +215,31 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
         if not node.outputs:
             continue
         windows = node.windows
-        key = (node.op_type, _geometry_attributes(node.attributes), node.weight_numel, node.is_barrier,
-               tuple([tensors[t].shape for t in node.inputs]), len(node.outputs), tensors[node.outputs[0]].shape,
-               tuple([(tensors[t].shape, kernel, stride, reach) for t, kernel, stride, reach in windows]))
-        masks = _READER_MASKS.get(key)
-        if masks is None:
-            if len(_READER_MASKS) > MAX_READER_MASKS:
-                _READER_MASKS.clear()
-            masks = _READER_MASKS[key] = _reader_masks(graph, v)
+        attributes, geometry = node.attributes, node.input_geometry
+        input_shapes = tuple([tensors[t].shape for t in node.inputs])
+        output_shape = tensors[node.outputs[0]].shape
+        # The key below reads the operator's type, attributes, weights, row geometry (its barrier and windows),
+        # input shapes, outputs and output shape: with the same attributes and geometry objects, the rest compared
+        remembered = _READER_MASKS_BY_OPERATOR.get((id(attributes), id(geometry)))
+        if (remembered is not None and remembered[0] is attributes and remembered[1] is geometry
+                and remembered[2] == node.op_type and remembered[3] == node.weight_numel
+                and remembered[4] == len(node.outputs) and remembered[5] == input_shapes
+                and remembered[6] == output_shape):
+            masks = remembered[7]
+        else:
+            key = (node.op_type, _geometry_attributes(attributes), node.weight_numel, node.is_barrier, input_shapes,
+                   len(node.outputs), output_shape,
+                   tuple([(tensors[t].shape, kernel, stride, reach) for t, kernel, stride, reach in windows]))
+            masks = _READER_MASKS.get(key)
+            if masks is None:
+                if len(_READER_MASKS) > MAX_READER_MASKS:
+                    _READER_MASKS.clear()
+                masks = _READER_MASKS[key] = _reader_masks(graph, v)
+            if len(_READER_MASKS_BY_OPERATOR) > MAX_READER_MASKS:
+                _READER_MASKS_BY_OPERATOR.clear()
+            _READER_MASKS_BY_OPERATOR[id(attributes), id(geometry)] = (
+                attributes, geometry, node.op_type, node.weight_numel, len(node.outputs), input_shapes, output_shape,
+                masks)
         for (t, _, _, _), touched in zip(windows, masks):
             if touched is None:
                 whole.add((t, v))

@@ -78,7 +78,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   stoppable: Callable[[], ContextManager[Any]] = nullcontext, max_growth: float = MAX_GROWTH,
                   timing_rounds: int = 30, timing_threads: int = 1,
                   on_progress: Callable[[dict[str, Any]], None] | None = None, verify: str = "site",
-                  **objective_options: Any) -> Rewritten:
+                  pricing: str = "lazy", **objective_options: Any) -> Rewritten:
     """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
 
     ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified
@@ -96,6 +96,8 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
     optimisations on); unless it is confirmed faster,
     :attr:`Rewritten.keeps_original` says to keep the original.
 
+    ``verify`` and ``pricing`` are :func:`backtracking_search`'s.
+
     ``on_progress(state)`` follows the search (:func:`backtracking_search`)
     and then gets ``{"phase": "measuring"}`` and, when the graph found is
     timed end to end, ``{"phase": "timing"}``.
@@ -109,7 +111,8 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                                     bytes_per_element=bytes_per_element, seed=seed, **objective_options)
             result = backtracking_search(prepared, chosen, rules=rules, alpha=alpha, budget=budget, seed=seed,
                                          on_expand=on_expand, time_limit=time_limit, greedy_time_limit=time_limit,
-                                         max_growth=max_growth, on_progress=on_progress, verify=verify)
+                                         max_growth=max_growth, on_progress=on_progress, verify=verify,
+                                         pricing=pricing)
         except KeyboardInterrupt:
             pass  # stopped before the search began (the search itself returns what it has)
     if result is None:
