@@ -38,6 +38,29 @@ LARGEST = frozenset({"resnet101", "resnet152", "efficientnet_b3"})
 LARGER = LARGEST | {"resnet50", "efficientnet_b0", "mobilenet_v3_large"}
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup``, a test marked ``xdist_group(name)`` gets ``@name`` at the end of its id, by
+    which the scheduler sends every test of a group to one worker (tests/explain/gnn_worker.py).
+
+    pytest-xdist 3.8 writes that id into ``item._nodeid``, which pytest 9.2 no longer reads (it keeps a structured
+    id, ``item._id``): the groups were silently ignored and every worker imported torch_geometric. The id is
+    written here where xdist's did not take; with a pytest-xdist that writes it itself, this does nothing."""
+    if not getattr(config.option, "loadgroup", False):  # set in the workers, under --dist loadgroup
+        return
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        if groups and item.nodeid.rfind("@") <= item.nodeid.rfind("]"):  # no group yet: xdist's own reading
+            grouped = f"{item.nodeid}@{'_'.join(groups)}"
+            if hasattr(item, "_id"):
+                from _pytest.nodeid import coerce_node_id
+
+                item._id = coerce_node_id(grouped)
+            else:
+                item._nodeid = grouped
+
+
 def pytest_markeval_namespace():
     """Names for the string conditions of skip and xfail marks, evaluated when a test is set up (the marks
     of tests/explain/stale.py, which read the shipped weights with torch only when a test needs to know)."""

@@ -16,8 +16,6 @@ from tests.conftest import ZOO
 from tests.explain.gnn_worker import ON_THE_GNN_WORKER
 from tests.explain.stale import NEEDS_CURRENT_LBDF_WEIGHTS
 
-pytestmark = ON_THE_GNN_WORKER
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _gnn_extra():
@@ -41,7 +39,8 @@ WITHOUT_WEIGHTS = frozenset({"random", "oracle"})
 
 
 def _marks(name: str, slow: bool) -> list:
-    return ([pytest.mark.slow] if slow else []) + ([] if name in WITHOUT_WEIGHTS else [NEEDS_CURRENT_LBDF_WEIGHTS])
+    return ([pytest.mark.slow] if slow else [ON_THE_GNN_WORKER]) + ([] if name in WITHOUT_WEIGHTS
+                                                                     else [NEEDS_CURRENT_LBDF_WEIGHTS])
 
 
 def _slow_gnnexplainer(names):
@@ -84,6 +83,7 @@ def test_every_splitter_in_every_search(zoo_graphs, splitter, search):
             assert 0.0 <= result.details["rectify_rate"] <= 1.0
 
 
+@ON_THE_GNN_WORKER
 @NEEDS_CURRENT_LBDF_WEIGHTS
 def test_why_on_a_zoo_model_and_a_user_file(tmp_path):
     from fuseplan.graph import load_graph
@@ -108,6 +108,7 @@ def test_why_on_a_zoo_model_and_a_user_file(tmp_path):
     assert "split from the explanation (Algorithm 1)" in result.stdout
 
 
+@ON_THE_GNN_WORKER
 def test_why_bad_input():
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/nope"), "no operator named '/nope'")
     assert_one_line_error(fuseplan("why", "resnet18", "--nodes", "/conv1/Conv,/layer1/layer1.0/Add"),
@@ -122,6 +123,7 @@ def test_why_bad_input():
                           "does not fit the 128.00 KB buffer even alone")
 
 
+@ON_THE_GNN_WORKER
 def test_why_refine_cuts_a_part_that_rereads_its_weights():
     # vgg16's second and third stages under BRR: Algorithm 1's two fitting parts still tile their weights.
     names = ",".join(f"/features/features.{i}/{op}" for i, op in ((1, "Relu"), (2, "Conv"), (3, "Relu"), (4, "MaxPool"),
