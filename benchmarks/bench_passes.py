@@ -25,22 +25,26 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import onnx
 
 import harness  # benchmarks/harness.py, beside this script
 from fuseplan.graph import model_path, read_model
-from fuseplan.passes.select import normalise, prune
-from fuseplan.rewrite.pass_search import (
+from fuseplan.passes.pass_search import (
     apply_pipelines, best_graph, candidate_pipelines, measure_graphs, random_pipelines,
 )
+from fuseplan.passes.select import normalise, prune
+from fuseplan.rewrite.objectives import total_dram
 
 RESULTS = harness.RESULTS
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PRUNED = ("squeezenet", str(DATA / "googlenet_opset13.onnx"), "resnet18", "mobilenet_v2", "mobilenet_v3_small",
           "efficientnet_b0", "bert_encoder", str(DATA / "shufflenet_v2_x0_5_opset11_bn.onnx"))
 COMPARED = ("squeezenet", "resnet18", "mobilenet_v3_small", "bert_encoder")
+# the DRAM figure of every measured graph: LBDF at 256 KB, one byte per element (what `fuseplan passes` defaults to)
+LBDF_256KB = partial(total_dram, scheme="lbdf", buffer_bytes=256 * 1024, bytes_per_element=1)
 
 
 def prune_one(source: str, seed: int) -> tuple[dict, onnx.ModelProto, object]:
@@ -72,7 +76,7 @@ def compare_one(name: str, model: onnx.ModelProto, pruning, args) -> dict:
         for applied in runs.values():
             for digest, graph in applied.graphs.items():
                 graphs.setdefault(digest, graph)
-        measure_graphs(list(graphs.values()), model, seed=args.seed, rounds=args.rounds)
+        measure_graphs(list(graphs.values()), model, dram=LBDF_256KB, seed=args.seed, rounds=args.rounds)
         entry = {"model": name, "signature": pruning.signature, "distinct_graphs": len(graphs),
                  "verified": sum(g.verified for g in graphs.values()),
                  "discarded": {g.hash[:16]: g.problem for g in graphs.values() if not g.verified}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import onnx
@@ -14,12 +15,13 @@ pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
 pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
 
 from fuseplan.passes.external import ExternalPass, external_passes  # noqa: E402
-from fuseplan.passes.select import Pruning, normalise  # noqa: E402
-from fuseplan.rewrite.latency import LatencyVerdict, PairedRounds  # noqa: E402
-from fuseplan.rewrite.pass_search import (  # noqa: E402
+from fuseplan.passes.pass_search import (  # noqa: E402
     Applied, Graph, PassSearch, apply_pipelines, best_graph, candidate_pipelines, count_pipelines, measure_graphs,
     pareto_front,
 )
+from fuseplan.passes.select import Pruning, normalise  # noqa: E402
+from fuseplan.rewrite.latency import LatencyVerdict, PairedRounds  # noqa: E402
+from fuseplan.rewrite.objectives import total_dram  # noqa: E402
 from tests.cli.inprocess import assert_one_line_error  # noqa: E402
 from tests.passes.test_select import conv_bn  # noqa: E402
 
@@ -53,7 +55,7 @@ def test_onnxruntime_fused_convolutions_are_priced_as_the_conv_and_activation_th
     from onnx import TensorProto, helper, numpy_helper
 
     from fuseplan.passes.select import apply_pass
-    from fuseplan.rewrite.pass_search import _dram, unfuse_conv_activations
+    from fuseplan.passes.pass_search import graph_dram, unfuse_conv_activations
 
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
@@ -68,7 +70,8 @@ def test_onnxruntime_fused_convolutions_are_priced_as_the_conv_and_activation_th
     assert [node.op_type for node in fused.graph.node] == ["FusedConv"]
     onnx.save(model, tmp_path / "original.onnx")
     onnx.save(fused, tmp_path / "fused.onnx")
-    priced = {name: _dram(tmp_path / f"{name}.onnx", "lbdf", 64 * 1024, 1) for name in ("fused", "original")}
+    lbdf = partial(total_dram, scheme="lbdf", buffer_bytes=64 * 1024, bytes_per_element=1)
+    priced = {name: graph_dram(tmp_path / f"{name}.onnx", lbdf) for name in ("fused", "original")}
     assert priced["fused"] is not None and priced["fused"] == priced["original"]
     unfused = unfuse_conv_activations(fused)
     assert [node.op_type for node in unfused.graph.node] == ["Conv", "LeakyRelu"]
@@ -116,7 +119,7 @@ def test_every_graph_is_verified_against_the_original_and_one_that_differs_is_di
     model = normalise(conv_bn())
     applied = apply_pipelines(model, [(), (FUSE_BN,), ("ort/all",), (ReluToSigmoid.name,)], tmp_path)
     graphs = list(applied.graphs.values())
-    measure_graphs(graphs, model, rounds=3)
+    measure_graphs(graphs, model, dram=partial(total_dram, scheme="lbdf", buffer_bytes=256 * 1024), rounds=3)
     wrong = applied.graphs[applied.by_pipeline[(ReluToSigmoid.name,)]]
     assert not wrong.verified and "outputs differ" in wrong.problem and wrong.latency_seconds is None
     good = [g for g in graphs if g is not wrong]

@@ -15,7 +15,7 @@ from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
-from fuseplan.rewrite.pass_search import OBJECTIVES as PASS_OBJECTIVES
+from fuseplan.passes.pass_search import OBJECTIVES as PASS_OBJECTIVES
 from fuseplan.units import format_bytes, parse_size
 
 
@@ -86,11 +86,14 @@ def passes_command(
 ) -> None:
     """Prune the graph passes that change nothing for this network, search orders of the rest, measure the graphs."""
     import tempfile
+    from functools import partial
 
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 
+    from fuseplan.passes.pass_search import check_timing_options, search_passes
     from fuseplan.passes.select import cached_prune, default_cache_dir, normalise
-    from fuseplan.rewrite.pass_search import check_timing_options, search_passes
+    from fuseplan.rewrite.latency import judge_latency
+    from fuseplan.rewrite.objectives import total_dram
 
     if list_passes:
         _list_passes(as_json)
@@ -134,9 +137,11 @@ def passes_command(
         def on_step(phase: str, done: int, total: int) -> None:
             progress.update(task, description=f"{phase} {name}", completed=done, total=total)
 
-        search = search_passes(start_model, name, pruning, objective=objective.value, budget=budget,
-                               random_count=random_orders, seed=seed, threads=threads, batch=batch,
-                               scheme=scheme.value, buffer_bytes=buffer_bytes, bytes_per_element=bytes_per_element,
+        # the search sits in the passes stage; the measures that need the stages above it are handed to it here
+        dram = partial(total_dram, scheme=scheme.value, buffer_bytes=buffer_bytes,
+                       bytes_per_element=bytes_per_element)
+        search = search_passes(start_model, name, pruning, dram=dram, judge=judge_latency, objective=objective.value,
+                               budget=budget, random_count=random_orders, seed=seed, threads=threads, batch=batch,
                                directory=Path(directory), on_step=on_step)
         written = search.written
         if output is not None:

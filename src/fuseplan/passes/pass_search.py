@@ -16,10 +16,17 @@ onnxruntime's full level (``ort/all``), applied as a pass.
 The graph a search gives as its result (:attr:`PassSearch.written`) is the
 best of every verified graph it measured, the baseline's and the random
 pipelines' included. Under the latency objective it is then timed end to
-end against the baseline (:func:`~fuseplan.rewrite.latency.judge_latency`,
-paired rounds, the same session options), and so is the best selected
-pipeline's graph: a graph not confirmed faster than ``ort/all`` is no
-gain, and the baseline is given instead.
+end against the baseline (a :class:`LatencyJudge`, with the same session
+options), and so is the best selected pipeline's graph: a graph not
+confirmed faster than ``ort/all`` is no gain, and the baseline is given
+instead.
+
+Two measures come from stages above this one, so the search takes them as
+arguments rather than importing them: fuseplan's DRAM of a graph
+(:data:`DramMeasure`: the graph is read, priced, planned and searched) and
+the end-to-end judge (:class:`LatencyJudge`). ``fuseplan passes`` hands it
+``fuseplan.rewrite.objectives.total_dram`` at the chosen scheme and buffer,
+and ``fuseplan.rewrite.latency.judge_latency``.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -42,9 +49,31 @@ from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.prepare import _infer_shapes
 from fuseplan.passes.select import ORT_FULL, Pruning, apply_pass, graph_hash, is_terminal
 from fuseplan.passes.verify import TOLERANCE, random_inputs, run
-from fuseplan.rewrite.latency import LatencyVerdict, judge_latency
 
 Pipeline = tuple[str, ...]
+#: Total DRAM bytes of a model whose shapes are inferred; raises :class:`~fuseplan.errors.FuseplanError` where the
+#: model cannot be priced.
+DramMeasure = Callable[[onnx.ModelProto], int]
+
+
+class TimingVerdict(Protocol):
+    """What a :class:`LatencyJudge` says of a candidate timed against the original."""
+
+    @property
+    def faster(self) -> bool:
+        """Whether the candidate is confirmed faster."""
+
+    def record(self) -> dict[str, Any]:
+        """The timings and the verdict, as strict JSON."""
+
+
+class LatencyJudge(Protocol):
+    """Times ``candidate`` against ``original`` (paths of ONNX models) end to end on ``feeds``."""
+
+    def __call__(self, original: str, candidate: str, *, threads: int, rounds: int, seed: int, optimization: str,
+                 feeds: Mapping[str, np.ndarray]) -> TimingVerdict: ...
+
+
 # onnxruntime threads beyond the cores only contend; a batch multiplies every activation of the timed runs, so
 # a huge one exhausts memory before the first timing.
 MAX_THREADS = 256
@@ -347,20 +376,21 @@ def _without_weight_values(model: onnx.ModelProto, threshold: int = 64 * 1024) -
     return model
 
 
-def _dram(path: Path, scheme: str, buffer_bytes: int, bytes_per_element: int) -> int | None:
-    from fuseplan.rewrite.objectives import total_dram
-
+def graph_dram(path: Path, dram: DramMeasure) -> int | None:
+    """``dram`` of the graph saved at ``path``, its large weights dropped and onnxruntime's fused convolutions
+    written out; ``None`` where the graph cannot be priced."""
     try:
         model = unfuse_conv_activations(_without_weight_values(onnx.load(str(path))))
-        return total_dram(_infer_shapes(model), scheme, buffer_bytes, bytes_per_element)
+        return dram(_infer_shapes(model))
     except FuseplanError:
         return None  # onnxruntime's own operators have no shapes ONNX can infer
 
 
-def measure_graphs(graphs: Sequence[Graph], reference_model: onnx.ModelProto, *, seed: int = 0, threads: int = 1,
-                   rounds: int = 7, scheme: str = "lbdf", buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1,
-                   on_graph: Callable[[], None] | None = None) -> None:
-    """Measure each graph in place; one that does not run or whose outputs differ gets a ``problem`` and no timing."""
+def measure_graphs(graphs: Sequence[Graph], reference_model: onnx.ModelProto, *, dram: DramMeasure, seed: int = 0,
+                   threads: int = 1, rounds: int = 7, on_graph: Callable[[], None] | None = None) -> None:
+    """Measure each graph in place; one that does not run or whose outputs differ gets a ``problem`` and no timing.
+
+    ``dram`` prices each verified graph (see :func:`graph_dram`)."""
     feeds = random_inputs(reference_model, seed)
     reference = run(reference_model, feeds)
     sessions = {}
@@ -375,7 +405,7 @@ def measure_graphs(graphs: Sequence[Graph], reference_model: onnx.ModelProto, *,
         if graph.max_error > TOLERANCE:
             graph.problem = f"outputs differ from the original's (error {graph.max_error:.2e})"
             continue
-        graph.dram_bytes = _dram(graph.path, scheme, buffer_bytes, bytes_per_element)
+        graph.dram_bytes = graph_dram(graph.path, dram)
         del session
         graph.peak_memory_bytes = peak_memory(graph.path, threads)
         sessions[graph.hash] = _session(str(graph.path), threads)
@@ -496,7 +526,7 @@ class PassSearch:
     applied: Applied
     seconds: float
     #: the best selected and the fastest measured graph, each timed end to end against the baseline, by graph hash
-    timings: dict[str, LatencyVerdict] = field(default_factory=dict)
+    timings: dict[str, TimingVerdict] = field(default_factory=dict)
 
     @property
     def graphs(self) -> list[Graph]:
@@ -561,15 +591,15 @@ class PassSearch:
         }
 
 
-def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, objective: str = "latency",
-                  budget: int = 24, random_count: int = 4, seed: int = 0, threads: int = 1, rounds: int = 7,
-                  batch: int = 4, scheme: str = "lbdf", buffer_bytes: int = 256 * 1024, bytes_per_element: int = 1,
-                  directory: Path, on_step: Callable[[str, int, int], None] | None = None,
-                  timing_rounds: int = 30) -> PassSearch:
+def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, dram: DramMeasure, judge: LatencyJudge,
+                  objective: str = "latency", budget: int = 24, random_count: int = 4, seed: int = 0, threads: int = 1,
+                  rounds: int = 7, batch: int = 4, directory: Path,
+                  on_step: Callable[[str, int, int], None] | None = None, timing_rounds: int = 30) -> PassSearch:
     """Search pipelines of the passes ``pruning`` found relevant to ``model`` (normalised) and measure their graphs.
 
-    Under the latency objective the best selected graph and the fastest graph measured are each timed against
-    the baseline end to end (``timing_rounds`` paired rounds; see the module docstring)."""
+    ``dram`` prices every verified graph. Under the latency objective ``judge`` times the best selected graph and
+    the fastest graph measured each against the baseline end to end (``timing_rounds`` rounds; see the module
+    docstring)."""
     if objective not in OBJECTIVES:
         raise FuseplanError(f"unknown objective {objective!r}; the objectives are {', '.join(OBJECTIVES)}")
     if budget < 1:
@@ -593,8 +623,7 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, object
 
     applied = apply_pipelines(model, pipelines, directory, tick("apply", len(pipelines)))
     graphs = list(applied.graphs.values())
-    measure_graphs(graphs, model, seed=seed, threads=threads, rounds=rounds, scheme=scheme,
-                   buffer_bytes=buffer_bytes, bytes_per_element=bytes_per_element,
+    measure_graphs(graphs, model, dram=dram, seed=seed, threads=threads, rounds=rounds,
                    on_graph=tick("measure", len(graphs)))
     search = PassSearch(name, pruning, objective, budget, seed, selected, randoms, applied, 0.0)
     if batch > 1:
@@ -608,8 +637,8 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, object
         feeds = random_inputs(model, seed)
         for graph in {g.hash: g for g in (search.best, search.measured_best) if g is not None}.values():
             if graph.hash != baseline.hash:
-                search.timings[graph.hash] = judge_latency(str(baseline.path), str(graph.path), threads=threads,
-                                                           rounds=timing_rounds, seed=seed, optimization="disabled",
-                                                           feeds=feeds)
+                search.timings[graph.hash] = judge(str(baseline.path), str(graph.path), threads=threads,
+                                                   rounds=timing_rounds, seed=seed, optimization="disabled",
+                                                   feeds=feeds)
     search.seconds = time.perf_counter() - start
     return search
