@@ -220,12 +220,11 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
         output_shape = tensors[node.outputs[0]].shape
         # The key below reads the operator's type, attributes, weights, row geometry (its barrier and windows),
         # input shapes, outputs and output shape: with the same attributes and geometry objects, the rest compared
+        rest = (node.op_type, node.weight_numel, len(node.outputs), input_shapes, output_shape)
         remembered = _READER_MASKS_BY_OPERATOR.get((id(attributes), id(geometry)))
         if (remembered is not None and remembered[0] is attributes and remembered[1] is geometry
-                and remembered[2] == node.op_type and remembered[3] == node.weight_numel
-                and remembered[4] == len(node.outputs) and remembered[5] == input_shapes
-                and remembered[6] == output_shape):
-            masks = remembered[7]
+                and remembered[2] == rest):
+            masks = remembered[3]
         else:
             key = (node.op_type, _geometry_attributes(attributes), node.weight_numel, node.is_barrier, input_shapes,
                    len(node.outputs), output_shape,
@@ -237,9 +236,7 @@ def partial_reads(graph: CompGraph) -> tuple[dict[int, tuple[int, int] | None] |
                 masks = _READER_MASKS[key] = _reader_masks(graph, v)
             if len(_READER_MASKS_BY_OPERATOR) > MAX_READER_MASKS:
                 _READER_MASKS_BY_OPERATOR.clear()
-            _READER_MASKS_BY_OPERATOR[id(attributes), id(geometry)] = (
-                attributes, geometry, node.op_type, node.weight_numel, len(node.outputs), input_shapes, output_shape,
-                masks)
+            _READER_MASKS_BY_OPERATOR[id(attributes), id(geometry)] = (attributes, geometry, rest, masks)
         for (t, _, _, _), touched in zip(windows, masks):
             if touched is None:
                 whole.add((t, v))
@@ -270,6 +267,7 @@ def read_numel(tables: GraphTables, t: int, group: Group) -> int:
         rows |= masks[0]
         cols |= masks[1]
     return rows.bit_count() * cols.bit_count() * (tables.tensor_row_numel[t] // tables.tensor_cols[t])
+
 
 class CostModel(ABC):
     """Prices fusion groups of one graph under one scheme at one buffer size.

@@ -175,7 +175,8 @@ def dissolve_dearer_groups(problem: FusionProblem, plan: Plan) -> tuple[Plan, li
     weight block), and a search that proposes plans at random can keep such a group. Splitting a convex
     group of an acyclic plan into single operators keeps the plan acyclic (a cycle through them would
     have run through the group and back), so the result is a valid plan that costs strictly less by the
-    groups' excess. A group is left alone where one of its operators does not fit by itself.
+    groups' excess. Every single operator fits: a plan's operators are the fuseable ones, which fit
+    alone by definition.
     """
     kept: list[Group] = []
     dissolved: list[Group] = []
@@ -183,8 +184,7 @@ def dissolve_dearer_groups(problem: FusionProblem, plan: Plan) -> tuple[Plan, li
     for group in plan.groups:
         if len(group) > 1:
             singles = [frozenset((v,)) for v in sorted(group)]
-            if (all(problem.fits(single) for single in singles)
-                    and sum(price(single) for single in singles) < price(group)):
+            if sum(price(single) for single in singles) < price(group):
                 dissolved.append(group)
                 kept.extend(singles)
                 continue

@@ -381,6 +381,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         if on_status is not None:
             on_status(stage, incumbent, bound)
 
+    def out_of_time() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
                                       orders=list(candidate_orders(problem).values()), deadline=deadline)
@@ -396,9 +399,6 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                                                     for mask, dram in zip(candidates.masks, candidates.dram)))
         solver_time = 0
         stats["objective"] = objective.name
-    def out_of_time() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
-
     enumerated = len(candidates)
     # Integer prices only: a float objective's sums could round a split a hair above the group it replaces.
     # Past the deadline the solvers stop at once: fewer candidates would not help them.
