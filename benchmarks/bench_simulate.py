@@ -13,7 +13,9 @@ CNNs run at a smaller input (``--size``, default 112x112: every tensor has
 half its rows and columns, so every schedule is the plan's groups priced
 again at that shape) unless ``--size 0``. ``--time-resnet50`` also times
 `fuseplan simulate` of resnet50's LBDF and BRR `auto` plans at full
-resolution (the 5-minute target). Results: ``benchmarks/results/simulate.json``.
+resolution and 256KB (the 5-minute target): wall and CPU seconds and the
+load average, per scheme; ``--timing-only`` runs that alone and keeps every
+set-up of ``--out``. Results: ``benchmarks/results/simulate.json``.
 """
 
 from __future__ import annotations
@@ -210,14 +212,17 @@ def main(argv: list[str] | None = None) -> None:
     for row in rows:
         row.update(commit=commit, cost_model_version=COST_MODEL_VERSION)
     timings = time_full_resolution("resnet50", args.seed) if args.time_resnet50 else []
+    size = args.size
     if (args.keep_other_schemes or args.timing_only) and args.out.exists():
         earlier = json.loads(args.out.read_text())
         rows = kept_setups(earlier, rows, args.schemes, args.keep_other_models or args.timing_only) + rows
         timings = timings or earlier.get("resnet50_full_resolution", [])
+        if args.timing_only:  # no set-up ran at --size: the rows kept are at the size recorded
+            size = earlier.get("size", size)
     total = {part: {key: sum(row[part][key] for row in rows) for key in ("schedules", "run", "agree", "dram_exact",
                                                                         "peak_within_price")}
              for part in ("plan", "random_groups")}
-    run.write({"size": args.size, "seed": args.seed, "totals": total, "setups": rows,
+    run.write({"size": size, "seed": args.seed, "totals": total, "setups": rows,
                "resnet50_full_resolution": timings})
 
 

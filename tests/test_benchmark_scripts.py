@@ -64,6 +64,7 @@ def test_simulate_timing_only_times_both_schemes_at_full_resolution_and_keeps_ev
     assert [simulate.setup_key(row) for row in after["setups"]] == \
         [simulate.setup_key(row) for row in recorded["setups"]]
     assert after["totals"] == recorded["totals"]
+    assert after["size"] == recorded["size"]
     timings = after["resnet50_full_resolution"]
     assert [t["scheme"] for t in timings] == ["lbdf", "brr"]
     for timing in timings:
