@@ -553,7 +553,7 @@ class BRRCostModel(CostModel):
         """The lone-operator schedule of ``group`` (:func:`fuseplan.schedule.lone.lone_schedule`), where the
         group is one operator and a prefix of the operators riding on its output; ``None`` otherwise or
         where no blocking fits."""
-        if len(group) > self._longest_ride:  # more operators than any one and its riders: no need for the least
+        if len(group) > self._longest_ride:  # longer than any operator with its riders: no lone schedule
             return None
         head = min(group)
         ride = self._riders[head]
