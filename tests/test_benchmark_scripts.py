@@ -1,7 +1,9 @@
-"""The benchmarks' own bookkeeping: what a rerun of part of a benchmark keeps of the results file it updates."""
+"""The benchmarks' own bookkeeping: what a rerun of part of a benchmark keeps of the results file it updates, and
+what the comparison of two versions' prices tells apart."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -73,3 +75,22 @@ def test_simulate_timing_only_times_both_schemes_at_full_resolution_and_keeps_ev
         assert timing["exit_status"] == (0 if timing["groups_agreeing"] == timing["groups_run"] else 1)
         assert timing["wall_seconds"] > 0 and timing["cpu_seconds"] > 0
         assert set(timing["load_average"]) == {"start", "end"}
+
+
+def test_compare_prices_finds_the_same_prices_the_same_and_names_a_group_priced_otherwise(tmp_path, capsys):
+    compare = load_script("compare_prices")
+    first, second = tmp_path / "first.json.gz", tmp_path / "second.json.gz"
+    options = ["--models", "squeezenet", "--groups", "40", "--grown", "3", "--schedule-every", "10"]
+    assert compare.main(["record", "-o", str(first), *options]) == 0
+    assert compare.main(["record", "-o", str(second), *options]) == 0
+    capsys.readouterr()
+    assert compare.main(["compare", str(first), str(second)]) == 0
+    assert "the same: " in capsys.readouterr().out
+    found = json.loads(gzip.decompress(second.read_bytes()))
+    assert set(found) == {f"squeezenet {scheme} {kb * 1024}" for scheme in ("lbdf", "brr") for kb in (64, 256, 1024)}
+    rows = found["squeezenet brr 65536"]
+    assert sum(row[4] is not None for row in rows) == 4  # every 10th of the 40 groups with its schedule
+    rows[7][2] += 1  # one group's F_D
+    second.write_bytes(gzip.compress(json.dumps(found).encode()))
+    assert compare.main(["compare", str(first), str(second)]) == 1
+    assert capsys.readouterr().out.startswith(f"squeezenet brr 65536: group {rows[7][0]}: ")

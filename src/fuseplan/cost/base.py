@@ -77,6 +77,9 @@ class GraphTables:
     # bit masks (None for a reader touching all of it)
     tensor_partial_reads: tuple[dict[int, tuple[int, int] | None] | None, ...] = ()
     tensor_cols: tuple[int, ...] = ()  # the last axis (columns of a row)
+    # per tensor: read by exactly one operator and not a model output (one an in-place reader may overwrite)
+    tensor_sole_reader: tuple[bool, ...] = ()
+    node_sole_input: tuple[tuple[int, float, float, float] | None, ...] = ()  # the one window, None if not one
 
     @classmethod
     def from_graph(cls, graph: CompGraph) -> GraphTables:
@@ -107,6 +110,8 @@ class GraphTables:
             tensor_is_output=tuple(t.is_model_output for t in tensors),
             tensor_partial_reads=partial_reads(graph),
             tensor_cols=tuple(t.shape[-1] if t.shape else 1 for t in tensors),
+            tensor_sole_reader=tuple(len(t.consumer_set) == 1 and not t.is_model_output for t in tensors),
+            node_sole_input=tuple(n.windows[0] if len(n.windows) == 1 else None for n in nodes),
         )
 
 

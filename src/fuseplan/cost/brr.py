@@ -142,32 +142,55 @@ def tall_readers(graph: CompGraph) -> tuple[tuple[int, ...], ...]:
     return tuple(map(tuple, found))
 
 
-def _held_entries(t: int, bits: dict[int, int], producer, consumers, blockable,
-                  tall: tuple[tuple[int, ...], ...], windows: tuple[dict[int, float], ...], rows: int) -> int:
+def held_readers(graph: CompGraph, blockable: tuple[bool, ...], tall: tuple[tuple[int, ...], ...]
+                 ) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Per tensor, each reader as ``(operator, flip, keep)``, what :func:`_held_entries` ANDs into the
+    entries that hold the tensor a block at a time once the reader's mode bits ``m`` are known:
+    ``(m ^ flip) & keep``. ``flip`` is 0 for a reader of a blockable kind (it takes blocks where it runs
+    full) and 3 otherwise (where it runs partial); ``keep`` is 0 for a reader in ``tall`` (:func:`tall_readers`:
+    it holds the tensor whole under either entry), 3 otherwise."""
+    found: list[dict[int, tuple[int, int, int]]] = [{} for _ in graph.tensors]
+    for t, tensor in enumerate(graph.tensors):
+        for c in (*tensor.consumers, *tall[t]):
+            found[t][c] = (c, 0 if blockable[c] else 3, 0 if c in tall[t] else 3)
+    return tuple(tuple(readers.values()) for readers in found)
+
+
+def wide_readers(windows: tuple[dict[int, float], ...], tall: tuple[tuple[int, ...], ...]
+                 ) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """Per tensor, the readers outside ``tall`` whose widest window over it (:func:`reader_windows`) spans
+    more than one row, with that window's rows. Under :func:`tall_readers` there are none (a window of more
+    than one row is a tall one); a rule that calls fewer windows tall leaves some."""
+    return tuple(tuple((c, k) for c, k in readers.items() if k > 1 and c not in tall[t])
+                 for t, readers in enumerate(windows))
+
+
+def _held_entries(t: int, bits: dict[int, int], producer, readers: tuple[tuple[tuple[int, int, int], ...], ...],
+                  wide: tuple[tuple[tuple[int, float], ...], ...], rows: int) -> int:
     """The entries (bit 0 full, bit 1 partial) under which tensor ``t``, holding ``rows`` rows, may be held a
     channel block at a time, given the group's mode bits: none where a reader in the group takes a window
     of more than one row or taller than its stride (:func:`tall_readers`), or where ``t`` holds more rows
     than its readers' widest window (rows kept for a reader that lags behind, such as the sum of a skip
-    connection): both need rows of every channel from one step of the tiles to the next."""
-    for c in tall[t]:
-        if c in bits:
+    connection): both need rows of every channel from one step of the tiles to the next. ``readers`` and
+    ``wide`` are :func:`held_readers` and :func:`wide_readers` (a window of more than one row outside them
+    is a tall reader's, which holds ``t`` whole anyway). :meth:`BRRCostModel._held_savings` runs the same
+    steps inline."""
+    if rows > 1:
+        widest = 1.0
+        for c, k in wide[t]:
+            if k > widest and c in bits:
+                widest = k
+        if rows > widest:
             return 0
-    widest = 1.0
-    for c, k in windows[t].items():
-        if k > widest and c in bits:
-            widest = k
-    if rows > widest:
-        return 0
     ok = 3 & ~bits.get(producer[t], 0)  # made by a partial operator, or outside the group
     if not ok:
         return 0
-    for c in consumers[t]:
+    for c, flip, keep in readers[t]:
         m = bits.get(c)
-        if m is None:  # a reader outside the group
-            continue
-        ok &= m if blockable[c] else ~m  # full readers of a blockable kind, partial ones otherwise
-        if not ok:
-            return 0
+        if m is not None:  # a reader in the group: full readers of a blockable kind, partial ones otherwise
+            ok &= (m ^ flip) & keep
+            if not ok:
+                return 0
     return ok
 
 
@@ -201,9 +224,10 @@ class ModeTables(NamedTuple):
     weight_block: tuple[int, ...]
     block_share: tuple[float, ...]  # per tensor: min(1, k / C)
     producer: tuple[int | None, ...]  # per tensor
-    tall_readers: tuple[tuple[int, ...], ...]  # per tensor: :func:`tall_readers`
-    reader_windows: tuple[dict[int, float], ...]  # per tensor: :func:`reader_windows`
+    held_readers: tuple[tuple[tuple[int, int, int], ...], ...]  # per tensor: :func:`held_readers`
+    wide_readers: tuple[tuple[tuple[int, float], ...], ...]  # per tensor: :func:`wide_readers`
     once_weights: tuple[int, ...]  # per operator: :func:`weights_read_once`
+    entry_modes: tuple[int, ...]  # per operator: its mode bits with no producer in the group (1 or 3)
 
 
 class BRRCostModel(CostModel):
@@ -225,6 +249,7 @@ class BRRCostModel(CostModel):
         self.in_place = in_place_operators(graph)
         self._alone_cache: dict[tuple[int, tuple[int, ...]], Schedule | None] = {}
         self.blockable = blockable_operators(graph)
+        self._blockable_set = frozenset(v for v, blocks in enumerate(self.blockable) if blocks)
         self._producer = tuple(t.producer for t in graph.tensors)
         self._input_producers = tuple(tuple(p for t in n.inputs if (p := self._producer[t]) is not None)
                                       for n in graph.nodes)
@@ -306,31 +331,53 @@ class BRRCostModel(CostModel):
         over the group and one over ``narrow`` price both.
         """
         blockable = self.blockable
-        if not any(map(blockable.__getitem__, group)):
+        if self._blockable_set.isdisjoint(group):
             return None
-        producers, single, flip = self._input_producers, self._single_producer, self._mode_flip
+        tables = self.mode_tables
+        producers, single, flip, entry = tables.input_producers, tables.single_producer, tables.mode_flip, \
+            tables.entry_modes
         bits: dict[int, int] = {}
         for v in sorted(group):
             p = single[v]
-            if p >= 0:  # the common case, kept free of inner loops
-                m = bits.get(p)
-                if m is not None:
-                    bits[v] = m ^ flip[v]  # a blockable operator takes the opposite of its producer's modes
-                    continue
-            bits[v] = _entry_modes(v, bits, producers, blockable)
-        producer = self._producer
-        consumers = self.tables.tensor_consumers
-        block_share = self._block_share
+            if p >= 0:  # the common case, kept free of inner loops (and of calls: `in`, not dict.get)
+                # a blockable operator takes the opposite of its producer's modes; after a producer
+                # outside the group, the entry's
+                bits[v] = bits[p] ^ flip[v] if p in bits else entry[v]
+            elif blockable[v]:
+                bits[v] = _entry_modes(v, bits, producers, blockable)
+            else:  # _entry_modes, inline: full under an entry where any producer in the group is
+                m = -1
+                for q in producers[v]:
+                    if q in bits:
+                        m = bits[q] if m < 0 else m | bits[q]
+                bits[v] = 3 if m < 0 else m
+        producer, readers, wide = tables.producer, tables.held_readers, tables.wide_readers
+        block_share = tables.block_share
         row_numel, numel = self.tables.tensor_row_numel, self.tables.tensor_numel
         features_full = features_partial = 0
         line_full = line_partial = 0.0
         for t in narrow:
-            ok = _held_entries(t, bits, producer, consumers, blockable, self._tall_readers, self._reader_windows,
-                               rows[t])
+            # _held_entries, inline; the rows first: one comparison wherever no reader spans more rows than tall ones
+            held_rows = rows[t]
+            if held_rows > 1:
+                widest = 1.0
+                for c, k in wide[t]:
+                    if k > widest and c in bits:
+                        widest = k
+                if held_rows > widest:
+                    continue
+            made_by = producer[t]
+            ok = 3 & ~bits[made_by] if made_by in bits else 3  # made by a partial operator, or outside the group
+            if ok:
+                for c, reader_flip, keep in readers[t]:
+                    if c in bits:
+                        ok &= (bits[c] ^ reader_flip) & keep
+                        if not ok:
+                            break
             if not ok:
                 continue
             share = block_share[t]
-            whole = rows[t] * row_numel[t]
+            whole = held_rows * row_numel[t]
             saved = whole - ceil(whole * share)
             per_row = numel[t] * (1.0 - share) if t in streamed else 0.0
             if ok & 1:
@@ -417,9 +464,12 @@ class BRRCostModel(CostModel):
     @cached_property
     def mode_tables(self) -> ModeTables:
         # built when first priced, after any subclass has set its tables (weight blocks, say)
+        # (and after any caller has set other tall readers: tests and benchmarks price an earlier rule)
         return ModeTables(self.blockable, self._single_producer, self._mode_flip, self._input_producers,
-                          self._weight_block, self._block_share, self._producer, self._tall_readers,
-                          self._reader_windows, self._once_weights)
+                          self._weight_block, self._block_share, self._producer,
+                          held_readers(self.graph, self.blockable, self._tall_readers),
+                          wide_readers(self._reader_windows, self._tall_readers), self._once_weights,
+                          tuple(1 if b else 3 for b in self.blockable))
 
     def new_state(self) -> BRRState:
         return BRRState(self.tables, self.in_place, self.mode_tables)
@@ -434,12 +484,18 @@ class BRRCostModel(CostModel):
         rows: dict[int, int] = {}
         streamed: set[int] = set()
         fp = footprint(self.tables, group, rows, self.in_place, streamed)
-        block = max(map(self._weight_block.__getitem__, group))
+        weight_block, once_weights = self._weight_block, self._once_weights
+        block = once = 0
+        for v in group:  # a plain loop: faster than max and sum over map(tuple.__getitem__, group)
+            if weight_block[v] > block:
+                block = weight_block[v]
+            once += once_weights[v]
         # Only tensors with more channels than a block can hold less than all of them;
         # without a convolution in the group there is nothing to alternate.
-        narrow = [t for t in rows if self._block_share[t] < 1.0]
+        block_share = self._block_share
+        narrow = [t for t in rows if block_share[t] < 1.0]
         savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
-        return fp, block, sum(map(self._once_weights.__getitem__, group)), savings
+        return fp, block, once, savings
 
     def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
         found = self._row_tile_schedules(group)
@@ -497,6 +553,8 @@ class BRRCostModel(CostModel):
         """The lone-operator schedule of ``group`` (:func:`fuseplan.schedule.lone.lone_schedule`), where the
         group is one operator and operators it can carry on its output (:attr:`_ride_sets`); ``None``
         otherwise or where no blocking fits."""
+        if len(group) > self._longest_ride:  # longer than any operator with what it carries: no lone schedule
+            return None
         head = min(group)
         ride = self._ride_sets[head].get(frozenset(group))
         if ride is None:
@@ -534,6 +592,11 @@ class BRRCostModel(CostModel):
                     sets.setdefault(frozenset((v, *graph_on[:k])), graph_on[:k])
             found.append(sets)
         return tuple(found)
+
+    @cached_property
+    def _longest_ride(self) -> int:
+        """The most operators a lone-operator schedule runs: one and what it carries (:attr:`_ride_sets`)."""
+        return max((len(ride) + 1 for sets in self._ride_sets for ride in sets.values()), default=1)
 
     # -- the buffer floor: what any group holding a given one keeps on chip at the least ---------
     floor_combine = "max"  # the row-tile schedules hold the largest weight block of the group
@@ -724,9 +787,8 @@ class BRRState(StreamingState):
     def settle(self) -> list[int]:
         touched = super().settle()
         modes, bits, held, counted = self.modes, self.bits, self.held, self.counted
-        block_share, producer, blockable = modes.block_share, modes.producer, modes.blockable
-        tables = self.tables
-        consumers, row_numel, numel = tables.tensor_consumers, tables.tensor_row_numel, tables.tensor_numel
+        block_share, producer = modes.block_share, modes.producer
+        row_numel, numel = self.tables.tensor_row_numel, self.tables.tensor_numel
         for t in touched:
             share = block_share[t]
             if share >= 1.0:
@@ -737,8 +799,7 @@ class BRRState(StreamingState):
                     self.saved_full -= old >> 2
                 if old & 2:
                     self.saved_partial -= old >> 2
-            ok = _held_entries(t, bits, producer, consumers, blockable, modes.tall_readers, modes.reader_windows,
-                               counted[t] >> 2)
+            ok = _held_entries(t, bits, producer, modes.held_readers, modes.wide_readers, counted[t] >> 2)
             saved, line = 0, 0.0
             if ok:
                 whole = (counted[t] >> 2) * row_numel[t]

@@ -30,6 +30,8 @@ read by the pooling barrier and, scaled, by the ``Mul`` after it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import lru_cache
 from math import ceil, inf
 from typing import NamedTuple
 
@@ -88,8 +90,8 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
     is_output = tables.tensor_is_output
     weights = 0
 
-    for v in sorted(group):
-        _stream(tables, in_place, v, pos, phase, low, full, external, aliased, None)
+    _stream(tables, in_place, sorted(group), pos, phase, low, full, external, aliased, None)
+    for v in group:  # a plain loop: faster than sum(map(node_weights.__getitem__, group))
         weights += node_weights[v]
 
     rows_of = tables.tensor_rows
@@ -145,82 +147,92 @@ def footprint(tables: GraphTables, group: Group, rows_out: dict[int, int] | None
 
 
 
-def _stream(tables: GraphTables, in_place: tuple[bool, ...] | None, v: int, pos: dict[int, float],
-            phase: dict[int, int], low: dict[int, float], full: set[int], external: set[int], aliased: set[int],
-            touched: dict[int, None] | None) -> None:
-    """Stream operator ``v`` after the operators streamed into these maps so far (the rules of the module
-    docstring): update the position, phase and lowest row read of the tensors it reads and writes, and
-    record those tensors in ``touched`` where given. Shared by :func:`footprint` and
-    :class:`StreamingState`."""
-    consumers, is_output = tables.tensor_consumers, tables.tensor_is_output
-    inputs = tables.node_inputs[v]
-    barrier = tables.node_barrier[v]
-    if len(inputs) == 1:  # the common case, kept free of inner loops
-        t, k, s, reach = inputs[0]
-        if touched is not None:
-            touched[t] = None
-        p = pos.get(t)
-        if p is None:  # read from DRAM
-            p = pos[t] = 0.0
-            cphase = phase[t] = 0
-            external.add(t)
-        else:
-            cphase = phase[t]
-        r = (p - reach) / s
-        if in_place is not None and in_place[v] and t not in external and not is_output[t] \
-                and len(consumers[t]) == 1:
-            aliased.add(t)  # the output takes the input's place, whole or streamed
-        elif r == inf:  # the input is whole on chip: a fresh stream
-            r = 0.0
-        start = (p if barrier else s * r + reach) - k + 1
-        if start < low.get(t, inf):
-            low[t] = start
-    else:
-        cphase = 0
-        for t, _k, _s, _r in inputs:
+@lru_cache(maxsize=8)
+def _nothing_in_place(operators: int) -> tuple[bool, ...]:
+    return (False,) * operators
+
+
+def _stream(tables: GraphTables, in_place: tuple[bool, ...] | None, operators: Iterable[int],
+            pos: dict[int, float], phase: dict[int, int], low: dict[int, float], full: set[int], external: set[int],
+            aliased: set[int], touched: dict[int, None] | None) -> None:
+    """Stream ``operators`` (in topological order) after the operators streamed into these maps so far (the
+    rules of the module docstring): update the position, phase and lowest row read of the tensors each
+    reads and writes, and record those tensors in ``touched`` where given. Shared by :func:`footprint` (a
+    whole group in one call: the tables are looked up once, not once per operator) and
+    :class:`StreamingState` (one operator at a time)."""
+    node_inputs, node_outputs, node_barrier = tables.node_inputs, tables.node_outputs, tables.node_barrier
+    sole_input, sole, numel = tables.node_sole_input, tables.tensor_sole_reader, tables.tensor_numel
+    if in_place is None:
+        in_place = _nothing_in_place(len(node_inputs))
+    for v in operators:
+        barrier = node_barrier[v]
+        window = sole_input[v]
+        if window is not None:  # one input, the common case, kept free of inner loops
+            t, k, s, reach = window
             if touched is not None:
                 touched[t] = None
-            if t not in pos:
-                pos[t] = 0.0
-                phase[t] = 0
+            p = pos.get(t)
+            if p is None:  # read from DRAM
+                p = pos[t] = 0.0
+                cphase = phase[t] = 0
                 external.add(t)
-            elif phase[t] > cphase:
+            else:
                 cphase = phase[t]
-        r = inf
-        for t, _k, s, reach in inputs:
-            if phase[t] == cphase:
-                q = (pos[t] - reach) / s
-                if q < r:
-                    r = q
-        for t, _k, _s, _r in inputs:
-            if phase[t] < cphase:
-                full.add(t)
-        overwritten = False
-        if in_place is not None and in_place[v]:
-            out_numel = tables.tensor_numel[tables.node_outputs[v][0]]
-            for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
-                if t not in external and t not in full and not is_output[t] and len(consumers[t]) == 1 \
-                        and tables.tensor_numel[t] == out_numel and phase[t] == cphase:
-                    aliased.add(t)
-                    overwritten = True
-                    break
-        if r == inf and not overwritten:  # every input whole on chip: a fresh stream
-            r = 0.0
-        for t, k, s, reach in inputs:
-            if t in full:
-                continue
-            start = (pos[t] if barrier else s * r + reach) - k + 1
+            r = (p - reach) / s
+            if in_place[v] and sole[t] and t not in external:
+                aliased.add(t)  # the output takes the input's place, whole or streamed
+            elif r == inf:  # the input is whole on chip: a fresh stream
+                r = 0.0
+            start = (p if barrier else s * r + reach) - k + 1
             if start < low.get(t, inf):
                 low[t] = start
-    if barrier:
-        out_phase, out_pos = cphase + 1, inf
-    else:
-        out_phase, out_pos = cphase, r
-    for t in tables.node_outputs[v]:
-        if touched is not None:
-            touched[t] = None
-        phase[t] = out_phase
-        pos[t] = out_pos
+        else:
+            inputs = node_inputs[v]
+            cphase = 0
+            for t, _k, _s, _r in inputs:
+                if touched is not None:
+                    touched[t] = None
+                if t not in pos:
+                    pos[t] = 0.0
+                    phase[t] = 0
+                    external.add(t)
+                elif phase[t] > cphase:
+                    cphase = phase[t]
+            r = inf
+            for t, _k, s, reach in inputs:
+                if phase[t] == cphase:
+                    q = (pos[t] - reach) / s
+                    if q < r:
+                        r = q
+            for t, _k, _s, _r in inputs:
+                if phase[t] < cphase:
+                    full.add(t)
+            overwritten = False
+            if in_place[v]:
+                out_numel = numel[node_outputs[v][0]]
+                for t, _k, _s, _r in inputs:  # overwrite the first operand that allows it
+                    if sole[t] and t not in external and t not in full and numel[t] == out_numel \
+                            and phase[t] == cphase:
+                        aliased.add(t)
+                        overwritten = True
+                        break
+            if r == inf and not overwritten:  # every input whole on chip: a fresh stream
+                r = 0.0
+            for t, k, s, reach in inputs:
+                if t in full:
+                    continue
+                start = (pos[t] if barrier else s * r + reach) - k + 1
+                if start < low.get(t, inf):
+                    low[t] = start
+        if barrier:
+            out_phase, out_pos = cphase + 1, inf
+        else:
+            out_phase, out_pos = cphase, r
+        for t in node_outputs[v]:
+            if touched is not None:
+                touched[t] = None
+            phase[t] = out_phase
+            pos[t] = out_pos
 
 
 class StreamingState:
@@ -269,7 +281,7 @@ class StreamingState:
     def add(self, v: int) -> None:
         """Stream operator ``v`` after the operators added so far (as :func:`footprint` streams each);
         the caller keeps :attr:`members` up to date."""
-        _stream(self.tables, self.in_place, v, self.pos, self.phase, self.low, self.full, self.external,
+        _stream(self.tables, self.in_place, (v,), self.pos, self.phase, self.low, self.full, self.external,
                 self.aliased, self.dirty)
         self.weights += self.tables.node_weights[v]
 
