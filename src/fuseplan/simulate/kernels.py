@@ -24,8 +24,6 @@ import numpy as np
 import onnx
 from numpy.lib.stride_tricks import sliding_window_view
 
-from fuseplan.schedule.steps import row_span  # the rows a window reads: the step rule's, re-exported here
-
 ROW_AXIS = -2  # rows of a rank >= 4 tensor are its second-to-last axis (H of NCHW)
 
 

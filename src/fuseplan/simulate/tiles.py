@@ -88,9 +88,9 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.model import BLOCK_AXIS, Schedule
-from fuseplan.schedule.steps import REDUCING, RowSteps, dense
+from fuseplan.schedule.steps import REDUCING, RowSteps, dense, row_span
 from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, \
-    flattened_features, matmul_block, per_channel, pool_rows, resize_rows, row_span
+    flattened_features, matmul_block, per_channel, pool_rows, resize_rows
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall
 from fuseplan.simulate.values import ModelValues
