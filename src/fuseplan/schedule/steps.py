@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from math import ceil, floor
 
 from fuseplan.graph.ir import CompGraph
-from fuseplan.schedule.model import IN_PLACE, ROWS
+from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS
 
 # operators without weights that make output channels j from input channels j but see all their input rows: a
 # global pooling in a block loop takes its input's rows as they come, its sums kept from step to step
@@ -97,7 +97,8 @@ class RowSteps:
             whole = rows * tensors[t].row_numel
             if 0 < elements < whole:
                 shape = tensors[t].shape
-                self.block[t] = max(1, round((shape[1] if len(shape) > 1 else 1) * elements / whole))
+                channels = shape[BLOCK_AXIS] if len(shape) > BLOCK_AXIS else 1
+                self.block[t] = max(1, round(channels * elements / whole))
         self.readers = {t: [c for c in tensors[t].consumers if c in self.members] for t in uses}
         self.external = {t for t in uses if tensors[t].producer not in self.members}
         self.inputs = {v: nodes[v].inputs for v in self.operators}

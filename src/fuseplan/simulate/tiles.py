@@ -133,16 +133,13 @@ class TileRun:
                              self.per_tile, self.resident)
         self.in_place = self.rule.in_place
         self.cap = self.rule.cap
-        # channel blocks: k channels of tensor t held at once
-        self.block: dict[int, int] = {}
-        for t, u in uses.items():
-            whole = u.rows * tensors[t].row_numel
-            if 0 < u.elements < whole:
-                if len(tensors[t].shape) not in (2, 3, 4):
-                    raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
-                                      f"{len(tensors[t].shape)}")
-                channels = tensors[t].shape[BLOCK_AXIS]
-                self.block[t] = max(1, round(channels * u.elements / whole))
+        # channel blocks: k channels of tensor t held at once (the rule's; the in-place tensors between block
+        # operators are added with the units)
+        for t in self.rule.block:
+            if len(tensors[t].shape) not in (2, 3, 4):
+                raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
+                                  f"{len(tensors[t].shape)}")
+        self.block = dict(self.rule.block)
         self.readers, self.external = self.rule.readers, self.rule.external
         self.written = {t for t in uses if t not in self.external
                         and (tensors[t].is_model_output or any(c not in self.members for c in tensors[t].consumers))}
