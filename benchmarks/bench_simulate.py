@@ -13,13 +13,16 @@ CNNs run at a smaller input (``--size``, default 112x112: every tensor has
 half its rows and columns, so every schedule is the plan's groups priced
 again at that shape) unless ``--size 0``. ``--time-resnet50`` also times
 `fuseplan simulate` of resnet50's LBDF and BRR `auto` plans at full
-resolution (the 5-minute target). Results: ``benchmarks/results/simulate.json``.
+resolution and 256KB (the 5-minute target): wall and CPU seconds and the
+load average, per scheme; ``--timing-only`` runs that alone and keeps every
+set-up of ``--out``. Results: ``benchmarks/results/simulate.json``.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -118,21 +121,44 @@ def run_setup(name: str, size: int, schemes, buffers_kb, random_groups: int, see
     return rows
 
 
-def time_full_resnet50(seed: int) -> list[dict]:
-    """Wall seconds of `fuseplan plan` then `fuseplan simulate` of resnet50 at full resolution, per scheme."""
+def time_full_resolution(model: str, seed: int, buffer_kb: int = 256) -> list[dict]:
+    """Per scheme, `fuseplan plan` of ``model``'s `auto` plan at its own input shape, then `fuseplan simulate`
+    of that plan, each in its own process: the simulation's wall seconds, its CPU seconds (user and system,
+    the child's own), the load average as it starts and ends, its exit status and what it found."""
     timings = []
     with tempfile.TemporaryDirectory() as directory:
         for scheme in ("lbdf", "brr"):
             plan = Path(directory) / f"{scheme}.json"
-            subprocess.run([sys.executable, "-m", "fuseplan", "plan", "resnet50", "--scheme", scheme,
-                            "--buffer", "256KB", "-o", str(plan)], check=True, capture_output=True)
             start = time.perf_counter()
-            finished = subprocess.run([sys.executable, "-m", "fuseplan", "simulate", "resnet50", str(plan),
+            subprocess.run([sys.executable, "-m", "fuseplan", "plan", model, "--scheme", scheme,
+                            "--buffer", f"{buffer_kb}KB", "--seed", str(seed), "-o", str(plan)],
+                           check=True, capture_output=True)
+            planned = time.perf_counter()
+            load_at_start = harness.load_average()
+            cpu_before = _children_cpu_seconds()
+            finished = subprocess.run([sys.executable, "-m", "fuseplan", "simulate", model, str(plan),
                                        "--seed", str(seed), "--json"], capture_output=True, text=True)
-            timings.append({"scheme": scheme, "buffer_kb": 256, "exit_status": finished.returncode,
-                            "wall_seconds": round(time.perf_counter() - start, 1)})
-            print(f"resnet50 {scheme} 256KB full resolution: {timings[-1]}", flush=True)
+            timing = {"model": model, "scheme": scheme, "buffer_kb": buffer_kb,
+                      "exit_status": finished.returncode, "plan_wall_seconds": round(planned - start, 1),
+                      "wall_seconds": round(time.perf_counter() - planned, 1),
+                      "cpu_seconds": round(_children_cpu_seconds() - cpu_before, 1),
+                      "load_average": {"start": load_at_start, "end": harness.load_average()}}
+            if finished.returncode in (0, 1):  # 1: some schedule disagrees, and the document says which
+                found = json.loads(finished.stdout)
+                timing.update({key: found[key] for key in (
+                    "input_shapes", "groups_run", "groups_skipped", "groups_agreeing", "priced_dram_bytes",
+                    "simulated_dram_bytes", "max_priced_buffer_bytes", "max_peak_buffer_bytes", "output_error")})
+            else:
+                timing["error"] = finished.stderr.strip().splitlines()[-1:]
+            timings.append(timing)
+            print(f"{model} {scheme} {buffer_kb}KB full resolution: {timing}", flush=True)
     return timings
+
+
+def _children_cpu_seconds() -> float:
+    """User and system CPU seconds of this process's children that have ended and been waited for."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def setup_key(row: dict) -> tuple[str, str, int]:
@@ -160,7 +186,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--buffers-kb", nargs="+", type=int, default=list(BUFFERS_KB))
     parser.add_argument("--size", type=int, default=112, help="CNN input rows and columns (0: the model's own)")
     parser.add_argument("--random", type=int, default=20, help="random groups per set-up")
-    parser.add_argument("--time-resnet50", action="store_true")
+    parser.add_argument("--time-resnet50", action="store_true",
+                        help="also time `fuseplan simulate` of resnet50's LBDF and BRR `auto` plans at 256KB, "
+                             "224x224 (into resnet50_full_resolution)")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="with --time-resnet50: run no set-up, keep every set-up of --out as recorded")
     parser.add_argument("--quick", action="store_true",
                         help="squeezenet at 64KB with 2 random groups (both schemes unless --schemes)")
     parser.add_argument("--keep-other-schemes", action="store_true",
@@ -171,23 +201,28 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --keep-other-schemes, also keep the set-ups of --out of models not run: "
                              "every set-up this run did not measure")
     args = parser.parse_args(argv)
+    if args.timing_only and not args.time_resnet50:
+        parser.error("--timing-only times resnet50: give --time-resnet50 with it")
     if args.quick:
         args.models, args.buffers_kb, args.random = QUICK["models"], QUICK["buffers_kb"], QUICK["random"]
     run = harness.Run("simulate", args)
-    rows = [row for name in run.progress(args.models)
+    rows = [row for name in run.progress([] if args.timing_only else args.models)
             for row in run_setup(name, args.size, args.schemes, args.buffers_kb, args.random, args.seed)]
     commit = run.recorded["fuseplan_commit"]
     for row in rows:
         row.update(commit=commit, cost_model_version=COST_MODEL_VERSION)
-    timings = time_full_resnet50(args.seed) if args.time_resnet50 else []
-    if args.keep_other_schemes and args.out.exists():
+    timings = time_full_resolution("resnet50", args.seed) if args.time_resnet50 else []
+    size = args.size
+    if (args.keep_other_schemes or args.timing_only) and args.out.exists():
         earlier = json.loads(args.out.read_text())
-        rows = kept_setups(earlier, rows, args.schemes, args.keep_other_models) + rows
+        rows = kept_setups(earlier, rows, args.schemes, args.keep_other_models or args.timing_only) + rows
         timings = timings or earlier.get("resnet50_full_resolution", [])
+        if args.timing_only:  # no set-up ran at --size: the rows kept are at the size recorded
+            size = earlier.get("size", size)
     total = {part: {key: sum(row[part][key] for row in rows) for key in ("schedules", "run", "agree", "dram_exact",
                                                                         "peak_within_price")}
              for part in ("plan", "random_groups")}
-    run.write({"size": args.size, "seed": args.seed, "totals": total, "setups": rows,
+    run.write({"size": size, "seed": args.seed, "totals": total, "setups": rows,
                "resnet50_full_resolution": timings})
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.scripts import BENCHMARKS, load_script
 
 
@@ -35,3 +37,39 @@ def test_simulate_rerun_of_one_buffer_keeps_the_other_buffers_of_the_same_model_
     fresh = [row for row in after["setups"] if row["commit"] == after["fuseplan_commit"]]
     kept = simulate.kept_setups(recorded, fresh, ["lbdf"], keep_other_models=True)
     assert {simulate.setup_key(row) for row in kept} == set(before) - {("squeezenet", "lbdf", 64)}
+
+
+def test_simulate_timing_only_is_refused_without_the_timing(tmp_path, capsys):
+    simulate = load_script("bench_simulate")
+    with pytest.raises(SystemExit) as refused:
+        simulate.main(["--timing-only", "-o", str(tmp_path / "simulate.json")])
+    assert refused.value.code == 2
+    assert "--time-resnet50" in capsys.readouterr().err
+    assert not (tmp_path / "simulate.json").exists()
+
+
+@pytest.mark.slow
+def test_simulate_timing_only_times_both_schemes_at_full_resolution_and_keeps_every_set_up(tmp_path,
+                                                                                            monkeypatch):
+    simulate = load_script("bench_simulate")
+    recorded = json.loads((BENCHMARKS / "results" / "simulate.json").read_text())
+    out = tmp_path / "simulate.json"
+    out.write_text(json.dumps(recorded))
+    timed = simulate.time_full_resolution
+    # squeezenet in resnet50's place: the same plan-then-simulate processes, a model a few times quicker
+    monkeypatch.setattr(simulate, "time_full_resolution", lambda model, seed: timed("squeezenet", seed))
+
+    simulate.main(["--time-resnet50", "--timing-only", "-o", str(out)])
+    after = json.loads(out.read_text())
+    assert [simulate.setup_key(row) for row in after["setups"]] == \
+        [simulate.setup_key(row) for row in recorded["setups"]]
+    assert after["totals"] == recorded["totals"]
+    assert after["size"] == recorded["size"]
+    timings = after["resnet50_full_resolution"]
+    assert [t["scheme"] for t in timings] == ["lbdf", "brr"]
+    for timing in timings:
+        assert timing["model"] == "squeezenet" and timing["input_shapes"] == {"input": [1, 3, 224, 224]}
+        assert timing["exit_status"] in (0, 1) and timing["groups_skipped"] == 0
+        assert timing["exit_status"] == (0 if timing["groups_agreeing"] == timing["groups_run"] else 1)
+        assert timing["wall_seconds"] > 0 and timing["cpu_seconds"] > 0
+        assert set(timing["load_average"]) == {"start", "end"}

@@ -31,7 +31,7 @@ def test_summary_and_plan_file(planned):
     assert document["format"] == "fuseplan-plan" and document["version"] == 3
     assert document["model"] == "mobilenet_v2" and document["scheme"] == "lbdf"
     assert document["buffer_bytes"] == 131072 and document["bytes_per_element"] == 1
-    assert document["cost_model_version"] == COST_MODEL_VERSION == 8
+    assert document["cost_model_version"] == COST_MODEL_VERSION == 9
     assert all(group["schedule"]["kind"] in ("stream", "row-tiles", "conv-blocks", "matmul-blocks", "chunks", "whole")
                for group in document["groups"])
     # every excluded operator runs alone, or rides on one that does, in a recorded schedule

@@ -60,14 +60,14 @@ def _scheme(scheme: str) -> type[CostModel]:
 
 
 def scheme_version(scheme: str) -> int:
-    """The cost-model version in which ``scheme``'s prices last changed (LBDF 7, BRR 8): sweep cells and
+    """The cost-model version in which ``scheme``'s prices last changed (LBDF 7, BRR 9): sweep cells and
     proven optima priced under an earlier one are stale."""
     return _scheme(scheme).version
 
 
 def label_version(scheme: str) -> int:
     """The cost-model version in which the ``F_beta`` that ``scheme``'s datasets record (priced with a 1-byte
-    buffer, the least any schedule of a group holds) last changed (LBDF 5, BRR 5): datasets and classifier
+    buffer, the least any schedule of a group holds) last changed (LBDF 5, BRR 9): datasets and classifier
     weights labelled under it stay valid."""
     return _scheme(scheme).label_version
 

@@ -57,7 +57,7 @@ from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
-from fuseplan.schedule.lone import lone_schedule, riders
+from fuseplan.schedule.lone import epilogue, lone_schedule, riders
 
 DEFAULT_CHANNEL_BLOCK = 16
 
@@ -210,8 +210,8 @@ class BRRCostModel(CostModel):
     """Buffer requirement reduction: full/partial channel buffering, weights streamed by row tiles."""
 
     name = "brr"
-    version = 8  # a global pooling's output and every rank-3 tensor held whole (the tile executor found both)
-    label_version = 8  # the same: F_beta of groups holding a global pooling or a transformer's tensors changes
+    version = 9  # an operator with its epilogue (GELU, Swish), not only an in-place chain, may run alone
+    label_version = 9  # the same: F_beta of such groups may fall to the lone-operator mapper's
 
     def __init__(self, graph: CompGraph, buffer_bytes: int, bytes_per_element: int = 1,
                  channel_block: int = DEFAULT_CHANNEL_BLOCK) -> None:
@@ -223,7 +223,7 @@ class BRRCostModel(CostModel):
         self._weight_block = tuple(weight_block(w, c, channel_block, i)
                                    for w, c, i in zip(tables.node_weights, tables.node_channels, self._in_channels))
         self.in_place = in_place_operators(graph)
-        self._alone_cache: dict[tuple[int, int], Schedule | None] = {}
+        self._alone_cache: dict[tuple[int, tuple[int, ...]], Schedule | None] = {}
         self.blockable = blockable_operators(graph)
         self._producer = tuple(t.producer for t in graph.tensors)
         self._input_producers = tuple(tuple(p for t in n.inputs if (p := self._producer[t]) is not None)
@@ -495,21 +495,45 @@ class BRRCostModel(CostModel):
 
     def _alone(self, group: Group) -> Schedule | None:
         """The lone-operator schedule of ``group`` (:func:`fuseplan.schedule.lone.lone_schedule`), where the
-        group is one operator and a prefix of the operators riding on its output; ``None`` otherwise or
-        where no blocking fits."""
+        group is one operator and operators it can carry on its output (:attr:`_ride_sets`); ``None``
+        otherwise or where no blocking fits."""
         head = min(group)
-        ride = self._riders[head]
-        if len(group) - 1 > len(ride) or any(u not in group for u in ride[:len(group) - 1]):
+        ride = self._ride_sets[head].get(frozenset(group))
+        if ride is None:
             return None
-        key = (head, len(group) - 1)
+        key = (head, ride)
         if key not in self._alone_cache:
-            self._alone_cache[key] = lone_schedule(self.graph, head, ride[:len(group) - 1], self.buffer_bytes,
+            self._alone_cache[key] = lone_schedule(self.graph, head, ride, self.buffer_bytes,
                                                    self.bytes_per_element)
         return self._alone_cache[key]
 
     @cached_property
     def _riders(self) -> tuple[tuple[int, ...], ...]:
         return tuple(riders(self.graph, v, self.in_place) for v in range(len(self.graph.nodes)))
+
+    @cached_property
+    def _ride_sets(self) -> tuple[dict[frozenset[int], tuple[int, ...]], ...]:
+        """Per operator ``v``: the groups it runs alone with what rides on its output, each with its riders in
+        order: ``v`` with a prefix of its in-place chain (:func:`~fuseplan.schedule.lone.riders`) or with a
+        prefix of its epilogue (:func:`~fuseplan.schedule.lone.epilogue`, GELU or Swish after a matrix
+        product or convolution) that leaves one tensor to write."""
+        graph, tensors = self.graph, self.graph.tensors
+        found = []
+        for v in range(len(graph.nodes)):
+            sets: dict[frozenset[int], tuple[int, ...]] = {}
+            chain = self._riders[v]
+            for k in range(len(chain) + 1):
+                sets[frozenset((v, *chain[:k]))] = chain[:k]
+            graph_on = epilogue(graph, v)
+            made = list(graph.nodes[v].outputs)
+            for k, u in enumerate(graph_on, start=1):
+                made.append(graph.nodes[u].outputs[0])
+                taken = set(graph_on[:k])
+                escaping = [t for t in made if tensors[t].is_model_output or not set(tensors[t].consumers) <= taken]
+                if escaping == [made[-1]]:
+                    sets.setdefault(frozenset((v, *graph_on[:k])), graph_on[:k])
+            found.append(sets)
+        return tuple(found)
 
     # -- the buffer floor: what any group holding a given one keeps on chip at the least ---------
     floor_combine = "max"  # the row-tile schedules hold the largest weight block of the group
@@ -596,7 +620,7 @@ class BRRCostModel(CostModel):
         one not yet among them."""
         members = tuple(members)
         head = min(members)
-        ride = self._riders[head]
+        ride = (*self._riders[head], *epilogue(self.graph, head))
         if all(u == head or u in ride for u in members):
             return 0.0
         if all(self._may_ride[u] for u in members):
@@ -609,6 +633,9 @@ class BRRCostModel(CostModel):
         flags = [False] * len(self.graph.nodes)
         for ride in self._riders:
             for u in ride:
+                flags[u] = True
+        for v in range(len(self.graph.nodes)):
+            for u in epilogue(self.graph, v):
                 flags[u] = True
         return tuple(flags)
 
