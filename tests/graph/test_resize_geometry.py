@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from fuseplan.graph.ops import row_geometry
-from fuseplan.simulate.kernels import row_span
+from fuseplan.schedule.steps import row_span
 
 # (input rows, output rows): deeplabv3's two Resizes at 513x513 (the pooled branch 1 -> 65, the
 # classifier 65 -> 513), other upsamplings, downsamplings and odd ratios

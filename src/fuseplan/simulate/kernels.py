@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from math import floor
 from typing import Any
 
 import numpy as np
@@ -295,14 +294,6 @@ def resize_rows(x: Rows, attrs: Mapping[str, Any], out_shape: Sequence[int], fir
     top = top[..., c0] * (1 - wc) + top[..., c1] * wc
     bottom = bottom[..., c0] * (1 - wc) + bottom[..., c1] * wc
     return (top * (1 - wr) + bottom * wr).astype(x.data.dtype)
-
-
-def row_span(kernel: float, stride: float, reach: float, first: int, stop: int, height: int) -> tuple[int, int]:
-    """Input rows ``[start, end)`` (clipped to the tensor) that output rows ``[first, stop)`` of a row-local
-    or windowed operator read, by its row geometry (:class:`fuseplan.graph.ir.RowGeometry`)."""
-    start = floor(stride * first + reach - kernel + 1 + 1e-9)
-    end = floor(stride * (stop - 1) + reach + 1e-9) + 1
-    return max(0, min(start, height)), max(0, min(end, height))
 
 
 def flattened_features(x: Rows, channels: slice, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

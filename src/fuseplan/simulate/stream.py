@@ -38,8 +38,9 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph, OpNode
 from fuseplan.schedule.model import IN_PLACE, Schedule
+from fuseplan.schedule.steps import row_span
 from fuseplan.simulate.kernels import (ELEMENTWISE, ROW_AXIS, MissingRows, Rows, SingleNode, Window, clip,
-                                       conv_rows, per_channel, pool_rows, resize_rows, row_span)
+                                       conv_rows, per_channel, pool_rows, resize_rows)
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.values import NodeOperands
 

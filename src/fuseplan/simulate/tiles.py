@@ -53,16 +53,19 @@ cost model is consulted):
   model; it is BRR's alternation (tested against ``BRRCostModel.modes``).
 * **Tiles.** Where the weights are resident (``params["weights"]``, one
   tile) every weight is read once and stays; the group then advances in
-  *steps* until every row is made. Where they stream every step is a
-  tile: each operator that has rows to make streams all its weights
-  through the one weight-block buffer (``params["weight_block"]``
-  elements, read in pieces of that size), once per tile.
+  *steps* until every row is made. Where they stream, each operator that
+  has rows to make in a step streams all its weights through the one
+  weight-block buffer (``params["weight_block"]`` elements, read in pieces
+  of that size), once per such step.
 * **A step.** Operators (block clusters as one unit) run in topological
   order; each makes as many output rows as its inputs' rows allow and its
   output buffers have room for (rows below the lowest row a reader in the
   group still needs are freed first). Tensors from DRAM are read up to their
   buffer's room, every row once (rows no window reads included, at the end);
-  rows read outside the group are written as they are made.
+  rows read outside the group are written as they are made. Which rows each
+  unit makes is the step rule's (:class:`fuseplan.schedule.steps.RowSteps`,
+  which runs the same rule on row counts alone); ``made_in`` records the
+  steps in which each operator made rows.
 
 A reader that needs rows of a block the buffer no longer holds raises
 :class:`~fuseplan.simulate.kernels.MissingRows` naming the tensor, the block
@@ -84,9 +87,10 @@ from math import ceil
 import numpy as np
 
 from fuseplan.graph.ir import CompGraph
-from fuseplan.schedule.model import BLOCK_AXIS, IN_PLACE, ROWS, Schedule
+from fuseplan.schedule.model import BLOCK_AXIS, Schedule
+from fuseplan.schedule.steps import REDUCING, RowSteps, dense, row_span
 from fuseplan.simulate.kernels import ELEMENTWISE, ROW_AXIS, MissingRows, Rows, clip, conv_rows, \
-    flattened_features, matmul_block, per_channel, pool_rows, resize_rows, row_span
+    flattened_features, matmul_block, per_channel, pool_rows, resize_rows
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall
 from fuseplan.simulate.values import ModelValues
@@ -98,9 +102,6 @@ PRODUCE, ACCUMULATE, SLICE = "partial", "full", "slice"  # roles of an operator 
 # block of features at a time: each block of channels is a run of features, passed on a feature block at a time
 FEATURE_BLOCKS = "feature blocks"
 SLICEABLE = frozenset(ELEMENTWISE) | {"Clip", "BatchNormalization", "MaxPool", "AveragePool", "Resize"}
-# operators without weights that make output channels j from input channels j but see all their input rows
-# at once (a Flatten only of a 1x1 map: then input channel j is output feature j)
-REDUCING = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
 # operators that work on each position of axis 1 of a rank-3 tensor alone (a token of a transformer's
 # activations), normalising or weighing along the last axis only
 ALONG_LAST_AXIS = frozenset({"LayerNormalization", "Softmax"})
@@ -108,14 +109,6 @@ ALONG_LAST_AXIS = frozenset({"LayerNormalization", "Softmax"})
 
 class Unsupported(Exception):
     """The loop nest has no block kernel for an operator of the group."""
-
-
-def dense(graph: CompGraph, v: int) -> bool:
-    """Whether operator ``v`` can make a block of output channels from all input channels (a dense
-    convolution or matrix product with weights)."""
-    node = graph.nodes[v]
-    return (node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and node.weight_numel > 0
-            and int(node.attributes.get("group", 1)) == 1)
 
 
 class TileRun:
@@ -132,40 +125,30 @@ class TileRun:
         self.tiles = int(schedule.params.get("tiles", 1))
         self.per_tile = int(schedule.params.get("rows_per_tile", 1))
         self.weight_block = int(schedule.params.get("weight_block", 0))
-        # every weight on chip (read once) or streamed through the weight-block buffer once per tile: one tile
-        # may stream its weights too, where they do not fit beside the features
+        # every weight on chip (read once) or streamed through the weight-block buffer once per step in which
+        # its operator makes rows: one tile may stream its weights too, where they do not fit beside the features
         self.resident = schedule.params.get("weights", "resident" if self.tiles == 1 else "streamed") == "resident"
-        streamed = [t for t, u in uses.items() if u.holding == ROWS]
-        reference = max((tensors[t].rows for t in streamed), default=1)
-        self.in_place = {t for t, u in uses.items() if u.holding == IN_PLACE}
-        self.cap: dict[int, int] = {}
-        for t, u in uses.items():
-            extra = 0 if self.resident or u.holding != ROWS else ceil((self.per_tile - 1) * tensors[t].rows / reference)
-            self.cap[t] = max(u.rows, 1) + extra
-        # channel blocks: k channels of tensor t held at once
-        self.block: dict[int, int] = {}
-        for t, u in uses.items():
-            whole = u.rows * tensors[t].row_numel
-            if 0 < u.elements < whole:
-                if len(tensors[t].shape) not in (2, 3, 4):
-                    raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
-                                      f"{len(tensors[t].shape)}")
-                channels = tensors[t].shape[BLOCK_AXIS]
-                self.block[t] = max(1, round(channels * u.elements / whole))
-        self.readers = {t: [c for c in tensors[t].consumers if c in self.members] for t in uses}
-        self.external = {t for t in uses if tensors[t].producer not in self.members}
+        # the step rule (on row counts, beside the schedule): which rows each operator makes in which step
+        self.rule = RowSteps(graph, schedule.operators, {t: (u.holding, u.rows, u.elements) for t, u in uses.items()},
+                             self.per_tile, self.resident)
+        self.in_place = self.rule.in_place
+        self.cap = self.rule.cap
+        # channel blocks: k channels of tensor t held at once (the rule's; the in-place tensors between block
+        # operators are added with the units)
+        for t in self.rule.block:
+            if len(tensors[t].shape) not in (2, 3, 4):
+                raise Unsupported(f"{tensors[t].name} is held a channel block at a time and is of rank "
+                                  f"{len(tensors[t].shape)}")
+        self.block = dict(self.rule.block)
+        self.readers, self.external = self.rule.readers, self.rule.external
         self.written = {t for t in uses if t not in self.external
                         and (tensors[t].is_model_output or any(c not in self.members for c in tensors[t].consumers))}
         self.held: dict[int, dict[int, np.ndarray]] = {t: {} for t in uses}
         self.valid: dict[int, dict[int, set[int]]] = {t: {} for t in uses}  # row -> channel blocks held
-        self.made = dict.fromkeys(uses, 0)
-        self.emitted = dict.fromkeys(schedule.operators, 0)
-        self.taken: dict[int, dict[int, int]] = {}
-        self.shadow: dict[int, dict[int, list[np.ndarray]]] = {}
-        for v in schedule.operators:
-            if graph.nodes[v].is_barrier:
-                self.taken[v] = dict.fromkeys(graph.nodes[v].inputs, 0)
-                self.shadow[v] = {t: [] for t in graph.nodes[v].inputs}
+        # the rule's counters, advanced as the rows are made
+        self.made, self.emitted, self.taken = self.rule.made, self.rule.emitted, self.rule.taken
+        self.shadow: dict[int, dict[int, list[np.ndarray]]] = {v: {t: [] for t in graph.nodes[v].inputs}
+                                                              for v in self.taken}
         self.kernels = {v: OperatorRows(graph, graph.nodes[v], values.operands(graph.nodes[v]), values.opset)
                         for v in schedule.operators}
         self.weights_per_block: set[int] = set()  # operators that need all their weights in every block
@@ -173,88 +156,27 @@ class TileRun:
         self.feature_sums: dict[int, np.ndarray] = {}  # their sums, kept from step to step until complete
         self.units = self._units()
         self.steps = 0
+        self.made_in: dict[int, list[int]] = {v: [] for v in schedule.operators}  # steps in which v made rows
         self.peaks: dict[int, int] = {}  # the most elements each tensor held at once
 
     # -- structure ----------------------------------------------------------------------------------------
     def _units(self) -> list[tuple[int, ...]]:
-        """Operators grouped into block clusters (those joined by block-held or in-place tensors between
-        operators that work block by block), each unit in topological order, units in a topological order."""
-        graph = self.graph
-        parent = {v: v for v in self.schedule.operators}
-
-        def find(v: int) -> int:
-            while parent[v] != v:
-                parent[v] = parent[parent[v]]
-                v = parent[v]
-            return v
-
-        blocked_ops: set[int] = set()
-        for t in self.block:
-            ends = [c for c in self.readers[t]]
-            if graph.tensors[t].producer in self.members:
-                ends.append(graph.tensors[t].producer)
-            blocked_ops.update(ends)
-            for u in ends[1:]:
-                parent[find(u)] = find(ends[0])
-        # in-place tensors join their producer and reader where either works block by block
-        changed = True
-        while changed:
-            changed = False
-            for t in self.in_place:
-                p, readers = graph.tensors[t].producer, self.readers[t]
-                if p not in self.members or not readers:
-                    continue
-                c = readers[0]
-                # the reader works by blocks, so its input comes by blocks; or a producer without weights
-                # works by blocks, so its output does (a full convolution's output comes whole)
-                # (a dense producer whose input comes whole, or on a rank-3 tensor's axis-1 blocks, makes its
-                # output a block at a time too)
-                makes_blocks = (not dense(graph, p) or len(graph.tensors[t].shape) == 3
-                                or not any(x in self.block for x in graph.nodes[p].inputs))
-                joined = c in blocked_ops or (p in blocked_ops and makes_blocks)
-                if joined and (p not in blocked_ops or c not in blocked_ops or find(p) != find(c)):
-                    blocked_ops.update((p, c))
-                    if find(p) != find(c):
-                        parent[find(c)] = find(p)
-                    changed = True
-        # roles, and the tensors that come a block at a time, in topological order
-        self.by_block: set[int] = set(self.block)
-        self.roles: dict[int, str] = {}
-        for v in self.schedule.operators:
-            if v in blocked_ops:
-                self.roles[v] = self._role(v, self.by_block)
-                if self.roles[v] != ACCUMULATE:
-                    self.by_block.update(t for t in graph.nodes[v].outputs if t in self.in_place or t in self.block)
-        # a cluster's operators after a full one run in a later block loop: they need the accumulated sums,
-        # complete only after the last block; so do those after an operator outside the cluster that depends
-        # on the cluster's earlier loop. ``upstream[v]``: per cluster, the latest loop of it that v depends on.
-        level: dict[int, int] = {}
-        upstream: dict[int, dict[int, int]] = {}
-        for v in self.schedule.operators:
-            producers = [p for t in graph.nodes[v].inputs if (p := graph.tensors[t].producer) in level]
-            reach: dict[int, int] = {}
-            for p in producers:
-                for cluster, loop in upstream[p].items():
-                    reach[cluster] = max(reach.get(cluster, 0), loop)
-            level[v] = 0
-            if v in blocked_ops:
-                cluster = find(v)
-                for p in producers:
-                    if p in blocked_ops and find(p) == cluster:
-                        level[v] = max(level[v], level[p] + (self.roles.get(p) == ACCUMULATE))
-                    elif cluster in upstream[p]:
-                        level[v] = max(level[v], upstream[p][cluster] + 1)
-                reach[cluster] = max(reach.get(cluster, 0), level[v])
-            upstream[v] = reach
-        groups: dict[tuple[int, int], list[int]] = {}
-        for v in self.schedule.operators:
-            key = (find(v), level[v]) if v in blocked_ops else (-1 - v, 0)
-            groups.setdefault(key, []).append(v)
-        units = [tuple(sorted(members)) for members in groups.values()]
-        found = graph.group_order(units)
-        if found is None:
+        """The rule's units (:class:`~fuseplan.schedule.steps.RowSteps`): operators grouped into block clusters,
+        each unit in topological order, units in a topological order; with each clustered operator's role."""
+        rule = self.rule
+        if rule.units is None:
             raise Unsupported("the block loops depend on each other in a cycle")
-        order = [units[i] for i in found]
+        self.by_block = rule.by_block
+        self.roles: dict[int, str] = {v: self._role(v, self.by_block) for v in self.schedule.operators
+                                      if v in rule.blocked_ops}
+        # the rule plans rows by which operators accumulate and which Flattens pass feature blocks; the kernels
+        # run by the roles: a schedule they would read otherwise is not run
+        if any((self.roles[v] == ACCUMULATE) != (v in rule.accumulates) for v in self.roles):
+            raise Unsupported("a block loop's operators accumulate otherwise than the step rule has them")
+        if any((self.roles[v] == FEATURE_BLOCKS) != (v in rule.passes_features) for v in self.roles):
+            raise Unsupported("a Flatten passes feature blocks otherwise than the step rule has it")
+        blocked_ops = rule.blocked_ops
+        order = rule.units
         self.loop_of = {v: i for i, unit in enumerate(order) for v in unit}
         self.cluster_of = {v: unit for unit in order for v in unit if v in blocked_ops}
         self.feature_blocked = {self.graph.nodes[v].outputs[0] for v, role in self.roles.items()
@@ -264,7 +186,7 @@ class TileRun:
             raise Unsupported("tensors held in channel blocks of different sizes")
         for t in self.by_block:
             self.block.setdefault(t, next(iter(sizes)))  # in-place tensors between block operators: same blocks
-        self._place_channels(blocked_ops, find)
+        self._place_channels(blocked_ops, rule.root.__getitem__)
         return order
 
     def _place_channels(self, blocked_ops: set[int], find) -> None:
@@ -359,21 +281,7 @@ class TileRun:
 
     # -- rows held ------------------------------------------------------------------------------------------
     def _first_needed(self, t: int, emitted: dict[int, int] | None = None, ahead: bool = False) -> int:
-        """The lowest row of ``t`` a reader in the group still needs (at ``emitted`` rows of its readers), at most
-        the rows made so far unless ``ahead`` (a window that skips rows, at a stride, needs none of them)."""
-        emitted = self.emitted if emitted is None else emitted
-        low = self._height(t)
-        for c in self.readers[t]:
-            if c in self.taken:
-                low = min(low, self.taken[c][t])
-                continue
-            if emitted[c] >= self._height(self.graph.nodes[c].outputs[0]):
-                continue
-            for tensor, k, s, reach in self.graph.nodes[c].windows:
-                if tensor == t:
-                    start, _ = row_span(k, s, reach, emitted[c], emitted[c] + 1, self._height(t))
-                    low = min(low, start)
-        return low if ahead else min(low, self.made[t])
+        return self.rule.first_needed(t, emitted, ahead)
 
     def _account(self, t: int) -> None:
         tensor = self.graph.tensors[t]
@@ -483,37 +391,12 @@ class TileRun:
             self.valid[t].setdefault(r, set()).add(block)
         self._account(t)
 
-    # -- planning a step ----------------------------------------------------------------------------------
-    def _room(self, t: int) -> int:
-        """The highest row ``t`` may be made up to now: its readers' lowest needed row plus its buffer."""
-        height = self._height(t)
-        if t in self.in_place:
-            reader = self.readers[t][0]
-            return min(height, min(self._room(o) for o in self.graph.nodes[reader].outputs))
-        if not self.readers[t]:
-            return height
-        return min(height, self._first_needed(t) + self.cap[t])
-
+    # -- planning a step: the rule's ---------------------------------------------------------------------
     def _plan(self, v: int, available: dict[int, int]) -> int:
-        """The row after the last one ``v`` can make this step, given rows ``available`` of each tensor."""
-        node = self.graph.nodes[v]
-        height = self._height(node.outputs[0])
-        stop = self.emitted[v]
-        limit = min(self._room(t) for t in node.outputs)
-        while stop < min(height, limit):
-            ready = True
-            for t, k, s, reach in node.windows:
-                _, end = row_span(k, s, reach, stop, stop + 1, self._height(t))
-                if end > available.get(t, self.made[t]):
-                    ready = False
-                    break
-            if not ready:
-                break
-            stop += 1
-        return stop
+        return self.rule.plan(v, available)
 
     def _external_room(self, t: int) -> int:
-        return min(self._height(t), self._first_needed(t, ahead=True) + self.cap[t])
+        return self.rule.external_room(t)
 
     # -- weights --------------------------------------------------------------------------------------------
     def _stream_weights(self, v: int, elements: int | None = None) -> None:
@@ -587,6 +470,7 @@ class TileRun:
             self._store(t, first, rows)
             self.made[t] = stop
         self.emitted[v] = stop
+        self.made_in[v].append(self.steps)
         for t in list(node.inputs) + list(node.outputs):
             self._evict(t)
 
@@ -608,6 +492,7 @@ class TileRun:
                 self._store(t, 0, rows)
                 self.made[t] = self._height(t)
             self.emitted[v] = self._height(node.outputs[0])
+            self.made_in[v].append(self.steps)
             self.shadow[v].clear()
 
     # -- a block cluster ------------------------------------------------------------------------------------
@@ -707,43 +592,13 @@ class TileRun:
         by_block = touched & self.by_block - self.feature_blocked
         width = self.block[min(by_block)]
         blocks = ceil(self.loop_channels[self.root_of[unit[0]]] / width)
-        # plan: rows each operator makes this step
-        available: dict[int, int] = {}
-        loads: dict[int, tuple[int, int]] = {}
-        for v in unit:
-            for t in graph.nodes[v].inputs:
-                if t in self.external and t not in loads:
-                    if t in self.block:
-                        self._evict(t)
-                        loads[t] = (self.made[t], self._external_room(t))
-                        available[t] = loads[t][1]
-                    else:
-                        self._evict(t)
-                        self._load(t, self._external_room(t))
-        plans: dict[int, tuple[int, int]] = {}  # per operator: output rows; per barrier: the input rows it takes
-        for v in unit:
-            if v in self.taken:
-                plans[v] = self._barrier_plan(v, available)
-                if plans[v][1] > plans[v][0] and plans[v][1] >= self._height(graph.nodes[v].inputs[0]):
-                    available.update((t, self._height(t)) for t in graph.nodes[v].outputs)
-                continue
-            stop = self._plan(v, available)
-            plans[v] = (self.emitted[v], stop)
-            for t in graph.nodes[v].outputs:
-                available[t] = stop
-        # A block-held tensor keeps one block: make (or read) only the rows its readers here take this
-        # step, lest rows made for block j be dropped before they are read.
-        for v in reversed(unit):
-            if v in self.taken:  # a barrier makes its output at once, when it has taken its input
-                continue
-            for t in graph.nodes[v].outputs:
-                if t in self.block:
-                    needed = self._taken_here(t, unit, plans)
-                    if needed is not None and needed < plans[v][1]:
-                        plans[v] = (plans[v][0], max(plans[v][0], needed))
-        for t, (first, stop) in list(loads.items()):
-            needed = self._taken_here(t, unit, plans)
-            loads[t] = (first, max(first, min(stop, needed if needed is not None else first)))
+        # plan: rows each operator makes this step (the rule's); tensors read whole are read first
+        def load(t: int, stop: int | None) -> None:
+            self._evict(t)
+            if stop is not None:
+                self._load(t, stop)
+
+        plans, loads, available = self.rule.plan_cluster(unit, load)
         active = [v for v in unit if plans[v][1] > plans[v][0]]
         if not active and not loads:
             return
@@ -759,7 +614,7 @@ class TileRun:
         # with the halo kept: every channel of the rows made before this step that its readers need in it,
         # and of the rows they need after it
         keep = {t: (self._first_needed(t, after), saved_made[t], self._first_needed(t)) for t in by_block}
-        self.made = saved_made
+        self.made.update(saved_made)  # the rule's counters, restored in place
         sums: dict[int, np.ndarray] = {}
         for v in active:
             if roles[v] == ACCUMULATE and v not in self.fed_features:
@@ -794,30 +649,11 @@ class TileRun:
                     self.held[out].pop(r, None)
                     self.valid[out].pop(r, None)
                 self._store(out, first, sums[v])
-            if v in self.taken:
-                self.taken[v][node.inputs[0]] = stop
-                if stop < self._height(node.inputs[0]):
-                    continue
-                stop = self._height(node.outputs[0])
-            for t in node.outputs:
-                self.made[t] = stop
-            self.emitted[v] = stop
+        for v in self.rule.finish_cluster(plans):
+            self.made_in[v].append(self.steps)
         for v in unit:
             for t in list(graph.nodes[v].inputs) + list(graph.nodes[v].outputs):
                 self._evict(t)
-
-    def _taken_here(self, t: int, unit: tuple[int, ...], plans: dict[int, tuple[int, int]]) -> int | None:
-        """The row after the last one of ``t`` that the readers in ``unit`` take for their ``plans`` (``None``
-        when none of them makes a row)."""
-        ends = []
-        for c in self.readers[t]:
-            if c in plans and plans[c][1] > plans[c][0] and c in self.taken:
-                ends.append(plans[c][1])
-            elif c in plans and plans[c][1] > plans[c][0]:
-                for x, k, s, reach in self.graph.nodes[c].windows:
-                    if x == t:
-                        ends.append(row_span(k, s, reach, plans[c][1] - 1, plans[c][1], self._height(t))[1])
-        return max(ends) if ends else None
 
     def _switch_block(self, t: int, j: int, needed_after: int, made_before: int, needed_now: int) -> None:
         """Block ``j`` of ``t`` starts: the buffer drops the other blocks. Where the halo is kept, every
@@ -835,21 +671,6 @@ class TileRun:
                 del valid[r]
                 del self.held[t][r]
         self._account(t)
-
-    def _barrier_plan(self, v: int, available: dict[int, int]) -> tuple[int, int]:
-        """The rows of its input a barrier in a block loop takes this step: an input held whole (or of one
-        row) all at once, when every row is there, so that the barrier runs once (nothing of its output
-        is dropped meanwhile); a streamed one of a global pooling as its rows come, the sums so far kept in
-        the output's buffer from step to step. Any other barrier waits for all its input's rows (where its
-        buffer holds fewer, the run stalls: a finding)."""
-        t = self.graph.nodes[v].inputs[0]
-        first, height = self.taken[v][t], self._height(t)
-        have = min(height, available.get(t, self.made[t]))
-        whole = self.cap[t] >= height or (self.graph.nodes[v].op_type not in REDUCING
-                                          and self.roles.get(v) != FEATURE_BLOCKS)
-        if self._done(v) or (whole and have < height):
-            return first, first
-        return first, have
 
     def _bias(self, v: int, shape: list[int]) -> np.ndarray:
         """The sums a full operator starts from: its bias (``beta C`` of a Gemm), broadcast to ``shape``."""
@@ -1044,4 +865,4 @@ def run_row_tiles(schedule: Schedule, graph: CompGraph, values: ModelValues, dra
     return run
 
 
-__all__ = ["MissingRows", "Stall", "TileRun", "Unsupported", "run_row_tiles", "dense"]
+__all__ = ["MissingRows", "Stall", "TileRun", "Unsupported", "run_row_tiles"]
