@@ -191,6 +191,7 @@ class _Growth:
     waiting: list
     seen: set[int]
     found: list[tuple[int, int, int]]  # (set, DRAM, the operators outside it that it reads from)
+    priced: set[int]
 
 
 def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
@@ -234,8 +235,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         if growth is None:
             start = 1 << m
             growth = _Growth(deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m],
-                                     extra_rows(m, 0), pred[m])]), [], {start}, [])
-        queue, seen, found = growth.queue, growth.seen, growth.found
+                                     extra_rows(m, 0), pred[m])]), [], {start}, [], set())
+        queue, seen, found, priced = growth.queue, growth.seen, growth.found, growth.priced
         waiting, growth.waiting = growth.waiting, []  # priced by an earlier call, not yet grown
         visits = 0
         cut = False
@@ -276,8 +277,12 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         while queue:
             item = queue.popleft()
             visits += 1
-            members = item[1]
-            buffer, dram = price(frozenset(members)) if len(members) > 1 else evaluate(frozenset(members))
+            mask, members = item[0], item[1]
+            priced.add(mask)
+            if len(members) > 1 and mask ^ (1 << (mask.bit_length() - 1)) in priced:
+                buffer, dram = price(frozenset(members))
+            else:  # cached: the sets grown from this one by an operator above all its members get a state
+                buffer, dram = evaluate(frozenset(members))
             if buffer < beta:
                 found.append((item[0], dram, item[7] & ~item[0]))
             if deadline is not None and not visits & 1023 and time.perf_counter() > deadline:
