@@ -30,11 +30,10 @@ grown. The floor is kept incrementally with a whole row or one block of
 channels per tensor (:class:`GrowingFloor`); the cost model's own floor
 (BRR's knows which tensors the full/partial alternation must hold whole) is
 sharper but costs a pass over the set, so it is asked only of a set that
-does not fit, whose floor counted with whole rows reaches the buffer (no
-lower floor can, else), and whose whole rows have grown since the last time
-it was asked on the way by at least what that answer fell short of the
-buffer. Sets are visited smallest first
-from each seed; a limit on sets visited is shared out evenly over the seeds,
+does not fit, once the floor counted with whole rows (which no floor
+exceeds) reaches the buffer, and then each time those whole rows have grown
+by what the last answer on the way to the set fell short of the buffer.
+Sets are visited smallest first from each seed; a limit on sets visited is shared out evenly over the seeds,
 and a seed that needs less leaves the rest to the seeds after it; seeds cut
 short resume where they stopped with what is left, pass after pass while a
 pass completes one of them. A seed still cut short by the limit makes the enumeration incomplete: the candidates still
