@@ -13,7 +13,11 @@ set-up in the results file it updates, where that row was priced the same
 (its cost-model version at least the scheme's: :attr:`CostModel.version`).
 Generated
 branchy networks (``tests.dags.branchy_network``) of 1,000 to 5,000
-operators at 256KB are the ``generated`` part. Writes
+operators at 256KB are the ``generated`` part. The ``processes`` part times
+whole processes (start-up, imports, loading the model, auto): each set-up in
+a fresh Python process, with this checkout's ``src/`` and, alternately,
+with ``--baseline`` (another checkout's ``src/``, the code before a change),
+so both run at the same load; rows under ``processes``. Writes
 ``benchmarks/results/proofs.json`` through the shared harness (rows of a part
 replace the same rows of an earlier run). Run from the repository root, one
 process::
@@ -21,14 +25,20 @@ process::
     python benchmarks/bench_proofs.py                  # GoogLeNet and the zoo, every buffer, both schemes
     python benchmarks/bench_proofs.py --quick          # GoogLeNet and four zoo models at 64KB, 256KB, 2MB
     python benchmarks/bench_proofs.py --part generated --sizes 1000
+    python benchmarks/bench_proofs.py --part processes --schemes brr --models resnet152 --baseline ../main/src
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import harness  # benchmarks/harness.py, beside this script
 
@@ -123,6 +133,49 @@ def generated_part(sizes: list[int], schemes: list[str], budget: int,
     return rows
 
 
+def one_process(src: Path, name: str, scheme: str, kb: int, budget: int, plan_path: Path) -> dict:
+    """``fuseplan plan`` (auto, seed 0) on zoo model ``name`` in a fresh Python process importing fuseplan
+    from ``src``: the process's wall and CPU time (start-up, imports and loading the model included) and
+    what its plan records."""
+    command = [sys.executable, "-m", "fuseplan", "plan", name, "--scheme", scheme, "--buffer", f"{kb}KB",
+               "--budget", str(budget), "--seed", "0", "-o", str(plan_path)]
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, check=True)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    plan = json.loads(plan_path.read_text())
+    search = plan["search"]
+    exact = search.get("exact", {})
+    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return {"model": name, "scheme": scheme, "buffer_kb": kb, "src": str(src), "commit": head.stdout.strip() or None,
+            "load_average_at_start": round(load, 2), "process_seconds": round(seconds, 3),
+            "process_cpu_seconds": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3),
+            "search_seconds": search.get("wall_seconds"), "enumeration_seconds": exact.get("enumeration_seconds"),
+            "dram_bytes": plan["dram_bytes"], "total_dram_bytes": plan["total_dram_bytes"],
+            "optimal": bool(search.get("optimal")), "sets_visited": exact.get("sets_visited"),
+            "candidates": exact.get("candidates"), "cost_model": str(plan["cost_model_version"])}
+
+
+def processes_part(models: list[str], schemes: list[str], buffers: list[int], budget: int,
+                   baseline: Path | None) -> list[dict]:
+    """Each set-up in fresh processes, this checkout's and ``baseline``'s alternately (baseline first)."""
+    rows = []
+    sources = [harness.ROOT / "src"] if baseline is None else [baseline.resolve(), harness.ROOT / "src"]
+    scratch = Path(tempfile.mkdtemp(prefix="bench_proofs_"))
+    for name in models:
+        for scheme in schemes:
+            for kb in buffers:
+                for src in sources:
+                    row = one_process(src, name, scheme, kb, budget, scratch / "plan.json")
+                    row["code"] = "baseline" if baseline is not None and src == baseline else "this checkout"
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    shutil.rmtree(scratch)
+    return rows
+
+
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` with the rows of the same set-ups replaced by ``new``'s."""
     fresh = {key(r) for r in new}
@@ -131,8 +184,10 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = harness.parser(__doc__, out=harness.RESULTS / "proofs.json", models=["googlenet", *zoo.names()])
-    parser.add_argument("--part", choices=("zoo", "generated", "all"), default="zoo",
-                        help="zoo: GoogLeNet and the zoo models; generated: branchy networks")
+    parser.add_argument("--part", choices=("zoo", "generated", "all", "processes"), default="zoo",
+                        help="zoo: GoogLeNet and the zoo models; generated: branchy networks; processes: whole "
+                        "processes, this checkout's and --baseline's alternately")
+    parser.add_argument("--baseline", type=Path, help="processes: the src/ directory of the code to compare with")
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--buffers", nargs="*", type=int, default=list(BUFFERS_KB), help="KB")
     parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
@@ -145,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     run = harness.Run("proofs", args)
 
     document = json.loads(args.out.read_text()) if args.out.exists() else {}
-    payload = {part: document[part] for part in ("zoo", "generated") if part in document}
+    payload = {part: document[part] for part in ("zoo", "generated", "processes") if part in document}
     payload["note"] = ("one process on a machine shared with other jobs; load_average_at_start is the 1-minute "
                        "load average when each run started; cpu_seconds is the process's CPU time, less "
                        "sensitive to the load than seconds (wall clock); rows keep the commit they ran at")
@@ -153,6 +208,11 @@ def main(argv: list[str] | None = None) -> None:
         old = payload.get("zoo", [])
         payload["zoo"] = merge(old, zoo_part(args.models, args.schemes, args.buffers, args.budget,
                                              {key(r): r for r in old}))
+    if args.part == "processes":
+        models = [name for name in args.models if name != "googlenet"]  # zoo models: fuseplan plan loads them by name
+        fresh = processes_part(models, args.schemes, args.buffers, args.budget, args.baseline)
+        replaced = {(*key(r), r["code"]) for r in fresh}
+        payload["processes"] = [r for r in payload.get("processes", []) if (*key(r), r["code"]) not in replaced] + fresh
     if args.part in ("generated", "all"):
         old = payload.get("generated", [])
         payload["generated"] = merge(old, generated_part(args.sizes, args.schemes, args.budget,

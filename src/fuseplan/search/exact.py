@@ -53,7 +53,7 @@ from typing import Any
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
-from fuseplan.search.candidates import Candidates, bits, enumerate_candidates, predecessor_masks
+from fuseplan.search.candidates import Candidates, MaskUnion, bits, enumerate_candidates, predecessor_masks
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.dominance import undominated
 from fuseplan.search.interval_dp import candidate_orders
@@ -129,12 +129,11 @@ def downset_search(problem: FusionProblem, candidates: Candidates, max_states: i
         if not by_min.get(v) and not fixed >> v & 1:  # cannot happen: a fuseable operator fits alone
             return ExactOutcome(None, None, 0, False, "downset", {"states": 0})
 
+    successors_of = MaskUnion(successor_mask)
+
     def readers(added: int) -> int:
         """The operators outside ``added`` that read from it."""
-        found = 0
-        for v in bits(added):
-            found |= successor_mask[v]
-        return found & ~added
+        return successors_of(added) & ~added
 
     def advance(state: int, ready: int, added: int, reading: int) -> tuple[int, int]:
         """``state`` grown by ``added`` (``reading``: the operators outside it that read from it), then by
