@@ -94,3 +94,30 @@ def test_compare_prices_finds_the_same_prices_the_same_and_names_a_group_priced_
     second.write_bytes(gzip.compress(json.dumps(found).encode()))
     assert compare.main(["compare", str(first), str(second)]) == 1
     assert capsys.readouterr().out.startswith(f"squeezenet brr 65536: group {rows[7][0]}: ")
+
+
+def test_fill_effect_counts_a_plan_with_the_step_rule_and_finds_the_fill_of_a_streamed_group(tmp_path):
+    fill = load_script("bench_fill_effect")
+    out = tmp_path / "fill.json"
+    fill.main(["--models", "squeezenet", "--buffers-kb", "64", "-o", str(out)])
+    written = json.loads(out.read_text())
+    (row,) = written["rows"]
+    assert written["rule"] == "fuseplan.schedule.steps.RowSteps" and row["optimal"]
+    assert row["groups"] == written["totals"]["groups"] > 1
+    assert row["exact_dram_bytes"] - row["dram_bytes"] == sum(g["exact_dram_bytes"] - g["dram_bytes"]
+                                                              for g in row["changed_groups"])
+    # a group that streams its weights: the count is the price where every operator makes its rows in
+    # the tiles, and reads each weight once more per extra step
+    from fuseplan.cost import make_cost_model
+    from fuseplan.graph import load_graph
+    from fuseplan.schedule.steps import RowSteps
+    graph = load_graph("resnet18")
+    cost = make_cost_model("brr", graph, 64 * 1024)
+    group = frozenset(range(0, 6))
+    schedule = cost.schedule(group)
+    assert schedule.kind == "row-tiles" and schedule.params["weights"] == "streamed"
+    uses = {u.tensor: (u.holding, u.rows, u.elements) for u in schedule.tensors}
+    steps = RowSteps(graph, schedule.operators, uses, int(schedule.params["rows_per_tile"]), False).count()
+    extra = sum(graph.nodes[w.operator].weight_numel * (len(steps[w.operator]) - schedule.params["tiles"])
+                for w in schedule.weights)
+    assert fill.stepped_dram(graph, schedule) == schedule.dram + extra
