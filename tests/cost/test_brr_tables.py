@@ -12,19 +12,12 @@ import pytest
 from fuseplan import load_graph
 from fuseplan.cost.brr import BRRCostModel, held_readers, tall_readers, wide_readers
 from tests.cost.test_properties import grow_group
+from tests.scripts import load_script
 
 KB = 1024
-
-
-def taller_than_stride(graph) -> tuple[tuple[int, ...], ...]:
-    """The tall-reader rule before windows of more than one row counted: only windows taller than their
-    stride (a 2x2 pooling at stride 2 is then a reader of two rows that is not tall)."""
-    found: list[list[int]] = [[] for _ in graph.tensors]
-    for node in graph.nodes:
-        for t, kernel, stride, _reach in node.windows:
-            if kernel > stride and node.index not in found[t]:
-                found[t].append(node.index)
-    return tuple(map(tuple, found))
+# the rule before windows of more than one row counted: only windows taller than their stride are tall (a 2x2
+# pooling at stride 2 is then a reader of two rows that is not tall), as the benchmark of that change sets it
+taller_than_stride = load_script("bench_brr_window_rule").taller_than_stride
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "vgg16", "bert_encoder"])

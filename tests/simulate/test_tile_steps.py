@@ -5,7 +5,6 @@ moves other than its price."""
 
 from __future__ import annotations
 
-import random
 from functools import lru_cache
 
 import pytest
@@ -17,6 +16,7 @@ from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.run import TOLERANCE, simulate_alone
 from fuseplan.simulate.tiles import TileRun
 from fuseplan.simulate.values import ModelValues
+from tests.simulate.test_stream import _random_groups
 
 # resnet18's second residual block with layer2's downsampling convolution, a group of a BRR plan at 64KB and
 # 96x96: 2 tiles of 13 rows, the block's output held a block of channels at a time (its reader, the
@@ -49,23 +49,12 @@ def _counted(graph, schedule) -> dict[int, tuple[int, ...]]:
 
 
 def _random_row_tile_schedules(graph, cost, count: int, seed: int):
-    rng = random.Random(seed)
     found = []
-    for _ in range(count * 50):
-        members = {rng.randrange(len(graph.nodes))}
-        for _ in range(rng.randrange(12)):
-            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
-            if not around:
-                break
-            members.add(rng.choice(around))
-        group = frozenset(members)
-        if graph.is_convex(group) and cost.fits(group) and not any(v in cost.unfuseable for v in group):
-            schedule = cost.schedule(group)
-            if schedule.kind == "row-tiles" and schedule not in found:
-                found.append(schedule)
-                if len(found) == count:
-                    break
-    return found
+    for group in _random_groups(graph, cost, count * 4, seed):
+        schedule = cost.schedule(group)
+        if schedule.kind == "row-tiles" and not any(v in cost.unfuseable for v in group) and schedule not in found:
+            found.append(schedule)
+    return found[:count]
 
 
 def test_a_reader_that_finishes_in_a_step_lets_its_block_held_input_be_made_to_the_end_in_it():
