@@ -701,6 +701,29 @@ def test_pass_search_threads_and_batch_are_capped(cli):
     assert_one_line_error(cli("passes", "squeezenet", "--batch", "1000000000"), "--batch must be between 1 and 1024")
 
 
+@pytest.mark.parametrize("args, message", [
+    # an infinite alpha once ran the whole search (every candidate kept), and `rewrite --json` then failed to
+    # record it after writing the model
+    (("rewrite", "squeezenet", "-o", "{out}", "--alpha", "inf"), "--alpha must be a finite number of at least 1"),
+    (("rewrite", "squeezenet", "-o", "{out}", "--alpha", "9" * 5000),
+     "--alpha must be a finite number of at least 1 (got inf)"),
+    (("plan", "squeezenet", "--rewrite", "--rewrite-alpha", "1e400", "-o", "{out}"),
+     "--rewrite-alpha must be a finite number of at least 1 (got inf)"),
+    (("rewrite", "squeezenet", "-o", "{out}", "--max-growth", "inf"),
+     "--max-growth must be a finite number of at least 1 (got inf)"),
+    # the number is cut short in the line, which names the cap
+    (("inspect", "squeezenet", "--buffer", "9" * 5000),
+     "size '" + "9" * 40 + "'... (5,000 characters) has more than the 40 digits a size may have; the largest "
+     "buffer fuseplan accepts is 1 TiB"),
+])
+def test_unbounded_numbers_are_refused_before_any_work(cli, tmp_path, args, message):
+    pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+    out = tmp_path / "out.json"
+    result = cli(*(str(out) if a == "{out}" else a for a in args))
+    assert_one_line_error(result, message)
+    assert len(result.stderr) < 300 and not out.exists()
+
+
 def test_an_unreachable_ray_address_is_one_line():
     from fuseplan.errors import FuseplanError
     from fuseplan.sweep.executors import check_reachable

@@ -109,7 +109,15 @@ PRICING_HELP = ("dram objective: how a candidate is priced when generated. lazy:
 
 def check_max_growth(max_growth: float) -> None:
     if not 1 <= max_growth < float("inf"):
-        raise FuseplanError(f"--max-growth must be at least 1 (got {max_growth}); 1 keeps the operator count")
+        raise FuseplanError(f"--max-growth must be a finite number of at least 1 (got {max_growth}); 1 keeps the "
+                            "operator count")
+
+
+def check_alpha(flag: str, alpha: float) -> None:
+    """Refuse, before any work, an alpha the rewrite search cannot use: below 1, not a number, or infinite (every
+    candidate kept, and a figure no strict JSON can record)."""
+    if not 1 <= alpha < float("inf"):
+        raise FuseplanError(f"{flag} must be a finite number of at least 1 (got {alpha}); 1 is the greedy search")
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
