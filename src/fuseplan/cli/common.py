@@ -210,16 +210,16 @@ def run_rewrite_search(model_proto, name: str, objective: str, scheme: str, buff
                     alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
                     time_limit: float | None = None, **options):
     """Run the rewrite search with a progress bar on stderr."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn
 
     from fuseplan.passes.rewrite import rule_names
     from fuseplan.rewrite import rewrite_model
 
     chosen_rules = rule_names(rules) if rules is not None else None
-    # on a terminal only: expansions, budget spent, best cost so far, elapsed time, and what runs after the search
-    progress = Progress(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
-                        TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), TimeElapsedColumn(),
-                        console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
+    # on a terminal only: expansions, budget spent, best cost so far, what runs after the search, the time spent
+    # and the time left (from the rate at which the budget is spent)
+    progress = progress_bar(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
+                            TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), quiet=quiet)
 
     shown_phase = ["preparing"]
 
