@@ -646,6 +646,22 @@ def test_no_output_overwrites_a_named_input(cli, tmp_path):
     assert hardware.read_bytes() == before and "never run" in factory.read_text()
 
 
+def test_passes_output_may_not_be_the_cache_directory_it_creates(cli, tmp_path):
+    pytest.importorskip("onnxruntime")
+    cache = tmp_path / "cache"  # not there yet: the command would create it, then fail to write over it
+    assert_one_line_error(cli("passes", "squeezenet", "-o", cache, "--cache-dir", cache),
+                          f"refusing to overwrite the input {cache} with the best graph {cache}")
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+def test_an_output_that_is_a_loop_of_symbolic_links_is_one_line(cli, tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")  # it once ended in a traceback (RuntimeError: Symlink loop)
+    for option in ("-o", "--report"):
+        assert_one_line_error(cli("plan", "squeezenet", "--search", "dp", option, tmp_path / "a"),
+                              "too many levels of symbolic links")
+
+
 def test_report_and_why_outputs_may_not_be_their_hardware_file(cli, plan_file, tmp_path):
     hardware = tmp_path / "hw.yaml"
     hardware.write_text("buffer: 256KB\n")
