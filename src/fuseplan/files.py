@@ -96,6 +96,10 @@ def _identity(path: Path) -> tuple[int, int] | None:
 def check_output(path: str | Path, what: str = "output") -> Path:
     """``path`` if a file can be written there: refuse a directory, a missing or read-only parent."""
     path = Path(path)
+    try:
+        path.resolve()
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a loop of symbolic links
+        raise FuseplanError(f"cannot write the {what} {path}: too many levels of symbolic links") from None
     if path.is_dir():
         raise FuseplanError(f"{path}: is a directory; give a file name for the {what}")
     if path.exists() and not path.is_file():
@@ -151,23 +155,27 @@ def check_outputs(outputs: Iterable[tuple[str, str | Path | None]], inputs: Iter
     An output may not be the same file as an input or as another output:
     files are compared by (device, inode) when they exist, which catches hard
     links, symbolic links and different spellings of one path, and by
-    resolved path otherwise.
+    resolved path otherwise (an input that does not exist yet is one the
+    command creates, as ``passes --cache-dir``).
     """
     given = [(what, Path(path)) for what, path in outputs if path is not None]
     input_ids = {}
     for source in inputs:
         source = Path(source)
         identity = _identity(source)
-        if identity is not None:
-            input_ids[identity] = source
+        # an input the command creates (a cache directory) is known by its resolved path until it exists
+        try:
+            input_ids[identity if identity is not None else source.resolve()] = source
+        except (OSError, RuntimeError):  # a symbolic link loop: no file is ever there to overwrite
+            pass
     seen: dict[object, tuple[str, Path]] = {}
     for what, path in given:
         check_output(path, what)
         identity = _identity(path)
-        if identity is not None and identity in input_ids:
-            raise FuseplanError(f"refusing to overwrite the input {input_ids[identity]} with the {what} {path}; "
-                                "choose another output path")
         key = identity if identity is not None else path.resolve()
+        if key in input_ids:
+            raise FuseplanError(f"refusing to overwrite the input {input_ids[key]} with the {what} {path}; "
+                                "choose another output path")
         if key in seen:
             other_what, other = seen[key]
             raise FuseplanError(f"the {other_what} {other} and the {what} {path} are the same file; "

@@ -30,6 +30,13 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*([A-Za-z]*)\s*$")
 
 MAX_SIZE = 1024**4  # 1 TiB: far beyond any on-chip buffer, small enough for exact integer arithmetic everywhere
+_MAX_DIGITS = 40  # characters of a size's number (its sign and point included); far more than 1 TiB needs
+
+
+def _shown(text: str | int) -> str:
+    """``text`` quoted for a message, cut short when long: an error line must stay readable."""
+    shown = str(text)
+    return repr(text) if len(shown) <= 60 else f"{shown[:40]!r}... ({len(shown):,} characters)"
 
 
 def parse_size(text: str | int) -> int:
@@ -42,19 +49,22 @@ def parse_size(text: str | int) -> int:
         value, unit = Decimal(text), ""
     else:
         match = _SIZE.match(str(text))
-        if match is None or match.group(2).upper() not in _UNITS or len(match.group(1)) > 40:
+        if match is not None and match.group(2).upper() in _UNITS and len(match.group(1)) > _MAX_DIGITS:
+            raise FuseplanError(f"size {_shown(text)} has more than the {_MAX_DIGITS} digits a size may have; the "
+                                "largest buffer fuseplan accepts is 1 TiB")
+        if match is None or match.group(2).upper() not in _UNITS:
             raise FuseplanError(
-                f"cannot read size {text!r}: expected a number with an optional unit "
+                f"cannot read size {_shown(text)}: expected a number with an optional unit "
                 "(B, KB, KiB, MB, MiB, GB), for example 256KB, 0.5MiB or 131072"
             )
         value, unit = Decimal(match.group(1)), match.group(2).upper()
     with localcontext() as context:
-        context.prec = 100  # exact: the number has at most 40 digits and the unit at most 10
+        context.prec = 100  # exact: the number has at most _MAX_DIGITS digits and the unit at most 10
         size = value * _UNITS[unit]
     if size < 1 or size != size.to_integral_value():
-        raise FuseplanError(f"size {text!r} must be a positive whole number of bytes")
+        raise FuseplanError(f"size {_shown(text)} must be a positive whole number of bytes")
     if size > MAX_SIZE:
-        raise FuseplanError(f"size {text!r} is more than the largest buffer fuseplan accepts, 1 TiB")
+        raise FuseplanError(f"size {_shown(text)} is more than the largest buffer fuseplan accepts, 1 TiB")
     return int(size)
 
 

@@ -80,3 +80,26 @@ def test_bad_inputs(dataset, tmp_path):
     junk.write_text("nonsense")
     assert_one_line_error(fuseplan("classifier", "evaluate", "--dataset", str(dataset), "--weights", str(junk)),
                           "not a fuseplan weights file")
+
+
+def test_train_explainers_shows_its_epochs_on_a_terminal_only(dataset, tmp_path, monkeypatch):
+    import io
+    import re
+
+    from fuseplan.cli import common
+    from fuseplan.cli.common import UserTextConsole
+
+    args = ("classifier", "train-explainers", "--dataset", str(dataset), "--scheme", "lbdf", "--pg-epochs", "2",
+            "--rg-epochs", "2", "--samples", "16")
+    piped = fuseplan(*args, "--output-dir", str(tmp_path / "piped"))  # stderr a string: not a terminal
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr  # it once printed a line per epoch
+    assert piped.stdout.startswith("PGExplainer trained in ") and len(piped.stdout.splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "piped").iterdir()) == ["pg-lbdf.pt", "rg-lbdf.pt"]
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "stderr", UserTextConsole(file=screen, force_terminal=True, width=160))
+    assert fuseplan(*args, "--output-dir", str(tmp_path / "terminal")).returncode == 0
+    frames = [line.strip() for line in re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()))]
+    spent_and_left = r"\d+:\d\d:\d\d +(\d+:\d\d:\d\d|-:--:--)$"
+    for label, figure in (("PGExplainer epochs", "loss"), ("RG-Explainer epochs", "mean reward")):
+        drawn = [frame for frame in frames if frame.startswith(label)]
+        assert drawn and f"2/2 {figure} " in drawn[-1] and re.search(spent_and_left, drawn[-1]), frames

@@ -646,6 +646,22 @@ def test_no_output_overwrites_a_named_input(cli, tmp_path):
     assert hardware.read_bytes() == before and "never run" in factory.read_text()
 
 
+def test_passes_output_may_not_be_the_cache_directory_it_creates(cli, tmp_path):
+    pytest.importorskip("onnxruntime")
+    cache = tmp_path / "cache"  # not there yet: the command would create it, then fail to write over it
+    assert_one_line_error(cli("passes", "squeezenet", "-o", cache, "--cache-dir", cache),
+                          f"refusing to overwrite the input {cache} with the best graph {cache}")
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+def test_an_output_that_is_a_loop_of_symbolic_links_is_one_line(cli, tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")  # it once ended in a traceback (RuntimeError: Symlink loop)
+    for option in ("-o", "--report"):
+        assert_one_line_error(cli("plan", "squeezenet", "--search", "dp", option, tmp_path / "a"),
+                              "too many levels of symbolic links")
+
+
 def test_report_and_why_outputs_may_not_be_their_hardware_file(cli, plan_file, tmp_path):
     hardware = tmp_path / "hw.yaml"
     hardware.write_text("buffer: 256KB\n")
@@ -699,6 +715,29 @@ def test_pass_search_threads_and_batch_are_capped(cli):
     pytest.importorskip("onnxruntime")
     assert_one_line_error(cli("passes", "squeezenet", "--threads", "100000"), "--threads must be between 1 and 256")
     assert_one_line_error(cli("passes", "squeezenet", "--batch", "1000000000"), "--batch must be between 1 and 1024")
+
+
+@pytest.mark.parametrize("args, message", [
+    # an infinite alpha once ran the whole search (every candidate kept), and `rewrite --json` then failed to
+    # record it after writing the model
+    (("rewrite", "squeezenet", "-o", "{out}", "--alpha", "inf"), "--alpha must be a finite number of at least 1"),
+    (("rewrite", "squeezenet", "-o", "{out}", "--alpha", "9" * 5000),
+     "--alpha must be a finite number of at least 1 (got inf)"),
+    (("plan", "squeezenet", "--rewrite", "--rewrite-alpha", "1e400", "-o", "{out}"),
+     "--rewrite-alpha must be a finite number of at least 1 (got inf)"),
+    (("rewrite", "squeezenet", "-o", "{out}", "--max-growth", "inf"),
+     "--max-growth must be a finite number of at least 1 (got inf)"),
+    # the number is cut short in the line, which names the cap
+    (("inspect", "squeezenet", "--buffer", "9" * 5000),
+     "size '" + "9" * 40 + "'... (5,000 characters) has more than the 40 digits a size may have; the largest "
+     "buffer fuseplan accepts is 1 TiB"),
+])
+def test_unbounded_numbers_are_refused_before_any_work(cli, tmp_path, args, message):
+    pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+    out = tmp_path / "out.json"
+    result = cli(*(str(out) if a == "{out}" else a for a in args))
+    assert_one_line_error(result, message)
+    assert len(result.stderr) < 300 and not out.exists()
 
 
 def test_an_unreachable_ray_address_is_one_line():

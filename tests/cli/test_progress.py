@@ -74,9 +74,13 @@ def given(tmp_path_factory):
     (["sweep", "{given}/grid.yaml", "--out", "{out}/sweep", "--jobs", "1"], "tiny"),
     (["dataset", "build", "--models", "squeezenet", "--schemes", "lbdf", "--groups", "2", "-o", "{out}/ds"],
      "sampling groups"),
-], ids=["plan", "simulate", "sweep", "dataset build"])
+    # its bar once showed the time spent only
+    (["rewrite", "{given}/convs.onnx", "-o", "{out}/r.onnx", "--budget", "2"], "rewrite convs"),
+], ids=["plan", "simulate", "sweep", "dataset build", "rewrite"])
 def test_each_command_draws_its_bar_with_the_time_spent_and_left_on_a_terminal(cli, monkeypatch, tmp_path, given,
                                                                               command, label):
+    if command[0] == "rewrite":
+        pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
     screen = _terminal(monkeypatch)
     result = cli(*[a.format(out=tmp_path, given=given) for a in command])
     assert result.returncode == 0, result.stderr

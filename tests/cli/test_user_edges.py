@@ -151,7 +151,7 @@ def test_plan_rewrite_takes_max_growth_and_verify_as_rewrite_does(cli, tmp_path)
     pytest.importorskip("onnx_ir")
     pytest.importorskip("onnxruntime")
     assert_one_line_error(cli("plan", "squeezenet", "--rewrite", "--max-growth", "0.5"),
-                          "--max-growth must be at least 1")
+                          "--max-growth must be a finite number of at least 1")
     assert_one_line_error(cli("plan", "squeezenet", "--rewrite", "--verify", "never"), "--verify")
     result = cli("plan", "squeezenet", "--rewrite", "--rewrite-budget", "2", "--max-growth", "1", "--verify", "each",
                  "--json")

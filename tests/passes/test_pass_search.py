@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -286,6 +287,17 @@ def test_fuseplan_passes_refuses_bad_input_in_one_line(cli, tmp_path):
     listed = cli("passes", "--list", "--json")
     assert listed.returncode == 0 and {"name": FUSE_BN, "source": "onnxoptimizer"}.items() <= next(
         e for e in json.loads(listed.stdout) if e["name"] == FUSE_BN).items()
+
+
+def test_fuseplan_passes_without_onnxruntime_names_the_extra_the_readme_names(cli, tmp_path, monkeypatch):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    source = tmp_path / "conv_bn.onnx"
+    onnx.save(conv_bn(), source)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # onnxoptimizer is there: its passes are listed
+    assert cli("passes", "--list").returncode == 0
+    result = cli("passes", source, "--budget", "1")  # it once named the rewrite extra, for verification
+    assert_one_line_error(result, "need the passes extra: run pip install -e '.[passes]'")
+    assert "It needs the `passes` extra (`pip install -e '.[passes]'`)" in " ".join(readme.split())
 
 
 TORCH_NET = '''

@@ -193,10 +193,10 @@ def test_a_best_graph_never_expanded_is_verified_before_it_is_returned(monkeypat
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"alpha": 0.99}, "alpha must be at least 1"),
+    ({"alpha": 0.99}, "alpha must be a finite number of at least 1"),
     ({"rules": ["no-such-rule"]}, "unknown rule 'no-such-rule'"),
     ({"budget": 0}, "at least one expanded graph"),
-    ({"max_growth": 0.9}, "growth bound must be at least 1"),
+    ({"max_growth": 0.9}, "growth bound must be a finite number of at least 1"),
     ({"verify": "sometimes"}, "unknown verification 'sometimes'"),
 ])
 def test_bad_search_settings_are_one_clear_error(kwargs, message):
@@ -258,9 +258,9 @@ def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
 
 
 @pytest.mark.parametrize("args, pattern", [
-    (["--alpha", "0.5"], "alpha must be at least 1"),
+    (["--alpha", "0.5"], "alpha must be a finite number of at least 1"),
     (["--rules", "merge-parallel-convs,bogus"], "unknown rule 'bogus'; the rules are"),
-    (["--max-growth", "0.5"], "--max-growth must be at least 1"),
+    (["--max-growth", "0.5"], "--max-growth must be a finite number of at least 1"),
 ])
 def test_rewrite_command_refuses_bad_settings_and_writes_nothing(tmp_path, args, pattern):
     out = tmp_path / "out.onnx"
@@ -361,7 +361,7 @@ def test_plan_rewrite_alpha_below_one_is_one_clear_error(tmp_path):
     onnx.save(_parallel_convs(), source)
     out = tmp_path / "plan.json"
     assert_one_line_error(fuseplan("plan", source, "--rewrite", "--rewrite-alpha", "0.5", "-o", out),
-                          "--rewrite-alpha must be at least 1")
+                          "--rewrite-alpha must be a finite number of at least 1")
     assert not out.exists()
 
 

@@ -76,6 +76,9 @@ def test_why_picture_keeps_its_title(planned):
     try:
         assert fig.get_suptitle() == title
         assert_inside(fig, [fig._suptitle, *fig.legends])
+        title_extent = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+        for legend in fig.legends:  # the legend once stood in the upper right corner, over the title's end
+            assert not title_extent.overlaps(legend.get_window_extent(fig.canvas.get_renderer()))
     finally:
         plt.close(fig)
 

@@ -109,7 +109,15 @@ PRICING_HELP = ("dram objective: how a candidate is priced when generated. lazy:
 
 def check_max_growth(max_growth: float) -> None:
     if not 1 <= max_growth < float("inf"):
-        raise FuseplanError(f"--max-growth must be at least 1 (got {max_growth}); 1 keeps the operator count")
+        raise FuseplanError(f"--max-growth must be a finite number of at least 1 (got {max_growth}); 1 keeps the "
+                            "operator count")
+
+
+def check_alpha(flag: str, alpha: float) -> None:
+    """Refuse, before any work, an alpha the rewrite search cannot use: below 1, not a number, or infinite (every
+    candidate kept, and a figure no strict JSON can record)."""
+    if not 1 <= alpha < float("inf"):
+        raise FuseplanError(f"{flag} must be a finite number of at least 1 (got {alpha}); 1 is the greedy search")
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
@@ -202,16 +210,16 @@ def run_rewrite_search(model_proto, name: str, objective: str, scheme: str, buff
                     alpha: float, budget: int, rules: str | None, seed: int, shapes: dict, quiet: bool,
                     time_limit: float | None = None, **options):
     """Run the rewrite search with a progress bar on stderr."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn
 
     from fuseplan.passes.rewrite import rule_names
     from fuseplan.rewrite import rewrite_model
 
     chosen_rules = rule_names(rules) if rules is not None else None
-    # on a terminal only: expansions, budget spent, best cost so far, elapsed time, and what runs after the search
-    progress = Progress(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
-                        TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), TimeElapsedColumn(),
-                        console=stderr, transient=True, disable=quiet or not stderr.is_terminal)
+    # on a terminal only: expansions, budget spent, best cost so far, what runs after the search, the time spent
+    # and the time left (from the rate at which the budget is spent)
+    progress = progress_bar(TextColumn(f"rewrite {name}" + " {task.fields[phase]}"), BarColumn(),
+                            TextColumn("{task.fields[expanded]} expanded, best {task.fields[best]}"), quiet=quiet)
 
     shown_phase = ["preparing"]
 

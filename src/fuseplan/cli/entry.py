@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 import typer
+import typer.main
 
 from fuseplan.cli.common import app, stderr
 from fuseplan.cli.signals import SignalGuard, install_guard
@@ -36,6 +38,15 @@ def _reader_gone() -> int:
     except (OSError, ValueError):  # a stdout without a descriptor (captured in tests)
         pass
     return 128 + int(signal.SIGPIPE)
+
+
+@functools.cache
+def _command() -> typer.core.TyperGroup:
+    """The app as the command Typer runs. Calling the app builds it again from every command's signature and
+    type hints (about 30 ms of CPU), so it is built once per process: the tests run the command line hundreds of
+    times in one process. (Calling the app would also install Typer's exception hook, which does nothing while
+    the app's pretty exceptions are off.)"""
+    return typer.main.get_command(app)
 
 
 def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
@@ -70,7 +81,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
             previous[signum] = signal.signal(signum, guard.handle)
     install_guard(guard)
     try:
-        status = app(args=args, prog_name="fuseplan", standalone_mode=False)
+        status = _command().main(args=args, prog_name="fuseplan", standalone_mode=False)
         if status == 130 and guard.received:  # Typer turns KeyboardInterrupt into exit status 130
             return _interrupted(guard)
         return status if isinstance(status, int) else 0

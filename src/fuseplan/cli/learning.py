@@ -170,6 +170,8 @@ def classifier_train_explainers(
     """Pre-train the explainers that need it (PGExplainer, RG-Explainer) on the classifier's training split."""
     import time as _time
 
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+
     from fuseplan.explain import gnn
     from fuseplan.explain.dataset import load_dataset
     from fuseplan.explain.explainers.rg import save_rg_explainer, train_rg_explainer
@@ -182,16 +184,24 @@ def classifier_train_explainers(
     data, _ = load_dataset(dataset, scheme.value)  # a bad dataset is named before the weights are judged
     model, _ = gnn.load_classifier(scheme.value, weights)
     output_dir.mkdir(parents=True, exist_ok=True)
-    start = _time.perf_counter()
-    pg = train_pg_explainer(model, data, epochs=pg_epochs, samples=samples, seed=seed,
-                            on_epoch=lambda e, loss: stderr.print(f"PGExplainer epoch {e}: loss {loss:.4f}",
-                                                                  highlight=False))
-    save_pg_explainer(pg, scheme.value, output_dir / f"pg-{scheme.value}.pt")
-    middle = _time.perf_counter()
-    rg = train_rg_explainer(model, data, epochs=rg_epochs, samples=samples, seed=seed,
-                            on_epoch=lambda e, r: stderr.print(f"RG-Explainer epoch {e}: mean reward {r:.4f}",
-                                                               highlight=False))
-    save_rg_explainer(rg, scheme.value, output_dir / f"rg-{scheme.value}.pt")
+    # on a terminal only, as every long command: the epochs of each explainer, its last figure, the time left
+    progress = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[figure]}"))
+    with progress:
+        start = _time.perf_counter()
+        pg_task = progress.add_task("PGExplainer epochs", total=pg_epochs, figure="")
+        pg = train_pg_explainer(model, data, epochs=pg_epochs, samples=samples, seed=seed,
+                                on_epoch=lambda e, loss: progress.update(pg_task, completed=e,
+                                                                         figure=f"loss {loss:.4f}"))
+        save_pg_explainer(pg, scheme.value, output_dir / f"pg-{scheme.value}.pt")
+        middle = _time.perf_counter()
+        progress.refresh()  # its last epoch is drawn before the next explainer's bar takes its place
+        progress.remove_task(pg_task)
+        rg_task = progress.add_task("RG-Explainer epochs", total=rg_epochs, figure="")
+        rg = train_rg_explainer(model, data, epochs=rg_epochs, samples=samples, seed=seed,
+                                on_epoch=lambda e, r: progress.update(rg_task, completed=e,
+                                                                      figure=f"mean reward {r:.4f}"))
+        save_rg_explainer(rg, scheme.value, output_dir / f"rg-{scheme.value}.pt")
     stdout.print(f"PGExplainer trained in {middle - start:.0f} s, "
                  f"RG-Explainer in {_time.perf_counter() - middle:.0f} s; written to {output_dir}", highlight=False)
 

@@ -85,6 +85,7 @@ def passes_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Prune the graph passes that change nothing for this network, search orders of the rest, measure the graphs."""
+    import importlib
     import tempfile
     from functools import partial
 
@@ -110,9 +111,13 @@ def passes_command(
     check_outputs([("best graph", output), ("picture", png)], named_inputs(model, None, cache_dir))
     source, name = model_path(model)
     from fuseplan.graph import read_model
-    from fuseplan.passes.external import require_external_passes
+    from fuseplan.passes.external import PASSES_HINT, require_external_passes
 
     catalogue = require_external_passes()
+    try:
+        importlib.import_module("onnxruntime")  # the search verifies and times every graph with it
+    except ImportError:
+        raise FuseplanError(PASSES_HINT) from None  # the extra the README names, not the rewrite extra
     names = None
     if only is not None:
         names = [n.strip() for n in only.split(",") if n.strip()]

@@ -9,14 +9,13 @@ import typer
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_max_growth,
+    HardwareOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_alpha, check_max_growth,
     resolve_accelerator, load_model, read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named,
     progress_bar,
 )
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
 from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
@@ -97,8 +96,7 @@ def plan(
     source, _ = model_path(model)
     repair = make_splitter(splitter.value, refine=refine)
     rewritten = None
-    if not rewrite_alpha >= 1:
-        raise FuseplanError(f"--rewrite-alpha must be at least 1 (got {rewrite_alpha}); 1 is the greedy search")
+    check_alpha("--rewrite-alpha", rewrite_alpha)
     check_time_limit("--rewrite-time-limit", rewrite_time_limit)
     check_max_growth(max_growth)
     check_time_limit("--time-limit", time_limit)

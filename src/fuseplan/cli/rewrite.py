@@ -10,9 +10,9 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_max_growth,
-    print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search, load_model,
-    named_inputs, print_named,
+    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_alpha,
+    check_max_growth, print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search,
+    load_model, named_inputs, print_named,
 )
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
@@ -79,8 +79,7 @@ def rewrite(
 ) -> None:
     """Rewrite the graph by verified substitutions found by a cost-guided backtracking search."""
 
-    if not alpha >= 1:
-        raise FuseplanError(f"--alpha must be at least 1 (got {alpha}); 1 is the greedy search")
+    check_alpha("--alpha", alpha)
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
     check_max_growth(max_growth)

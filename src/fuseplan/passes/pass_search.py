@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.prepare import _infer_shapes
 from fuseplan.passes.select import ORT_FULL, Pruning, apply_pass, graph_hash, is_terminal
 from fuseplan.passes.verify import TOLERANCE, random_inputs, run
+from fuseplan.runtime import interleaved_latency, session
 
 Pipeline = tuple[str, ...]
 #: Total DRAM bytes of a model whose shapes are inferred; raises :class:`~fuseplan.errors.FuseplanError` where the
@@ -240,18 +240,9 @@ def apply_pipelines(model: onnx.ModelProto, pipelines: Sequence[Pipeline], direc
 # --------------------------------------------------------------------------
 
 
-def _session(source: str | bytes, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-# Run in a fresh interpreter so that memory the search process already holds cannot hide what a graph needs.
+# Run in a fresh interpreter so that memory the search process already holds cannot hide what a graph needs. It
+# builds its session as fuseplan.runtime.session does at optimisation "disabled" (inter-op threads apart: a
+# sequential run starts no inter-op pool), without importing fuseplan, whose imports would count.
 _PEAK_MEMORY_SCRIPT = """
 import sys
 import numpy as np
@@ -299,22 +290,6 @@ def output_error(reference: Mapping[str, np.ndarray], outputs: Mapping[str, np.n
         scale = float(np.max(np.abs(expected))) or 1.0
         error = max(error, float(np.max(np.abs(got.astype(np.float64) - expected))) / scale)
     return error if math.isfinite(error) else math.inf
-
-
-def interleaved_latency(sessions: Mapping[str, Any], feeds: Mapping[str, np.ndarray], warmup: int = 2,
-                        rounds: int = 7) -> dict[str, float]:
-    """Median seconds per run of each session, from rounds that run every session once, in a rotating order."""
-    keys = list(sessions)
-    for key in keys:
-        for _ in range(warmup):
-            sessions[key].run(None, dict(feeds))
-    times: dict[str, list[float]] = {key: [] for key in keys}
-    for r in range(rounds):
-        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
-            start = time.perf_counter()
-            sessions[key].run(None, dict(feeds))
-            times[key].append(time.perf_counter() - start)
-    return {key: statistics.median(values) for key, values in times.items()}
 
 
 # The activations onnxruntime folds into a FusedConv, with the names of the floats its activation_params holds.
@@ -396,19 +371,22 @@ def measure_graphs(graphs: Sequence[Graph], reference_model: onnx.ModelProto, *,
     sessions = {}
     for graph in graphs:
         try:
-            session = _session(str(graph.path), threads)
+            checked = session(graph.path, threads, "disabled")
             graph.max_error = output_error(reference, dict(zip(
-                [o.name for o in session.get_outputs()], session.run(None, dict(feeds)))))
-        except Exception as exc:  # onnxruntime raises its own types for models it cannot load or run
-            graph.problem = f"onnxruntime cannot run it: {first_line(exc)[:160]}"
+                [o.name for o in checked.get_outputs()], checked.run(None, dict(feeds)))))
+        except FuseplanError as exc:  # the session does not load; its message names onnxruntime
+            graph.problem = first_line(exc)[:200]
+            continue
+        except Exception as exc:  # onnxruntime raises its own types for models it cannot run
+            graph.problem = f"onnxruntime cannot run the model: {first_line(exc)[:160]}"
             continue
         if graph.max_error > TOLERANCE:
             graph.problem = f"outputs differ from the original's (error {graph.max_error:.2e})"
             continue
         graph.dram_bytes = graph_dram(graph.path, dram)
-        del session
+        del checked
         graph.peak_memory_bytes = peak_memory(graph.path, threads)
-        sessions[graph.hash] = _session(str(graph.path), threads)
+        sessions[graph.hash] = session(graph.path, threads, "disabled")
         if on_graph:
             on_graph()
     latencies = interleaved_latency(sessions, feeds, rounds=rounds) if sessions else {}
@@ -448,9 +426,9 @@ def measure_throughput(graphs: Sequence[Graph], model: onnx.ModelProto, batch: i
                 graph.throughput = None
                 continue
             try:
-                session = _session(str(applied.graphs[digest].path), threads)
-                session.run(None, dict(feeds))
-                sessions[graph.hash] = session
+                batched_session = session(applied.graphs[digest].path, threads, "disabled")
+                batched_session.run(None, dict(feeds))
+                sessions[graph.hash] = batched_session
             except Exception:  # the batched graph does not load or run (a reshape with batch 1 built in)
                 graph.throughput = None
         latencies = interleaved_latency(sessions, feeds, warmup=1, rounds=rounds) if sessions else {}

@@ -90,7 +90,7 @@ def explanation_figure(graph, group, explanation, parts, top: int = 5, title: st
     pos = nx.multipartite_layout(sub, subset_key="layer")
     part_of = {v: k for k, part in enumerate(parts) for v in part}
     palette = plt.get_cmap("tab10")
-    # Constrained layout keeps the title and the legend beside the drawing inside the figure.
+    # Constrained layout keeps the title above the drawing and the legend below it inside the figure.
     size = (max(6, 0.6 * len(set(depth.values())) + 4), 3.5 + 0.4 * max(Counter(depth.values()).values()))
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     nx.draw_networkx_nodes(sub, pos, ax=ax, node_size=900,
@@ -108,8 +108,9 @@ def explanation_figure(graph, group, explanation, parts, top: int = 5, title: st
                                width=1.5 + 3.5 * abs(blamed[(i, j)]) / peak if is_blamed else 1.0)
     fig.suptitle(title or f"{explanation.explainer}: blamed edges in red, colours = parts of the split",
                  x=0.01, ha="left", fontsize=10, wrap=True)
-    fig.legend(handles=_explanation_legend(parts, palette, len(blamed)), loc="outside right upper", fontsize=8,
-               frameon=False)
+    # Below the drawing: a legend in the upper right corner ran over the end of a long title.
+    handles = _explanation_legend(parts, palette, len(blamed))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)), fontsize=8, frameon=False)
     ax.axis("off")
     return fig
 

@@ -47,9 +47,8 @@ import onnx
 
 from fuseplan.errors import FuseplanError, first_line
 from fuseplan.passes.verify import random_inputs, with_random_weights
+from fuseplan.runtime import session
 
-#: onnxruntime graph optimisation levels by the names records use
-OPTIMIZATION_LEVELS = ("all", "disabled")
 #: the two-sided confidence of the interval on the median ratio
 CONFIDENCE = 0.95
 #: how much faster (a fraction of the original's time) the interval must show before a candidate counts as faster
@@ -192,30 +191,6 @@ class LatencyVerdict:
                 "faster": self.faster, "threads": self.threads, "rounds": self.rounds,
                 "optimization": self.optimization, "confidence": self.confidence, "min_gain": self.min_gain,
                 "rule": RULE}
-
-
-def session(model: onnx.ModelProto | str, threads: int, optimization: str = "all") -> Any:
-    """An onnxruntime CPU session: ``threads`` intra-op threads, graph optimisations ``all`` (what a user gets)
-    or ``disabled`` (for graphs that other passes have optimised already)."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise FuseplanError("timing a graph needs onnxruntime: run pip install -e '.[rewrite]' in the fuseplan "
-                            "checkout") from None
-    if optimization not in OPTIMIZATION_LEVELS:
-        raise FuseplanError(f"unknown optimisation level {optimization!r}; choose one of "
-                            f"{', '.join(OPTIMIZATION_LEVELS)}")
-    options = ort.SessionOptions()
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimization == "all"
-                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    source = model if isinstance(model, str) else model.SerializeToString()
-    try:
-        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's own exception types
-        raise FuseplanError(f"onnxruntime cannot run the model: {first_line(exc)}") from None
 
 
 def paired_rounds(original: Any, candidate: Any, feeds: Mapping[str, np.ndarray], rounds: int,

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
-import time
 import weakref
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
@@ -28,6 +26,7 @@ from fuseplan.files import read_json, write_text
 from fuseplan.graph import CompGraph, graph_from_model
 from fuseplan.passes.prepare import known_shapes, node_attributes
 from fuseplan.plan import FusionProblem
+from fuseplan.runtime import interleaved_latency, session
 from fuseplan.search import candidate_orders, interval_dp
 from fuseplan.search.interval_dp import INF, IntervalTables, interval_tables, named_orders, optimal_cuts, window_dp
 
@@ -521,27 +520,13 @@ class LatencyObjective(Objective):
 
 
 def measure_latency(model: onnx.ModelProto, feeds: Mapping[str, Any], repeats: int = 5) -> float:
-    """Median wall time of ``repeats`` onnxruntime runs (CPU, one thread) after one warm-up run."""
+    """Median wall time of ``repeats`` onnxruntime runs (CPU, one thread, every graph optimisation) after one
+    warm-up run."""
+    timed = session(model, 1, "all")
     try:
-        import onnxruntime as ort
-    except ImportError:
-        raise FuseplanError("the latency objective needs onnxruntime: run pip install -e '.[rewrite]' "
-                            "in the fuseplan checkout") from None
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        session.run(None, dict(feeds))
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            session.run(None, dict(feeds))
-            times.append(time.perf_counter() - start)
+        return interleaved_latency({"model": timed}, feeds, warmup=1, rounds=repeats)["model"]
     except Exception as exc:  # onnxruntime's own exception types
-        first = first_line(exc)
-        raise FuseplanError(f"onnxruntime cannot run the model: {first}") from None
-    return statistics.median(times)
+        raise FuseplanError(f"onnxruntime cannot run the model: {first_line(exc)}") from None
 
 
 OBJECTIVES: dict[str, type[Objective]] = {cls.name: cls for cls in (DramObjective, MacsObjective, LatencyObjective)}

@@ -186,8 +186,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     time limits and the wall time are read from; a test gives its own to
     cross a limit at a chosen expansion, whatever the machine's speed.
     """
-    if not alpha >= 1:
-        raise FuseplanError(f"alpha must be at least 1 (got {alpha}); 1 is the greedy search")
+    if not 1 <= alpha < float("inf"):
+        raise FuseplanError(f"alpha must be a finite number of at least 1 (got {alpha}); 1 is the greedy search")
     if budget < 1:
         raise FuseplanError("the budget must be at least one expanded graph")
     if verify not in VERIFY_MODES:
@@ -195,7 +195,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     if pricing not in PRICINGS:
         raise FuseplanError(f"unknown pricing {pricing!r}; choose one of {', '.join(PRICINGS)}")
     if not 1 <= max_growth < float("inf"):
-        raise FuseplanError(f"the growth bound must be at least 1 (got {max_growth}); 1 keeps the operator count")
+        raise FuseplanError(f"the growth bound must be a finite number of at least 1 (got {max_growth}); 1 keeps "
+                            "the operator count")
     registry = load_rules()
     names = list(registry) if rules is None else list(rules)
     unknown = [n for n in names if n not in registry]
