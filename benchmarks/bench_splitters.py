@@ -15,7 +15,9 @@ runs the variants of Algorithm 1 that are not registry splitters:
 
 The set-ups are read from the shipped reproduce grids (``--targets``, filtered
 by ``--setups`` prefixes ``model-scheme-search``), and each run is a sweep
-cell's planning run with the variant splitter. Run::
+cell's planning run with the variant splitter: the search as published, with
+no group of its best plan dissolved afterwards (``minimize(..., dissolve=False)``,
+as the sweep worker runs it), so rows pair with reproduce cells. Run::
 
     python benchmarks/bench_splitters.py --out FILE.json [--targets table3 ...] [--setups mobilenet_v2-brr-ls ...]
                                          [--splitters random pgexplainer ... random-edges] [--seeds 3]
@@ -91,7 +93,8 @@ def run(setup: tuple, splitter: str, seed: int, merge: bool, top_k: int | None, 
     problem = problem_for(model, scheme, buffer_bytes, 1)
     repair = splitter_for(splitter, merge, top_k, refine)
     cpu_start = time.process_time()
-    result = minimize(problem, make_search(search), repair, budget=budget, seed=seed)
+    # as a sweep cell runs it (sweep/worker.py): rows pair with reproduce cells of the same set-up and seed
+    result = minimize(problem, make_search(search), repair, budget=budget, seed=seed, dissolve=False)
     cpu_seconds = time.process_time() - cpu_start
     return {"model": model, "scheme": scheme, "buffer_kb": buffer_bytes // 1024, "search": search, "budget": budget,
             "splitter": splitter, "seed": seed, "dram_bytes": result.cost.dram,
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--refine needs explainer-driven splitters; the random split cannot refine")
     bench = harness.Run("splitters", args)
     header = {"processor": processor(), "weights": shipped_weights_text(),
-              "merge_back": not args.no_merge, "top_k": args.top_k, "refine": args.refine}
+              "merge_back": not args.no_merge, "top_k": args.top_k, "refine": args.refine, "dissolve": False}
     single_threaded_torch()
     rows = []
     for setup in setups(args.targets, args.setups):

@@ -7,9 +7,11 @@ against Algorithm 1's defaults (top 16 edges, merge-back on, no refinement).
 Runs are paired by set-up and seed. The defaults' runs come from the cells
 of the full reproduce run (``--reproduce``), under both schemes, and from
 ``splitters_default_brr*{suffix}.json`` where such files exist (version 3's
-BRR runs of seeds 3 and 4): a sweep cell and a benchmark run of the same
-set-up, splitter and seed are the same planning run, so the reproduce run and
-the files must have priced under the same cost-model version. A results file
+BRR runs of seeds 3 and 4; version 9's BRR runs of seeds 0 to 4, the random
+split and the random-ranking control included): a sweep cell and a benchmark
+run of the same set-up, splitter and seed are the same planning run, so the
+reproduce run and the files must have priced under the same cost-model
+version. A results file
 may also be split by scheme (``splitters_control_lbdf{suffix}.json`` and
 ``splitters_control_brr{suffix}.json``), and the control's baseline, the
 random split, is read from the reproduce cells on the seeds the control
@@ -261,10 +263,12 @@ def main(argv: list[str] | None = None) -> None:
     default = {**keyed(reproduce_rows(args.reproduce, "lbdf", args.stale_cells)),
                **keyed(reproduce_rows(args.reproduce, "brr", args.stale_cells)),
                **rows("default_brr")}
-    # The random split's runs of the reproduce cells are the control's baseline where its files hold none.
+    # The random split's runs of the reproduce cells are the control's baseline where its files hold none, and a
+    # defaults file that ran the random split and the control beside the explainers (version 9's refinement
+    # ablation) gives both where the control files hold none.
     control = rows("control")
     for key, row in default.items():
-        if key[1] == "random":
+        if key[1] in ("random", "random-edges"):
             control.setdefault(key, row)
     sections = [("Random-ranking control, Tables II-IV set-ups", control_table(control, default))]
     for name, what in [("ablation_topk4", "top 4 edges"), ("ablation_nomerge", "no merge-back (Local Search)"),

@@ -8,7 +8,9 @@ import argparse
 import pytest
 
 from fuseplan.cost import scheme_version
+from fuseplan.sweep.config import Cell
 from fuseplan.sweep.reproduce import target_config
+from fuseplan.sweep.worker import run_cell
 from tests.scripts import load_script
 
 SQUEEZENET_LS = ("squeezenet", "brr", 128 * 1024, "ls", 2000)
@@ -21,6 +23,16 @@ def test_refined_control_cuts_brr_parts_and_records_the_version():
     assert (plain["refine"], refined["refine"]) == (False, True)
     assert plain["refinements"] is None and refined["refinements"] > 0
     assert refined["cost_model_version"] == scheme_version("brr")
+
+
+def test_a_benchmark_run_is_the_sweep_cell_of_its_set_up_and_seed():
+    # Random Search's best plan here holds groups that cost more fused than apart: `plan` dissolves them, a sweep
+    # cell does not, and the benchmark's rows pair with sweep cells
+    bench = load_script("bench_splitters")
+    cell = Cell(model="resnet18", scheme="brr", buffer_bytes=64 * 1024, search="rs", splitter="random", budget=300,
+                seed=0)
+    row = bench.run(("resnet18", "brr", 64 * 1024, "rs", 300), "random", 0, merge=True, top_k=None)
+    assert row["dram_bytes"] == run_cell(cell)["metrics"]["dram_bytes"]
 
 
 def test_refinement_never_fires_under_lbdf():
