@@ -12,7 +12,7 @@ from fuseplan import zoo
 from fuseplan.cli.common import (app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model,
                                  progress_bar)
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import check_output_dir, check_outputs
 
 
@@ -234,7 +234,7 @@ def classifier_evaluate(
         if split is not None:
             parts = dict(zip(("train", "val", "test"), gnn.split_indices(len(data), seed)))
             if split not in parts:
-                raise FuseplanError(f"--split must be train, val or test, not {split!r}")
+                raise FuseplanError(f"--split must be train, val or test, not {shown(split)}")
             indices = parts[split]
         source = f"{dataset}" + (f" ({split} split)" if split else "")
     else:

@@ -12,7 +12,7 @@ from rich.table import Table
 from fuseplan.cli.common import (app, choices, stdout, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
                                   named_inputs, print_named, progress_bar)
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import check_outputs, external_data_files, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
 from fuseplan.passes.pass_search import OBJECTIVES as PASS_OBJECTIVES
@@ -123,7 +123,7 @@ def passes_command(
         names = [n.strip() for n in only.split(",") if n.strip()]
         unknown = [n for n in names if n not in catalogue]
         if unknown or not names:
-            problem = f"unknown pass {unknown[0]!r}" if unknown else "--passes names no pass"
+            problem = f"unknown pass {shown(unknown[0])}" if unknown else "--passes names no pass"
             raise FuseplanError(f"{problem}; `fuseplan passes --list` shows the passes")
         names = [n for n in catalogue if n in names]  # the registry's order
     source_model = read_model(source)

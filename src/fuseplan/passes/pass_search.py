@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.passes.prepare import _infer_shapes
 from fuseplan.passes.select import ORT_FULL, Pruning, apply_pass, graph_hash, is_terminal
 from fuseplan.passes.verify import TOLERANCE, random_inputs, run
@@ -579,7 +579,7 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, dram: 
     the fastest graph measured each against the baseline end to end (``timing_rounds`` rounds; see the module
     docstring)."""
     if objective not in OBJECTIVES:
-        raise FuseplanError(f"unknown objective {objective!r}; the objectives are {', '.join(OBJECTIVES)}")
+        raise FuseplanError(f"unknown objective {shown(objective)}; the objectives are {', '.join(OBJECTIVES)}")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
     check_timing_options(threads, batch)
