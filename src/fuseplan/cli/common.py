@@ -83,7 +83,8 @@ InputShapeOpt = Annotated[
     Optional[list[str]],
     typer.Option("--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable).", show_default=False),
 ]
-BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, max=MAX_BYTES_PER_ELEMENT, help="Data width in bytes (1 = int8).")]
+BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, max=MAX_BYTES_PER_ELEMENT,
+                                                  help="Data width in bytes (1 = int8).")]
 # Commands that take --hardware: their --buffer and --bytes-per-element override the file's values when given.
 HardwareBytesPerElementOpt = Annotated[Optional[int], typer.Option(
     "--bytes-per-element", min=1, max=MAX_BYTES_PER_ELEMENT,
@@ -158,8 +159,8 @@ def plan_hardware(spec: str, plan_file):
     buffer_bytes, width = plan_file.buffer_bytes, plan_file.bytes_per_element
     if (accelerator.buffer is not None and accelerator.buffer_bytes != buffer_bytes) or \
             (accelerator.bytes_per_element is not None and accelerator.element_bytes != width):
-        raise FuseplanError(f"--hardware {shown(spec, quote=False)} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
-                            f"{accelerator.element_bytes}-byte elements; the plan was made for a "
+        raise FuseplanError(f"--hardware {shown(spec, quote=False)} has a {format_bytes(accelerator.buffer_bytes)} "
+                            f"buffer and {accelerator.element_bytes}-byte elements; the plan was made for a "
                             f"{format_bytes(buffer_bytes)} buffer and {width}-byte elements")
     return accelerator.with_overrides(buffer_bytes, width)
 

@@ -32,7 +32,8 @@ class Hardware(BaseModel):
     name: Optional[str] = Field(None, description="A label for reports.")
     source: Optional[str] = Field(None, description="Where the figures come from.")
     buffer: Optional[int] = Field(None, description="On-chip buffer, as --buffer reads it: 108KB, 0.5MiB, 131072.")
-    bytes_per_element: Optional[int] = Field(None, ge=1, le=MAX_BYTES_PER_ELEMENT, description="Data width in bytes (1 = int8).")
+    bytes_per_element: Optional[int] = Field(None, ge=1, le=MAX_BYTES_PER_ELEMENT,
+                                             description="Data width in bytes (1 = int8).")
     dram_bytes_per_second: Optional[float] = Field(None, gt=0, description="DRAM bandwidth.")
     buffer_bytes_per_second: Optional[float] = Field(None, gt=0, description="On-chip buffer bandwidth.")
     peak_macs_per_second: Optional[float] = Field(None, gt=0, description="Peak multiply-accumulate throughput.")

@@ -605,10 +605,10 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, dram: 
                    on_graph=tick("measure", len(graphs)))
     search = PassSearch(name, pruning, objective, budget, seed, selected, randoms, applied, 0.0)
     if batch > 1:
-        shown = {g.hash: g for g in [*pareto_front(graphs), *[g for g in (search.baseline, search.best) if g]]}
-        measure_throughput(list(shown.values()), model, batch, seed=seed, threads=threads)
+        reported = {g.hash: g for g in [*pareto_front(graphs), *[g for g in (search.baseline, search.best) if g]]}
+        measure_throughput(list(reported.values()), model, batch, seed=seed, threads=threads)
         for graph in graphs:  # a throughput at batch 1 is not the throughput asked for
-            if graph.hash not in shown:
+            if graph.hash not in reported:
                 graph.throughput = None
     baseline = search.baseline
     if objective == "latency" and baseline is not None and baseline.verified:
