@@ -733,6 +733,16 @@ def test_pass_search_threads_and_batch_are_capped(cli):
     assert_one_line_error(cli("passes", "squeezenet", "--batch", "1000000000"), "--batch must be between 1 and 1024")
 
 
+@pytest.mark.parametrize("command", ["simulate", "rewrite", "passes", "plan"])
+def test_a_negative_seed_is_refused_in_one_line(cli, inputs, tmp_path, command):
+    """Once a traceback where numpy draws the random weights and inputs (it takes no negative seed)."""
+    pytest.importorskip("onnxruntime")
+    args = {"simulate": ("simulate", "squeezenet", inputs["plan"]), "passes": ("passes", "squeezenet"),
+            "rewrite": ("rewrite", "squeezenet", "-o", tmp_path / "out.onnx"), "plan": ("plan", "squeezenet")}
+    assert_one_line_error(cli(*args[command], "--seed=-5"), "'--seed': Input should be greater than or equal to 0")
+    assert not (tmp_path / "out.onnx").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     # an infinite alpha once ran the whole search (every candidate kept), and `rewrite --json` then failed to
     # record it after writing the model

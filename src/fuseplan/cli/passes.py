@@ -63,7 +63,7 @@ def passes_command(
         help="What picks the best graph: latency (onnxruntime CPU), dram (fuseplan's DRAM of the best plan) or "
              "opt-time (time the passes take).")] = PassObjective.latency,
     budget: Annotated[int, typer.Option(help="Pipelines of the relevant passes to try.")] = 24,
-    seed: Annotated[int, typer.Option(help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write the best verified graph measured here (the baseline's and random pipelines' "
                                "included; under latency, ort/all's unless confirmed faster end to end).")] = None,

@@ -28,7 +28,8 @@ def simulate(
         "--hardware", metavar="FILE.yaml|TEMPLATE",
         help="Run in this accelerator's buffer (a YAML file or a shipped template); its buffer and data width "
              "must be the plan's. Default: the plan's buffer.", show_default=False)] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random weights (weight-stripped models) and inputs.")] = 0,
+    seed: Annotated[int, typer.Option(
+        min=0, help="Seed of the random weights (weight-stripped models) and inputs.")] = 0,
     input_shape: Annotated[Optional[list[str]], typer.Option(
         "--input-shape", help="Run at another input shape, NAME=1x3x112x112 (repeatable), for a quicker run: the "
         "plan's groups are priced again at that shape by its scheme and those schedules run, not the file's.",
