@@ -175,7 +175,8 @@ def _check_records(path: Path, document: dict[str, Any]) -> None:
 
     for position, group in enumerate(document["groups"]):
         if "id" in group and (type(group["id"]) is not int or group["id"] != position):
-            raise FuseplanError(f"{path}: group {position} has id {shown(group['id'])}; ids number the groups 0, 1, ...")
+            raise FuseplanError(f"{path}: group {position} has id {shown(group['id'])}; ids number the groups "
+                                "0, 1, ...")
     search = document.get("search")
     if "search" in document and (not isinstance(search, dict) or search.get("algorithm", "auto") not in ALGORITHMS):
         algorithm = search.get("algorithm") if isinstance(search, dict) else search
