@@ -508,6 +508,8 @@ def test_svg_of_names_with_control_characters_is_well_formed(cli, plan_file, tmp
     ("buffer: 256KB\ndram_bytes_per_second: 1.0e-320\n", "outside"),
     ("a:\n" + "".join("  " * depth + "- \n" for depth in range(1, 200)), "nested too deeply"),
     ("name: '[/oops]'\nbuffer: 64KB\nbytes_per_element: 0\n", "bytes_per_element"),
+    ("buffer: 64KB\nbytes_per_element: 17\n", "less than or equal to 16"),
+    (f"? {HUGE}\n: 1\n", f"unknown key {HUGE_SHOWN} (known keys: name,"),  # an explicit key: no 1,024 cap
 ])
 def test_hostile_hardware_files(cli, tmp_path, text, message):
     path = tmp_path / "hw.yaml"

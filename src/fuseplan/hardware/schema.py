@@ -104,7 +104,7 @@ def _describe(error: ValidationError, origin: str) -> str:
     kind, message = first.get("type", ""), first.get("msg", "invalid value")
     if kind == "extra_forbidden":
         allowed = ", ".join(Hardware.model_fields)
-        return f"{origin}: unknown key {where!r} (known keys: {allowed})"
+        return f"{origin}: unknown key {shown(where)} (known keys: {allowed})"
     message = message.removeprefix("Value error, ")
     more = f" (and {len(error.errors()) - 1} more problem{'s' if len(error.errors()) > 2 else ''})" \
         if len(error.errors()) > 1 else ""
