@@ -6,9 +6,10 @@ classifier weights, a sweep directory) the corpus holds empty, truncated and bin
 file belongs, an unreadable file, and the hostile contents of its format: huge and cyclic ONNX graphs, JSON with
 wrong types, NaN or deep nesting, YAML alias bombs; where a cap stops the input, the message names the cap. One
 command per kind of file is in the fast set, every command that takes the file in the slow one. Then, per kind,
-the cases particular to it; then outputs (equal to an input, read-only, in a missing directory) and the process
-itself (no command, signals, a closed pipe). Runs are in process (``fuseplan.cli.run``) unless a real process is
-the point. Everything is generated here.
+the cases particular to it; then outputs (equal to an input, read-only, in a missing directory), options (a
+value, name or path of thousands of characters: a line of bounded length that shows its start and its length;
+numbers out of range) and the process itself (no command, signals, a closed pipe). Runs are in process
+(``fuseplan.cli.run``) unless a real process is the point. Everything is generated here.
 """
 
 from __future__ import annotations
@@ -542,6 +543,7 @@ def test_markup_and_escape_sequences_in_names_print_as_written(cli, tmp_path):
      "more than the 100000 a sweep may have"),
     ("name: ../escape\nmodels: [squeezenet]\n", "name"),
     ("name: \"a\\0b\"\nmodels: [squeezenet]\n", "name"),
+    (f"name: {HUGE}\nmodels: [squeezenet]\n", f"name {HUGE_SHOWN} must be 1 to 100 letters"),
     ("seeds: [" + "9" * 5000 + "]\n", "4300"),
     ("[" * 500 + "]" * 500, "nested too deeply"),
 ])

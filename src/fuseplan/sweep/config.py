@@ -218,7 +218,7 @@ def check_name(name: Any) -> str:
     if not isinstance(name, str):
         raise FuseplanError(f"sweep config: name must be a string, not {type(name).__name__}")
     if not _NAME.match(name):
-        raise FuseplanError(f"sweep config: name {ascii(name[:100])} must be 1 to 100 letters, digits, '.', '_', '+' "
+        raise FuseplanError(f"sweep config: name {shown(name)} must be 1 to 100 letters, digits, '.', '_', '+' "
                             "or '-', starting with a letter or digit (it names the sweep's directory)")
     return name
 
