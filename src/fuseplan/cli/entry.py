@@ -20,10 +20,8 @@ from fuseplan.errors import FuseplanError, shown
 # Characters of a path or word an error line shows whole: more than any readable path, far less than a
 # 100,000-character option value, which is shown by its start and its length instead.
 _WHOLE_WORD = 200
-
-
 # a word as messages write a value: in brackets or quotes or neither, then punctuation
-_WORD = re.compile(r"(?s)([(\[]?)(['\"]?)(.*?)\2([)\].,;:]*)")
+_WORD = re.compile(r"([(\[]?)(['\"]?)(.*?)\2([)\].,;:]*)")
 
 
 def _shortened(word: str) -> str:
