@@ -15,6 +15,24 @@ def first_line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
+SHOWN_WHOLE = 60  # characters of a user's value an error message shows whole; a longer one shows its start
+_SHOWN_START = 40
+
+
+def shown(value: object, *, quote: bool = True, whole: int = SHOWN_WHOLE) -> str:
+    """``value`` for an error message, quoted (its ``repr``) unless ``quote`` is false, and cut short when long:
+    past ``whole`` characters, its first characters quoted and its length, so that a 100,000-character option or
+    path still gives one readable line that says what was wrong.
+
+    >>> shown("dp"), shown("x" * 5000)
+    ("'dp'", "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (5,000 characters)")
+    """
+    text = str(value)
+    if len(text) <= whole:
+        return repr(value) if quote else text
+    return f"{text[:_SHOWN_START]!r}... ({len(text):,} characters)"
+
+
 _CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7f) if chr(code) not in "\n\t"}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 
 #: onnxruntime graph optimisation levels by the names records use
 OPTIMIZATION_LEVELS = ("all", "disabled")
@@ -35,7 +35,7 @@ def session(model: onnx.ModelProto | str | Path | bytes, threads: int, optimizat
         raise FuseplanError("timing a graph needs onnxruntime: run pip install -e '.[rewrite]' in the fuseplan "
                             "checkout") from None
     if optimization not in OPTIMIZATION_LEVELS:
-        raise FuseplanError(f"unknown optimisation level {optimization!r}; choose one of "
+        raise FuseplanError(f"unknown optimisation level {shown(optimization)}; choose one of "
                             f"{', '.join(OPTIMIZATION_LEVELS)}")
     options = ort.SessionOptions()
     options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimization == "all"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, localcontext
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 
 # Buffer sizes follow the accelerator convention of the reference paper:
 # "KB" means 1024 bytes, so 128KB == 131072 bytes. The IEC spellings are
@@ -33,12 +33,6 @@ MAX_SIZE = 1024**4  # 1 TiB: far beyond any on-chip buffer, small enough for exa
 _MAX_DIGITS = 40  # characters of a size's number (its sign and point included); far more than 1 TiB needs
 
 
-def _shown(text: str | int) -> str:
-    """``text`` quoted for a message, cut short when long: an error line must stay readable."""
-    shown = str(text)
-    return repr(text) if len(shown) <= 60 else f"{shown[:40]!r}... ({len(shown):,} characters)"
-
-
 def parse_size(text: str | int) -> int:
     """Return the number of bytes that ``text`` denotes, computed exactly (no floating point).
 
@@ -50,11 +44,11 @@ def parse_size(text: str | int) -> int:
     else:
         match = _SIZE.match(str(text))
         if match is not None and match.group(2).upper() in _UNITS and len(match.group(1)) > _MAX_DIGITS:
-            raise FuseplanError(f"size {_shown(text)} has more than the {_MAX_DIGITS} digits a size may have; the "
+            raise FuseplanError(f"size {shown(text)} has more than the {_MAX_DIGITS} digits a size may have; the "
                                 "largest buffer fuseplan accepts is 1 TiB")
         if match is None or match.group(2).upper() not in _UNITS:
             raise FuseplanError(
-                f"cannot read size {_shown(text)}: expected a number with an optional unit "
+                f"cannot read size {shown(text)}: expected a number with an optional unit "
                 "(B, KB, KiB, MB, MiB, GB), for example 256KB, 0.5MiB or 131072"
             )
         value, unit = Decimal(match.group(1)), match.group(2).upper()
@@ -62,9 +56,9 @@ def parse_size(text: str | int) -> int:
         context.prec = 100  # exact: the number has at most _MAX_DIGITS digits and the unit at most 10
         size = value * _UNITS[unit]
     if size < 1 or size != size.to_integral_value():
-        raise FuseplanError(f"size {_shown(text)} must be a positive whole number of bytes")
+        raise FuseplanError(f"size {shown(text)} must be a positive whole number of bytes")
     if size > MAX_SIZE:
-        raise FuseplanError(f"size {_shown(text)} is more than the largest buffer fuseplan accepts, 1 TiB")
+        raise FuseplanError(f"size {shown(text)} is more than the largest buffer fuseplan accepts, 1 TiB")
     return int(size)
 
 

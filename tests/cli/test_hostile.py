@@ -6,9 +6,10 @@ classifier weights, a sweep directory) the corpus holds empty, truncated and bin
 file belongs, an unreadable file, and the hostile contents of its format: huge and cyclic ONNX graphs, JSON with
 wrong types, NaN or deep nesting, YAML alias bombs; where a cap stops the input, the message names the cap. One
 command per kind of file is in the fast set, every command that takes the file in the slow one. Then, per kind,
-the cases particular to it; then outputs (equal to an input, read-only, in a missing directory) and the process
-itself (no command, signals, a closed pipe). Runs are in process (``fuseplan.cli.run``) unless a real process is
-the point. Everything is generated here.
+the cases particular to it; then outputs (equal to an input, read-only, in a missing directory), options (a
+value, name or path of thousands of characters: a line of bounded length that shows its start and its length;
+numbers out of range) and the process itself (no command, signals, a closed pipe). Runs are in process
+(``fuseplan.cli.run``) unless a real process is the point. Everything is generated here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ BILLION_LAUGHS = "\n".join(
 ) + "\n"
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 DEEP_YAML = "a: " + "[" * 100_000 + "]" * 100_000 + "\n"
+HUGE = "x" * 100_000
+HUGE_SHOWN = "'" + "x" * 40 + "'... (100,000 characters)"  # a value's start and its length, as the line shows it
+DEEP_PATH = "d/" * 1900 + "m.onnx"  # 3,806 characters: short enough to open, far too long to show
 
 
 # -- the corpus: every kind of input file, broken every way --------------------------------------------------------
@@ -442,12 +446,25 @@ def _edited_plan(plan_file: Path, change) -> Path:
     (lambda d: d.update(search="bogus"), "\"search\" names 'bogus'"),
     (lambda d: d.update(objective={"name": "bogus"}), "\"objective\" names 'bogus'"),
     (lambda d: d.update(dram_bytes="HUGE"), "4300"),  # written out as 5,000 digits
+    (lambda d: d.update(search=HUGE), f"\"search\" names {HUGE_SHOWN}, not one of"),
+    (lambda d: d["groups"][0].update(id=HUGE), f"group 0 has id {HUGE_SHOWN}; ids number"),
 ])
 def test_hostile_plan_files(cli, plan_file, change, message):
     edited = _edited_plan(plan_file, change)
     for command in (("validate", "squeezenet", edited), ("report", "squeezenet", edited, "--svg",
                                                          edited.with_suffix(".svg"))):
         assert_one_line_error(cli(*command), message)
+
+
+def test_a_huge_name_in_a_plan_is_shown_by_its_start_and_length(cli, plan_file):
+    edited = _edited_plan(plan_file, lambda d: d["groups"][0]["nodes"].append(HUGE))
+    message = f"group 0 names {HUGE_SHOWN}, which is not an operator of the model"
+    result = cli("validate", "squeezenet", edited)  # a readable plan, not valid: exit 1 and its reasons
+    assert result.returncode == 1 and f"invalid: {message}" in result.stderr.splitlines()
+    assert max(map(len, result.stderr.splitlines())) < 400
+    result = cli("report", "squeezenet", edited, "--svg", edited.with_suffix(".svg"))
+    assert_one_line_error(result, message)
+    assert len(result.stderr) < 400
 
 
 def test_a_plan_naming_more_operators_than_the_model_is_refused_at_once(cli, plan_file):
@@ -492,6 +509,8 @@ def test_svg_of_names_with_control_characters_is_well_formed(cli, plan_file, tmp
     ("buffer: 256KB\ndram_bytes_per_second: 1.0e-320\n", "outside"),
     ("a:\n" + "".join("  " * depth + "- \n" for depth in range(1, 200)), "nested too deeply"),
     ("name: '[/oops]'\nbuffer: 64KB\nbytes_per_element: 0\n", "bytes_per_element"),
+    ("buffer: 64KB\nbytes_per_element: 17\n", "less than or equal to 16"),
+    (f"? {HUGE}\n: 1\n", f"unknown key {HUGE_SHOWN} (known keys: name,"),  # an explicit key: no 1,024 cap
 ])
 def test_hostile_hardware_files(cli, tmp_path, text, message):
     path = tmp_path / "hw.yaml"
@@ -524,6 +543,7 @@ def test_markup_and_escape_sequences_in_names_print_as_written(cli, tmp_path):
      "more than the 100000 a sweep may have"),
     ("name: ../escape\nmodels: [squeezenet]\n", "name"),
     ("name: \"a\\0b\"\nmodels: [squeezenet]\n", "name"),
+    (f"name: {HUGE}\nmodels: [squeezenet]\n", f"name {HUGE_SHOWN} must be 1 to 100 letters"),
     ("seeds: [" + "9" * 5000 + "]\n", "4300"),
     ("[" * 500 + "]" * 500, "nested too deeply"),
 ])
@@ -717,6 +737,16 @@ def test_pass_search_threads_and_batch_are_capped(cli):
     assert_one_line_error(cli("passes", "squeezenet", "--batch", "1000000000"), "--batch must be between 1 and 1024")
 
 
+@pytest.mark.parametrize("command", ["simulate", "rewrite", "passes", "plan"])
+def test_a_negative_seed_is_refused_in_one_line(cli, inputs, tmp_path, command):
+    """Once a traceback where numpy draws the random weights and inputs (it takes no negative seed)."""
+    pytest.importorskip("onnxruntime")
+    args = {"simulate": ("simulate", "squeezenet", inputs["plan"]), "passes": ("passes", "squeezenet"),
+            "rewrite": ("rewrite", "squeezenet", "-o", tmp_path / "out.onnx"), "plan": ("plan", "squeezenet")}
+    assert_one_line_error(cli(*args[command], "--seed=-5"), "'--seed': Input should be greater than or equal to 0")
+    assert not (tmp_path / "out.onnx").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     # an infinite alpha once ran the whole search (every candidate kept), and `rewrite --json` then failed to
     # record it after writing the model
@@ -738,6 +768,50 @@ def test_unbounded_numbers_are_refused_before_any_work(cli, tmp_path, args, mess
     result = cli(*(str(out) if a == "{out}" else a for a in args))
     assert_one_line_error(result, message)
     assert len(result.stderr) < 300 and not out.exists()
+
+
+HUGE_VALUES = {  # case: the command line, what its error line says, the extra it needs (None: none)
+    "input shape": (("inspect", "squeezenet", "--input-shape", HUGE),
+                    f"cannot read input shape {HUGE_SHOWN}: expected", None),
+    "input name": (("plan", "squeezenet", "--input-shape", HUGE + "=1x3x224x224"),
+                   f"--input-shape names {HUGE_SHOWN}, but the model's inputs are ['input']", None),
+    "input rank": (("inspect", "squeezenet", "--input-shape", "input=" + "1x" * 50_000 + "1"),
+                   "input 'input' has 4 dimensions [1x3x224x224]; --input-shape gives 50001 ('1x1x", None),
+    # once a traceback: ONNX cannot record the dimension
+    "input dimension": (("inspect", "squeezenet", "--input-shape", "input=1x3x" + "9" * 30 + "x224"),
+                        "more than the 4,294,967,296 (2^32) elements one tensor may have", None),
+    "rule": (("rewrite", "squeezenet", "-o", "{tmp}/out.onnx", "--rules", HUGE),
+             f"unknown rule {HUGE_SHOWN}; the rules are", "onnx_ir"),
+    "pass": (("passes", "squeezenet", "--passes", HUGE), f"unknown pass {HUGE_SHOWN}", "onnxruntime"),
+    "choice": (("plan", "squeezenet", "--search", HUGE), f"{HUGE_SHOWN} is not one of 'auto'", None),
+    "option": (("plan", "squeezenet", "--" + HUGE), "No such option: '--xxx", None),
+    "command": ((HUGE,), f"No such command {HUGE_SHOWN}.", None),
+    "hardware name": (("plan", "squeezenet", "--hardware", HUGE), f"File name too long ({HUGE_SHOWN})", None),
+    "output path": (("plan", "squeezenet", "-o", "{tmp}/" + HUGE), "File name too long ('/", None),
+    "model path": (("inspect", HUGE), f"File name too long ({HUGE_SHOWN})", None),
+    "deep model path": (("inspect", "{tmp}/" + DEEP_PATH), "characters): no such file", None),
+    "deep output path": (("plan", "squeezenet", "-o", "{tmp}/" + DEEP_PATH), "does not exist", None),
+    "deep hardware path": (("plan", "squeezenet", "--hardware", "{tmp}/" + DEEP_PATH),
+                           "characters) is neither a hardware file nor", None),
+    "sweep config value": (("sweep", "{tmp}/grid.yaml", "--jobs", "1"), f"unknown scheme {HUGE_SHOWN} in schemes",
+                           None),
+    # once a traceback: a data width past any format overflowed the byte counts
+    "data width": (("inspect", "squeezenet", "--bytes-per-element", "9" * 1000), "less than or equal to 16", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE_VALUES))
+def test_a_huge_value_is_shown_by_its_start_and_length(cli, tmp_path, monkeypatch, case):
+    """An option, name or path of thousands of characters: one bounded line that still says what was wrong."""
+    args, message, needs = HUGE_VALUES[case]
+    if needs is not None:
+        pytest.importorskip(needs)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "grid.yaml").write_text(f"models: [squeezenet]\nschemes: [{HUGE}]\n")
+    result = cli(*(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert_one_line_error(result, message)
+    assert len(result.stderr) < 400, result.stderr[:1000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.yaml"]  # nothing written
 
 
 def test_an_unreachable_ray_address_is_one_line():

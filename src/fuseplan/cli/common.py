@@ -14,10 +14,10 @@ from rich.table import Table
 
 from fuseplan.cli.signals import searching
 from fuseplan.cost import SCHEMES
-from fuseplan.errors import FuseplanError, printable
+from fuseplan.errors import FuseplanError, printable, shown
 from fuseplan.files import external_data_files
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
-from fuseplan.hardware import template_names
+from fuseplan.hardware import MAX_BYTES_PER_ELEMENT, template_names
 from fuseplan.passes import FixInputShapes, Pass
 from fuseplan.rewrite.search import PRICINGS, VERIFY_MODES
 from fuseplan.units import format_bytes
@@ -83,10 +83,12 @@ InputShapeOpt = Annotated[
     Optional[list[str]],
     typer.Option("--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable).", show_default=False),
 ]
-BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, help="Data width in bytes (1 = int8).")]
+BytesPerElementOpt = Annotated[int, typer.Option("--bytes-per-element", min=1, max=MAX_BYTES_PER_ELEMENT,
+                                                  help="Data width in bytes (1 = int8).")]
 # Commands that take --hardware: their --buffer and --bytes-per-element override the file's values when given.
 HardwareBytesPerElementOpt = Annotated[Optional[int], typer.Option(
-    "--bytes-per-element", min=1, help="Data width in bytes (1 = int8) [default: the --hardware file's, else 1].",
+    "--bytes-per-element", min=1, max=MAX_BYTES_PER_ELEMENT,
+    help="Data width in bytes (1 = int8) [default: the --hardware file's, else 1].",
     show_default=False)]
 HardwareBufferOpt = Annotated[Optional[str], typer.Option(
     help="On-chip buffer size: 256KB, 0.5MiB, 131072 (KB = 1024 B) [default: the --hardware file's, else 256KB].",
@@ -157,8 +159,8 @@ def plan_hardware(spec: str, plan_file):
     buffer_bytes, width = plan_file.buffer_bytes, plan_file.bytes_per_element
     if (accelerator.buffer is not None and accelerator.buffer_bytes != buffer_bytes) or \
             (accelerator.bytes_per_element is not None and accelerator.element_bytes != width):
-        raise FuseplanError(f"--hardware {spec} has a {format_bytes(accelerator.buffer_bytes)} buffer and "
-                            f"{accelerator.element_bytes}-byte elements; the plan was made for a "
+        raise FuseplanError(f"--hardware {shown(spec, quote=False)} has a {format_bytes(accelerator.buffer_bytes)} "
+                            f"buffer and {accelerator.element_bytes}-byte elements; the plan was made for a "
                             f"{format_bytes(buffer_bytes)} buffer and {width}-byte elements")
     return accelerator.with_overrides(buffer_bytes, width)
 

@@ -12,7 +12,7 @@ from fuseplan import zoo
 from fuseplan.cli.common import (app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model,
                                  progress_bar)
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import check_output_dir, check_outputs
 
 
@@ -39,7 +39,7 @@ def dataset_build(
     schemes: Annotated[Optional[list[Scheme]], typer.Option("--schemes", help="Schemes to label (repeatable).")] = None,
     groups: Annotated[Optional[int], typer.Option(
         "--groups", min=1, help="Groups per model (default: the reference paper's Table I counts).")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same dataset.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same dataset.")] = 0,
     bytes_per_element: BytesPerElementOpt = 1,
 ) -> None:
     """Sample fusion groups by random search and label them at 128KB to 2048KB."""
@@ -111,7 +111,7 @@ def classifier_train(
     dataset: DatasetOpt,
     scheme: Annotated[Scheme, typer.Option(help="Which scheme's labels to learn.")] = Scheme.lbdf,
     epochs: Annotated[int, typer.Option(min=1, help="Training epochs.")] = 50,
-    seed: Annotated[int, typer.Option(help="Seed for the split, initialisation and batching.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for the split, initialisation and batching.")] = 0,
     output: Annotated[Path, typer.Option("--output", "-o", help="Weights file to write.")] = Path("gnn.pt"),
     holdout_family: Annotated[Optional[str], typer.Option(
         "--holdout-family", help="Train without this network family and test on it (vgg, squeezenet, mobilenet, "
@@ -165,7 +165,7 @@ def classifier_train_explainers(
     pg_epochs: Annotated[int, typer.Option(min=1, help="PGExplainer training epochs.")] = 20,
     rg_epochs: Annotated[int, typer.Option(min=1, help="RG-Explainer training epochs.")] = 8,
     samples: Annotated[int, typer.Option(min=1, help="Invalid training groups used.")] = 1200,
-    seed: Annotated[int, typer.Option(help="Seed for sampling and initialisation.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for sampling and initialisation.")] = 0,
 ) -> None:
     """Pre-train the explainers that need it (PGExplainer, RG-Explainer) on the classifier's training split."""
     import time as _time
@@ -216,7 +216,7 @@ def classifier_evaluate(
         help="With --dataset: score only the 'test' (or 'val', 'train') part of the seeded 80/10/10 split.")] = None,
     weights: Annotated[Optional[Path], typer.Option(help="Weights file (default: the shipped ones).")] = None,
     groups: Annotated[int, typer.Option("--groups", min=1, help="With --models: groups sampled per model.")] = 500,
-    seed: Annotated[int, typer.Option(help="Seed of the split or of the sampling.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the split or of the sampling.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Score the classifier: accuracy, F1 and the confusion matrix."""
@@ -234,7 +234,7 @@ def classifier_evaluate(
         if split is not None:
             parts = dict(zip(("train", "val", "test"), gnn.split_indices(len(data), seed)))
             if split not in parts:
-                raise FuseplanError(f"--split must be train, val or test, not {split!r}")
+                raise FuseplanError(f"--split must be train, val or test, not {shown(split)}")
             indices = parts[split]
         source = f"{dataset}" + (f" ({split} split)" if split else "")
     else:

@@ -12,7 +12,7 @@ from rich.table import Table
 from fuseplan.cli.common import (app, choices, stdout, Scheme, InputShapeOpt, BytesPerElementOpt, JsonOpt,
                                   named_inputs, print_named, progress_bar)
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import check_outputs, external_data_files, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
 from fuseplan.passes.pass_search import OBJECTIVES as PASS_OBJECTIVES
@@ -63,7 +63,7 @@ def passes_command(
         help="What picks the best graph: latency (onnxruntime CPU), dram (fuseplan's DRAM of the best plan) or "
              "opt-time (time the passes take).")] = PassObjective.latency,
     budget: Annotated[int, typer.Option(help="Pipelines of the relevant passes to try.")] = 24,
-    seed: Annotated[int, typer.Option(help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the sampled pipelines, random weights and inputs.")] = 0,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write the best verified graph measured here (the baseline's and random pipelines' "
                                "included; under latency, ort/all's unless confirmed faster end to end).")] = None,
@@ -123,7 +123,7 @@ def passes_command(
         names = [n.strip() for n in only.split(",") if n.strip()]
         unknown = [n for n in names if n not in catalogue]
         if unknown or not names:
-            problem = f"unknown pass {unknown[0]!r}" if unknown else "--passes names no pass"
+            problem = f"unknown pass {shown(unknown[0])}" if unknown else "--passes names no pass"
             raise FuseplanError(f"{problem}; `fuseplan passes --list` shows the passes")
         names = [n for n in catalogue if n in names]  # the registry's order
     source_model = read_model(source)

@@ -46,7 +46,7 @@ def plan(
         "--refine", help="Algorithm 1 also cuts parts that fit but re-read their weights per row tile (BRR) where "
              "a cut at a blamed edge lowers DRAM; explainer-driven splitters only.")] = False,
     budget: Annotated[int, typer.Option(min=1, help="Partition plans the search may propose.")] = 5000,
-    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same plan.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Random seed; the same seed gives the same plan.")] = 0,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the plan as JSON here.")] = None,
     onnx_out: Annotated[Optional[Path], typer.Option(
         "--onnx-out", help="Write a copy of the model with each node's group in its metadata.")] = None,

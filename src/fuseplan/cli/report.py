@@ -81,7 +81,7 @@ def why(
         "--refine", help="Also cut parts that fit but re-read their weights per row tile (BRR), "
                          "as plan --refine does.")] = False,
     png: Annotated[Optional[Path], typer.Option(help="Draw the group with the blamed edges highlighted.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random fallback split, if needed.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the random fallback split, if needed.")] = 0,
     bytes_per_element: HardwareBytesPerElementOpt = None,
     hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,

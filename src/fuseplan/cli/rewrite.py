@@ -62,7 +62,7 @@ def rewrite(
         show_default=False)] = None,
     rules: Annotated[Optional[str], typer.Option(
         help="Comma-separated rule names (default: all); see docs/rewrite.md.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of ties, random weights and inputs of the verification.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of ties, random weights and inputs of the verification.")] = 0,
     latency_cache: Annotated[Optional[Path], typer.Option(
         help="Per-operator latency cache of the latency objective (default ~/.cache/fuseplan).")] = None,
     timing_rounds: Annotated[int, typer.Option(

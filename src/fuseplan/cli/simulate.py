@@ -14,7 +14,7 @@ from fuseplan.cli.common import (app, stdout, stderr, ModelArg, JsonOpt, print_t
                                  progress_bar)
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.graph import CompGraph, parse_input_shape
 from fuseplan.passes import FixInputShapes
 from fuseplan.units import format_bytes
@@ -28,7 +28,8 @@ def simulate(
         "--hardware", metavar="FILE.yaml|TEMPLATE",
         help="Run in this accelerator's buffer (a YAML file or a shipped template); its buffer and data width "
              "must be the plan's. Default: the plan's buffer.", show_default=False)] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random weights (weight-stripped models) and inputs.")] = 0,
+    seed: Annotated[int, typer.Option(
+        min=0, help="Seed of the random weights (weight-stripped models) and inputs.")] = 0,
     input_shape: Annotated[Optional[list[str]], typer.Option(
         "--input-shape", help="Run at another input shape, NAME=1x3x112x112 (repeatable), for a quicker run: the "
         "plan's groups are priced again at that shape by its scheme and those schedules run, not the file's.",
@@ -68,12 +69,12 @@ def simulate(
         planned = {name for group in plan_file.document["groups"] for name in group["nodes"]}
         planned |= set(map(str, plan_file.document["excluded"]))
         if planned != {node.name for node in graph.nodes}:
-            raise FuseplanError(f"the plan was made for model {plan_file.document['model']!r}, whose operators "
+            raise FuseplanError(f"the plan was made for model {shown(plan_file.document['model'])}, whose operators "
                                 f"differ from {graph.name!r}")
         schedules = _schedules_at(graph, plan_file)
     else:
         if recorded is not None and recorded != graph.fingerprint:
-            raise FuseplanError(f"the plan was made for model {plan_file.document['model']!r}, whose operators "
+            raise FuseplanError(f"the plan was made for model {shown(plan_file.document['model'])}, whose operators "
                                 f"differ from {graph.name!r} (fingerprint {recorded} vs {graph.fingerprint})")
         schedules = plan_schedules(graph, plan_file.document, buffer_bytes, width)
     outcome = _simulate_with_progress(prepared, graph, schedules, seed, (buffer_bytes - 1) // width)

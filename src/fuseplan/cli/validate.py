@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from fuseplan.cli.common import app, stdout, stderr, ModelArg, InputShapeOpt, resolve_accelerator, load_model
-from fuseplan.hardware import template_names
+from fuseplan.hardware import MAX_BYTES_PER_ELEMENT, template_names
 from fuseplan.units import format_bytes
 
 
@@ -26,7 +26,7 @@ def validate(
         help="Also check that every group fits an on-chip buffer of this size (overrides the --hardware file's).",
         show_default=False)] = None,
     bytes_per_element: Annotated[Optional[int], typer.Option(
-        "--bytes-per-element", min=1,
+        "--bytes-per-element", min=1, max=MAX_BYTES_PER_ELEMENT,
         help="Data width of that check (overrides the --hardware file's; default: the plan's).",
         show_default=False)] = None,
 ) -> None:

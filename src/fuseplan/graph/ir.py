@@ -22,7 +22,7 @@ from math import prod
 from types import MappingProxyType
 from typing import Any
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class CompGraph:
         try:
             return self._index_by_name[name]
         except KeyError:
-            raise FuseplanError(f"model {self.name!r} has no operator named {name!r}") from None
+            raise FuseplanError(f"model {self.name!r} has no operator named {shown(name)}") from None
 
     @cached_property
     def fingerprint(self) -> str:

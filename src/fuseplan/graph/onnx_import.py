@@ -29,7 +29,7 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.files import read_input
 from fuseplan.graph.ir import CompGraph, OpNode, Tensor
 from fuseplan.graph.ops import PARAMETER_SLOTS, WEIGHT_SLOTS, operator_macs, row_geometry
@@ -96,7 +96,13 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         shape = ()
     if not sep or not name or not shape or any(d <= 0 for d in shape):
-        raise FuseplanError(f"cannot read input shape {text!r}: expected NAME=DxDx..., e.g. input=1x3x224x224")
+        raise FuseplanError(f"cannot read input shape {shown(text)}: expected NAME=DxDx..., e.g. input=1x3x224x224")
+    elements = 1
+    for d in shape:  # stops at the cap: a product of thousands of huge dimensions is not worth computing
+        elements *= d
+        if elements > MAX_TENSOR_ELEMENTS:
+            raise FuseplanError(f"input shape {shown(text)} has more than the {MAX_TENSOR_ELEMENTS:,} (2^32) "
+                                "elements one tensor may have")
     return name, shape
 
 

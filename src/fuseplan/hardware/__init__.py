@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 TEMPLATE_SUFFIX = ".yaml"
+MAX_BYTES_PER_ELEMENT = 16  # the widest data type a description or --bytes-per-element may give (complex128)
 _SCHEMA_NAMES = ("Hardware", "load_hardware", "parse_hardware", "resolve_hardware")
 
 
@@ -34,4 +35,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [*_SCHEMA_NAMES, "template_names"]
+__all__ = [*_SCHEMA_NAMES, "MAX_BYTES_PER_ELEMENT", "template_names"]

@@ -7,8 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-from fuseplan.errors import FuseplanError
-from fuseplan.hardware import TEMPLATE_SUFFIX, template_names
+from fuseplan.errors import FuseplanError, shown
+from fuseplan.hardware import MAX_BYTES_PER_ELEMENT, TEMPLATE_SUFFIX, template_names
 from fuseplan.units import parse_size
 
 try:  # pydantic and pyyaml are core dependencies; the guard only turns a broken install into one line
@@ -32,7 +32,8 @@ class Hardware(BaseModel):
     name: Optional[str] = Field(None, description="A label for reports.")
     source: Optional[str] = Field(None, description="Where the figures come from.")
     buffer: Optional[int] = Field(None, description="On-chip buffer, as --buffer reads it: 108KB, 0.5MiB, 131072.")
-    bytes_per_element: Optional[int] = Field(None, ge=1, le=16, description="Data width in bytes (1 = int8).")
+    bytes_per_element: Optional[int] = Field(None, ge=1, le=MAX_BYTES_PER_ELEMENT,
+                                             description="Data width in bytes (1 = int8).")
     dram_bytes_per_second: Optional[float] = Field(None, gt=0, description="DRAM bandwidth.")
     buffer_bytes_per_second: Optional[float] = Field(None, gt=0, description="On-chip buffer bandwidth.")
     peak_macs_per_second: Optional[float] = Field(None, gt=0, description="Peak multiply-accumulate throughput.")
@@ -103,7 +104,7 @@ def _describe(error: ValidationError, origin: str) -> str:
     kind, message = first.get("type", ""), first.get("msg", "invalid value")
     if kind == "extra_forbidden":
         allowed = ", ".join(Hardware.model_fields)
-        return f"{origin}: unknown key {where!r} (known keys: {allowed})"
+        return f"{origin}: unknown key {shown(where)} (known keys: {allowed})"
     message = message.removeprefix("Value error, ")
     more = f" (and {len(error.errors()) - 1} more problem{'s' if len(error.errors()) > 2 else ''})" \
         if len(error.errors()) > 1 else ""
@@ -136,7 +137,7 @@ def load_hardware(spec: str | Path) -> Hardware:
         text = template.read_text("utf-8")
         return parse_hardware(text, f"hardware template {spec}")
     if not path.exists():
-        raise FuseplanError(f"{spec!r} is neither a hardware file nor a template ({', '.join(template_names())})")
+        raise FuseplanError(f"{shown(spec)} is neither a hardware file nor a template ({', '.join(template_names())})")
     try:
         text = read_input(path, "hardware file", MAX_HARDWARE_BYTES).decode("utf-8")
     except UnicodeDecodeError:

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.passes.prepare import _infer_shapes
 from fuseplan.passes.select import ORT_FULL, Pruning, apply_pass, graph_hash, is_terminal
 from fuseplan.passes.verify import TOLERANCE, random_inputs, run
@@ -579,7 +579,7 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, dram: 
     the fastest graph measured each against the baseline end to end (``timing_rounds`` rounds; see the module
     docstring)."""
     if objective not in OBJECTIVES:
-        raise FuseplanError(f"unknown objective {objective!r}; the objectives are {', '.join(OBJECTIVES)}")
+        raise FuseplanError(f"unknown objective {shown(objective)}; the objectives are {', '.join(OBJECTIVES)}")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
     check_timing_options(threads, batch)
@@ -605,10 +605,10 @@ def search_passes(model: onnx.ModelProto, name: str, pruning: Pruning, *, dram: 
                    on_graph=tick("measure", len(graphs)))
     search = PassSearch(name, pruning, objective, budget, seed, selected, randoms, applied, 0.0)
     if batch > 1:
-        shown = {g.hash: g for g in [*pareto_front(graphs), *[g for g in (search.baseline, search.best) if g]]}
-        measure_throughput(list(shown.values()), model, batch, seed=seed, threads=threads)
+        reported = {g.hash: g for g in [*pareto_front(graphs), *[g for g in (search.baseline, search.best) if g]]}
+        measure_throughput(list(reported.values()), model, batch, seed=seed, threads=threads)
         for graph in graphs:  # a throughput at batch 1 is not the throughput asked for
-            if graph.hash not in shown:
+            if graph.hash not in reported:
                 graph.throughput = None
     baseline = search.baseline
     if objective == "latency" and baseline is not None and baseline.verified:

@@ -15,7 +15,7 @@ from typing import Any
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.passes.base import Pass
 from fuseplan.passes.order import topological_order
 
@@ -68,7 +68,7 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
     for name in input_shapes:
         if name not in names:
             raise FuseplanError(
-                f"--input-shape names {name!r}, but the model's inputs are {sorted(names)}"
+                f"--input-shape names {shown(name)}, but the model's inputs are {sorted(names)}"
             )
     reshaped = False
     declared_model = onnx.ModelProto()
@@ -79,11 +79,11 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
             shape = input_shapes[value.name]
             declared = tensor_type.shape.dim if tensor_type.HasField("shape") else None
             if declared is not None and len(declared) != len(shape):
-                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
-                                 for d in declared)
+                declared_dims = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                                         for d in declared)
                 raise FuseplanError(
-                    f"input {value.name!r} has {len(declared)} dimensions [{shown}]; "
-                    f"--input-shape gives {len(shape)} ({'x'.join(map(str, shape))})"
+                    f"input {value.name!r} has {len(declared)} dimensions [{declared_dims}]; "
+                    f"--input-shape gives {len(shape)} ({shown('x'.join(map(str, shape)), quote=False)})"
                 )
             if declared and all(d.HasField("dim_value") for d in declared) \
                     and [d.dim_value for d in declared] != list(shape):
@@ -94,16 +94,16 @@ def _fix_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequenc
             continue
         dims = tensor_type.shape.dim if tensor_type.HasField("shape") else None
         if dims is None or any(not d.HasField("dim_value") for d in dims):
-            shown = "?" if dims is None else "x".join(
+            dims_text = "?" if dims is None else "x".join(
                 str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
             )
             raise FuseplanError(
-                f"input {value.name!r} has a dynamic shape [{shown}]; "
+                f"input {value.name!r} has a dynamic shape [{dims_text}]; "
                 f"fix it with --input-shape {value.name}=1x3x224x224 (your sizes)"
             )
         if any(d.dim_value <= 0 for d in dims):
-            shown = "x".join(str(d.dim_value) for d in dims)
-            raise FuseplanError(f"input {value.name!r} has the shape [{shown}]; every dimension must be "
+            dims_text = "x".join(str(d.dim_value) for d in dims)
+            raise FuseplanError(f"input {value.name!r} has the shape [{dims_text}]; every dimension must be "
                                 "positive (fix it with --input-shape)")
     if reshaped:
         # The shapes a model file records for the other tensors (a prepared model saved, say) follow from the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.passes.base import Pass
 from fuseplan.passes.prepare import FixInputShapes, FoldAliases, FoldConstants, InferShapes
 from fuseplan.passes.rewrite import Rewrite
@@ -22,7 +22,7 @@ def make_pass(name: str, **options: Any) -> Pass:
     """The pass registered as ``name``, built with ``options``."""
     cls = PASSES.get(name) or _external_pass(name)
     if cls is None:
-        raise FuseplanError(f"unknown pass {name!r}; the passes are {', '.join(PASSES)} and those "
+        raise FuseplanError(f"unknown pass {shown(name)}; the passes are {', '.join(PASSES)} and those "
                             "`fuseplan passes --list` shows")
     try:
         return cls(**options)

@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.passes.base import Pass
 from fuseplan.passes.prepare import _infer_shapes
 
@@ -34,7 +34,7 @@ def rule_names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in rules]
     if unknown or not names:
-        problem = f"unknown rule {unknown[0]!r}" if unknown else "--rules names no rule"
+        problem = f"unknown rule {shown(unknown[0])}" if unknown else "--rules names no rule"
         raise FuseplanError(f"{problem}; the rules are {', '.join(rules)}")
     return names
 
@@ -174,7 +174,7 @@ def apply_in_place(model: Any, rule: str, site: Sequence[str], index: Any = None
     """
     rules = load_rules()
     if rule not in rules:
-        raise FuseplanError(f"unknown rule {rule!r}; the rules are {', '.join(rules)}")
+        raise FuseplanError(f"unknown rule {shown(rule)}; the rules are {', '.join(rules)}")
     if index is not None and index.graph is not model.graph:  # an index of another graph: scan this one
         index = None
     added = rules[rule].apply(model, site, index)
@@ -221,7 +221,7 @@ class Rewrite(Pass):
                     or not isinstance(step.get("site"), list) or not all(isinstance(s, str) for s in step["site"])):
                 raise FuseplanError(f"pass {self.name}: step {position} must be {{\"rule\": name, \"site\": [names]}}")
             if step["rule"] not in rules:
-                raise FuseplanError(f"pass {self.name}: unknown rule {step['rule']!r}; the rules are "
+                raise FuseplanError(f"pass {self.name}: unknown rule {shown(step['rule'])}; the rules are "
                                     f"{', '.join(rules)}")
             checked.append({"rule": step["rule"], "site": list(step["site"])})
         self.steps = checked

@@ -43,7 +43,7 @@ from typing import Any
 import onnx
 
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.files import read_json, write_text
 from fuseplan.passes.base import run_passes
 from fuseplan.passes.external import light_model, require_external_passes
@@ -126,7 +126,7 @@ def apply_pass(name: str, model: onnx.ModelProto, weights_dir: Path | None = Non
     """
     cls = require_external_passes().get(name)
     if cls is None:
-        raise FuseplanError(f"unknown pass {name!r}; `fuseplan passes --list` shows the passes")
+        raise FuseplanError(f"unknown pass {shown(name)}; `fuseplan passes --list` shows the passes")
     start = time.perf_counter()
     try:
         result = cls(weights_dir).transform(model)

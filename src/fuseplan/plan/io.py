@@ -15,7 +15,7 @@ import onnx
 
 from fuseplan.cost import COST_MODEL_VERSION, CostModel
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import read_json, write_text
 from fuseplan.graph.onnx_import import prepare_model
 from fuseplan.passes import Pass, passes_from_records, preserves_operators
@@ -141,7 +141,7 @@ def read_plan_file(path: Path) -> PlanFile:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise FuseplanError(f"{path}: not a plan file (expected \"format\": \"{FORMAT}\")")
     if document.get("version") not in READABLE_VERSIONS:
-        raise FuseplanError(f"{path}: plan format version {document.get('version')!r} is not supported "
+        raise FuseplanError(f"{path}: plan format version {shown(document.get('version'))} is not supported "
                             f"(this fuseplan reads versions {', '.join(map(str, READABLE_VERSIONS))})")
     for key, kind in _REQUIRED.items():
         value = document.get(key)
@@ -175,15 +175,16 @@ def _check_records(path: Path, document: dict[str, Any]) -> None:
 
     for position, group in enumerate(document["groups"]):
         if "id" in group and (type(group["id"]) is not int or group["id"] != position):
-            raise FuseplanError(f"{path}: group {position} has id {group['id']!r}; ids number the groups 0, 1, ...")
+            raise FuseplanError(f"{path}: group {position} has id {shown(group['id'])}; ids number the groups "
+                                "0, 1, ...")
     search = document.get("search")
     if "search" in document and (not isinstance(search, dict) or search.get("algorithm", "auto") not in ALGORITHMS):
         algorithm = search.get("algorithm") if isinstance(search, dict) else search
-        raise FuseplanError(f"{path}: \"search\" names {algorithm!r}, not one of {', '.join(ALGORITHMS)}")
+        raise FuseplanError(f"{path}: \"search\" names {shown(algorithm)}, not one of {', '.join(ALGORITHMS)}")
     objective = document.get("objective")
     if "objective" in document and (not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES):
         name = objective.get("name") if isinstance(objective, dict) else objective
-        raise FuseplanError(f"{path}: \"objective\" names {name!r}, not one of {', '.join(OBJECTIVES)}")
+        raise FuseplanError(f"{path}: \"objective\" names {shown(name)}, not one of {', '.join(OBJECTIVES)}")
     if "hardware" in document:
         from fuseplan.hardware import Hardware
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fuseplan.cost.base import CostModel
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.plan.estimate import Estimator
 
 if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
@@ -128,5 +128,5 @@ OBJECTIVES: dict[str, type[Objective]] = {cls.name: cls for cls in (DramObjectiv
 def make_objective(name: str, cost: CostModel, hardware: Hardware | None = None) -> Objective:
     cls = OBJECTIVES.get(name)
     if cls is None:
-        raise FuseplanError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+        raise FuseplanError(f"unknown objective {shown(name)}; choose one of {', '.join(OBJECTIVES)}")
     return cls(cost, hardware)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fuseplan.cost import make_cost_model
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.graph.ir import CompGraph
 from fuseplan.plan.io import PlanFile
 from fuseplan.plan.plan import Plan
@@ -19,14 +19,14 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
     doc = plan_file.document
     recorded = doc.get("model_fingerprint")
     if recorded is not None and recorded != graph.fingerprint:
-        raise FuseplanError(f"the plan was made for model {doc['model']!r}, whose operators differ from "
+        raise FuseplanError(f"the plan was made for model {shown(doc['model'])}, whose operators differ from "
                             f"{graph.name!r} (fingerprint {recorded} vs {graph.fingerprint})")
     check_size(graph, plan_file)
     cost = make_cost_model(plan_file.scheme, graph, plan_file.buffer_bytes, plan_file.bytes_per_element)
     problem = FusionProblem(cost)
     groups, reasons = _plan_groups(graph, doc)
     if doc["model"] != graph.name and recorded is None:  # without a fingerprint, the name is all that ties them
-        reasons.insert(0, f"the plan names model {doc['model']!r}, not {graph.name!r}")
+        reasons.insert(0, f"the plan names model {shown(doc['model'])}, not {graph.name!r}")
     if reasons:
         return reasons
     plan = Plan.from_groups(groups)
@@ -80,7 +80,7 @@ def _plan_groups(graph: CompGraph, doc: dict) -> tuple[list[set[int]], list[str]
             try:
                 members.add(graph.node_index(str(name)))
             except FuseplanError:
-                reasons.append(f"group {position} names {name!r}, which is not an operator of the model")
+                reasons.append(f"group {position} names {shown(name)}, which is not an operator of the model")
         groups.append(members)
     return groups, reasons
 
@@ -122,5 +122,5 @@ def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> lis
         if value is None and recorded is None:
             continue
         if not isinstance(recorded, (int, float)) or value is None or not isclose(recorded, value, rel_tol=1e-9):
-            reasons.append(f"estimate {key} is recorded as {recorded}; the recorded hardware gives {value}")
+            reasons.append(f"estimate {key} is recorded as {shown(recorded)}; the recorded hardware gives {value}")
     return reasons

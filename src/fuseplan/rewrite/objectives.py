@@ -21,7 +21,7 @@ import onnx
 
 from fuseplan.cost import CostModel, GroupCost, make_cost_model
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError, first_line
+from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.files import read_json, write_text
 from fuseplan.graph import CompGraph, graph_from_model
 from fuseplan.passes.prepare import known_shapes, node_attributes
@@ -535,5 +535,5 @@ OBJECTIVES: dict[str, type[Objective]] = {cls.name: cls for cls in (DramObjectiv
 def make_objective(name: str, **options: Any) -> Objective:
     cls = OBJECTIVES.get(name)
     if cls is None:
-        raise FuseplanError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+        raise FuseplanError(f"unknown objective {shown(name)}; choose one of {', '.join(OBJECTIVES)}")
     return cls(**options)

@@ -54,7 +54,7 @@ from typing import Any
 
 import onnx
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.passes.verify import SiteVerifier, Verifier
 from fuseplan.rewrite.objectives import Objective
@@ -191,9 +191,9 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     if budget < 1:
         raise FuseplanError("the budget must be at least one expanded graph")
     if verify not in VERIFY_MODES:
-        raise FuseplanError(f"unknown verification {verify!r}; choose one of {', '.join(VERIFY_MODES)}")
+        raise FuseplanError(f"unknown verification {shown(verify)}; choose one of {', '.join(VERIFY_MODES)}")
     if pricing not in PRICINGS:
-        raise FuseplanError(f"unknown pricing {pricing!r}; choose one of {', '.join(PRICINGS)}")
+        raise FuseplanError(f"unknown pricing {shown(pricing)}; choose one of {', '.join(PRICINGS)}")
     if not 1 <= max_growth < float("inf"):
         raise FuseplanError(f"the growth bound must be a finite number of at least 1 (got {max_growth}); 1 keeps "
                             "the operator count")
@@ -201,7 +201,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     names = list(registry) if rules is None else list(rules)
     unknown = [n for n in names if n not in registry]
     if unknown:
-        raise FuseplanError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(registry)}")
+        raise FuseplanError(f"unknown rule {shown(unknown[0])}; the rules are {', '.join(registry)}")
     start = clock()
     try:
         search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.explain.explainers import EXPLAINERS
 from fuseplan.split.base import SplitStats, Splitter
 from fuseplan.split.random_split import RandomSplitter
@@ -21,7 +21,7 @@ def make_splitter(name: str, refine: bool = False) -> Splitter:
             raise FuseplanError("refinement cuts at blamed edges: it needs an explainer-driven splitter, not random")
         return RandomSplitter()
     if name not in SPLITTERS:
-        raise FuseplanError(f"unknown splitter {name!r}; choose one of {', '.join(SPLITTERS)}")
+        raise FuseplanError(f"unknown splitter {shown(name)}; choose one of {', '.join(SPLITTERS)}")
     from fuseplan.explain.explainers import make_explainer
 
     return TreeSplitter(make_explainer(name), refine=refine)

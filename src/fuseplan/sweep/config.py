@@ -34,7 +34,7 @@ from typing import Any
 
 from fuseplan import zoo
 from fuseplan.cost import SCHEMES, scheme_version
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import read_input
 from fuseplan.search import ALGORITHMS
 from fuseplan.split import SPLITTERS
@@ -106,32 +106,32 @@ SINGULAR = {"schemes": "scheme", "searches": "search", "splitters": "splitter"}
 def _choice(key: str, value: Any, choices: Iterable[str]) -> str:
     choices = list(choices)
     if not isinstance(value, str) or value.lower() not in choices:
-        raise FuseplanError(f"sweep config: unknown {SINGULAR[key]} {value!r} in {key}; "
+        raise FuseplanError(f"sweep config: unknown {SINGULAR[key]} {shown(value)} in {key}; "
                             f"choose from {', '.join(choices)}")
     return value.lower()
 
 
 def _integer(key: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise FuseplanError(f"sweep config: {key} must hold integers of at least {minimum}, not {value!r}")
+        raise FuseplanError(f"sweep config: {key} must hold integers of at least {minimum}, not {shown(value)}")
     return value
 
 
 def _model(value: Any, base: Path) -> str:
     if not isinstance(value, str) or not value:
-        raise FuseplanError(f"sweep config: models must hold zoo names or ONNX file paths, not {value!r}")
+        raise FuseplanError(f"sweep config: models must hold zoo names or ONNX file paths, not {shown(value)}")
     if value in zoo.names():
         return value
     path = Path(value) if Path(value).is_absolute() else base / value
     if value.endswith(".onnx") and path.is_file():
         return str(path.resolve())
-    raise FuseplanError(f"sweep config: unknown model {value!r} in models; give a zoo name "
+    raise FuseplanError(f"sweep config: unknown model {shown(value)} in models; give a zoo name "
                         f"({', '.join(zoo.names())}) or an existing .onnx file")
 
 
 def _buffer(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise FuseplanError(f"sweep config: buffers must hold sizes such as 128KB or 131072, not {value!r}")
+        raise FuseplanError(f"sweep config: buffers must hold sizes such as 128KB or 131072, not {shown(value)}")
     return parse_size(str(value))
 
 
@@ -155,7 +155,7 @@ def _axis(key: str, raw: Any, base: Path) -> list[Any]:
         return [_integer(key, v, 1) for v in values]
     if key == "refine":
         if not all(isinstance(v, bool) for v in values):
-            raise FuseplanError(f"sweep config: refine must hold true or false, not {values!r}")
+            raise FuseplanError(f"sweep config: refine must hold true or false, not {shown(values)}")
         return values
     raise AssertionError(key)
 
@@ -164,7 +164,7 @@ def _check_keys(mapping: Mapping[str, Any], allowed: Iterable[str], where: str) 
     allowed = list(allowed)
     for key in mapping:
         if key not in allowed:
-            raise FuseplanError(f"sweep config: unknown key {key!r}{where}; allowed: {', '.join(allowed)}")
+            raise FuseplanError(f"sweep config: unknown key {shown(key)}{where}; allowed: {', '.join(allowed)}")
 
 
 def _grid_cells(axes: Mapping[str, list[Any]]) -> list[Cell]:
@@ -218,7 +218,7 @@ def check_name(name: Any) -> str:
     if not isinstance(name, str):
         raise FuseplanError(f"sweep config: name must be a string, not {type(name).__name__}")
     if not _NAME.match(name):
-        raise FuseplanError(f"sweep config: name {ascii(name[:100])} must be 1 to 100 letters, digits, '.', '_', '+' "
+        raise FuseplanError(f"sweep config: name {shown(name)} must be 1 to 100 letters, digits, '.', '_', '+' "
                             "or '-', starting with a letter or digit (it names the sweep's directory)")
     return name
 

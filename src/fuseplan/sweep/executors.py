@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.sweep.config import Cell
 from fuseplan.sweep.worker import init_worker, run_cell
 
@@ -184,4 +184,4 @@ def make_executor(name: str, jobs: int | None = None, address: str | None = None
         return LocalExecutor(jobs)
     if name == "ray":
         return RayExecutor(address, jobs)
-    raise FuseplanError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
+    raise FuseplanError(f"unknown executor {shown(name)}; choose one of {', '.join(EXECUTORS)}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import atomic_file, check_output_dir, read_json, write_bytes, write_text
 from fuseplan.sweep.config import AXES, SweepConfig, parse_config
 from fuseplan.sweep.executors import Executor
@@ -34,7 +34,7 @@ def target_document(target: str) -> dict[str, Any]:
     import yaml
 
     if target not in TARGETS:
-        raise FuseplanError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)} or all")
+        raise FuseplanError(f"unknown target {shown(target)}; choose one of {', '.join(TARGETS)} or all")
     return yaml.safe_load(shipped_text(f"targets/{target}.yaml"))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 
 _MODELS = resources.files(__package__) / "models"
 _TRANSFORMERS = resources.files(__package__) / "transformers"
@@ -34,5 +34,5 @@ def path(name: str) -> Path:
     if name in transformer_names():
         return Path(str(_TRANSFORMERS / f"{name}.onnx"))
     if name not in names():
-        raise FuseplanError(f"unknown zoo model {name!r}; available: {', '.join(names() + transformer_names())}")
+        raise FuseplanError(f"unknown zoo model {shown(name)}; available: {', '.join(names() + transformer_names())}")
     return Path(str(_MODELS / f"{name}.onnx"))

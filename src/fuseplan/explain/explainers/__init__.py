@@ -6,7 +6,7 @@ GNN and need the ``gnn`` extra (imported only when one is made).
 
 from __future__ import annotations
 
-from fuseplan.errors import FuseplanError
+from fuseplan.errors import FuseplanError, shown
 from fuseplan.explain.explainers.base import Explanation, ExplainerAlgorithm
 from fuseplan.explain.explainers.oracle import OracleExplainer
 
@@ -19,7 +19,7 @@ def make_explainer(name: str) -> ExplainerAlgorithm:
     if name == "oracle":
         return OracleExplainer()
     if name not in EXPLAINERS:
-        raise FuseplanError(f"unknown explainer {name!r}; choose one of {', '.join(EXPLAINERS)}")
+        raise FuseplanError(f"unknown explainer {shown(name)}; choose one of {', '.join(EXPLAINERS)}")
     from fuseplan.explain.gnn import require_torch
 
     require_torch()
