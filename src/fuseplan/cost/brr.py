@@ -57,7 +57,7 @@ from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
-from fuseplan.schedule.lone import epilogue, lone_schedule, riders
+from fuseplan.schedule.lone import epilogue_prefixes, lone_schedule, riders
 
 DEFAULT_CHANNEL_BLOCK = 16
 
@@ -573,25 +573,22 @@ class BRRCostModel(CostModel):
     def _ride_sets(self) -> tuple[dict[frozenset[int], tuple[int, ...]], ...]:
         """Per operator ``v``: the groups it runs alone with what rides on its output, each with its riders in
         order: ``v`` with a prefix of its in-place chain (:func:`~fuseplan.schedule.lone.riders`) or with a
-        prefix of its epilogue (:func:`~fuseplan.schedule.lone.epilogue`, GELU or Swish after a matrix
-        product or convolution) that leaves one tensor to write."""
-        graph, tensors = self.graph, self.graph.tensors
+        prefix of its epilogue (:func:`~fuseplan.schedule.lone.epilogue_prefixes`, GELU or Swish after a
+        matrix product or convolution) that leaves one tensor to write."""
         found = []
-        for v in range(len(graph.nodes)):
-            sets: dict[frozenset[int], tuple[int, ...]] = {}
+        for v in range(len(self.graph.nodes)):
             chain = self._riders[v]
-            for k in range(len(chain) + 1):
-                sets[frozenset((v, *chain[:k]))] = chain[:k]
-            graph_on = epilogue(graph, v)
-            made = list(graph.nodes[v].outputs)
-            for k, u in enumerate(graph_on, start=1):
-                made.append(graph.nodes[u].outputs[0])
-                taken = set(graph_on[:k])
-                escaping = [t for t in made if tensors[t].is_model_output or not set(tensors[t].consumers) <= taken]
-                if escaping == [made[-1]]:
-                    sets.setdefault(frozenset((v, *graph_on[:k])), graph_on[:k])
+            sets = {frozenset((v, *chain[:k])): chain[:k] for k in range(len(chain) + 1)}
+            for prefix in epilogue_prefixes(self.graph, v):
+                sets.setdefault(frozenset((v, *prefix)), prefix)
             found.append(sets)
         return tuple(found)
+
+    @cached_property
+    def _may_carry(self) -> tuple[frozenset[int], ...]:
+        """Per operator: every operator that rides on it in some group of :attr:`_ride_sets` (its in-place
+        chain and its epilogue)."""
+        return tuple(frozenset(u for ride in sets.values() for u in ride) for sets in self._ride_sets)
 
     @cached_property
     def _longest_ride(self) -> int:
@@ -683,8 +680,8 @@ class BRRCostModel(CostModel):
         one not yet among them."""
         members = tuple(members)
         head = min(members)
-        ride = (*self._riders[head], *epilogue(self.graph, head))
-        if all(u == head or u in ride for u in members):
+        carried = self._may_carry[head]
+        if all(u == head or u in carried for u in members):
             return 0.0
         if all(self._may_ride[u] for u in members):
             return 0.0
@@ -692,13 +689,11 @@ class BRRCostModel(CostModel):
 
     @cached_property
     def _may_ride(self) -> tuple[bool, ...]:
-        """Per operator: whether it rides on some operator's output (:func:`fuseplan.schedule.lone.riders`)."""
+        """Per operator: whether it rides on some operator's output (:attr:`_may_carry`: in its in-place chain or
+        its epilogue)."""
         flags = [False] * len(self.graph.nodes)
-        for ride in self._riders:
-            for u in ride:
-                flags[u] = True
-        for v in range(len(self.graph.nodes)):
-            for u in epilogue(self.graph, v):
+        for carried in self._may_carry:
+            for u in carried:
                 flags[u] = True
         return tuple(flags)
 

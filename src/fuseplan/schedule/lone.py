@@ -176,9 +176,16 @@ def epilogue(graph: CompGraph, v: int) -> tuple[int, ...]:
     held whole), and exactly one of the tensors made (the last) is read outside it or is a model output:
     the one the schedule writes. The walk takes, in topological order, the next reader of a tensor made
     so far while it qualifies, and returns the longest such prefix that leaves one tensor to write
-    (``()`` if none does). On a chain of in-place operators it is :func:`riders`' chain (and it may go on
-    through other element-wise operators, Erf say).
+    (``()`` if none does; :func:`epilogue_prefixes` lists them all). On a chain of in-place operators it
+    is :func:`riders`' chain (and it may go on through other element-wise operators, Erf say).
     """
+    prefixes = epilogue_prefixes(graph, v)
+    return prefixes[-1] if prefixes else ()
+
+
+def epilogue_prefixes(graph: CompGraph, v: int) -> tuple[tuple[int, ...], ...]:
+    """Every prefix of :func:`epilogue`'s walk from ``v`` that leaves one tensor to write, shortest first:
+    the epilogues ``v`` may carry (BRR prices ``v`` with any of them as a lone operator)."""
     nodes, tensors = graph.nodes, graph.tensors
     if len(nodes[v].outputs) != 1:
         return ()
@@ -187,7 +194,7 @@ def epilogue(graph: CompGraph, v: int) -> tuple[int, ...]:
     made = [first]
     members: list[int] = []
     taken: set[int] = set()
-    best: tuple[int, ...] = ()
+    found: list[tuple[int, ...]] = []
     while True:
         readers = sorted({u for t in made for u in tensors[t].consumers if u not in taken})
         if not readers:
@@ -203,8 +210,8 @@ def epilogue(graph: CompGraph, v: int) -> tuple[int, ...]:
         made.append(node.outputs[0])
         escaping = [t for t in made if tensors[t].is_model_output or not set(tensors[t].consumers) <= taken]
         if escaping == [made[-1]]:
-            best = tuple(members)
-    return best
+            found.append(tuple(members))
+    return tuple(found)
 
 
 def epilogue_buffers(graph: CompGraph, v: int, operators: tuple[int, ...]) -> int:
