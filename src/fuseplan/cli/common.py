@@ -109,17 +109,12 @@ PRICING_HELP = ("dram objective: how a candidate is priced when generated. lazy:
                 "exact: every candidate priced exactly. The macs and latency objectives price exactly either way.")
 
 
-def check_max_growth(max_growth: float) -> None:
-    if not 1 <= max_growth < float("inf"):
-        raise FuseplanError(f"--max-growth must be a finite number of at least 1 (got {max_growth}); 1 keeps the "
-                            "operator count")
-
-
-def check_alpha(flag: str, alpha: float) -> None:
-    """Refuse, before any work, an alpha the rewrite search cannot use: below 1, not a number, or infinite (every
-    candidate kept, and a figure no strict JSON can record)."""
-    if not 1 <= alpha < float("inf"):
-        raise FuseplanError(f"{flag} must be a finite number of at least 1 (got {alpha}); 1 is the greedy search")
+def check_at_least_one(flag: str, value: float, one_means: str) -> None:
+    """Refuse, before any work, a factor the rewrite search cannot use (``--alpha``, ``--max-growth``): below 1,
+    not a number, or infinite (every candidate kept or no bound at all, and a figure no strict JSON can
+    record). ``one_means`` says what 1 does."""
+    if not 1 <= value < float("inf"):
+        raise FuseplanError(f"{flag} must be a finite number of at least 1 (got {value}); 1 {one_means}")
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]

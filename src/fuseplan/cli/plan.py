@@ -9,7 +9,7 @@ import typer
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_alpha, check_max_growth,
+    HardwareOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_at_least_one,
     resolve_accelerator, load_model, read_rewritable, check_time_limit, run_rewrite_search, named_inputs, print_named,
     progress_bar,
 )
@@ -96,9 +96,9 @@ def plan(
     source, _ = model_path(model)
     repair = make_splitter(splitter.value, refine=refine)
     rewritten = None
-    check_alpha("--rewrite-alpha", rewrite_alpha)
+    check_at_least_one("--rewrite-alpha", rewrite_alpha, "is the greedy search")
     check_time_limit("--rewrite-time-limit", rewrite_time_limit)
-    check_max_growth(max_growth)
+    check_at_least_one("--max-growth", max_growth, "keeps the operator count")
     check_time_limit("--time-limit", time_limit)
     if rewrite:
         shapes = dict(parse_input_shape(text) for text in input_shape or [])

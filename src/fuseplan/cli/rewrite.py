@@ -10,8 +10,8 @@ from rich.table import Table
 
 from fuseplan.cli.common import (
     app, choices, stdout, Scheme, ModelArg, InputShapeOpt, HardwareBytesPerElementOpt, HardwareBufferOpt,
-    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_alpha,
-    check_max_growth, print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search,
+    HardwareOpt, JsonOpt, MAX_GROWTH_HELP, PRICING_HELP, VERIFY_HELP, PricingMode, VerifyMode, check_at_least_one,
+    print_table, resolve_accelerator, read_rewritable, check_time_limit, run_rewrite_search,
     load_model, named_inputs, print_named,
 )
 from fuseplan.cost import make_cost_model
@@ -79,10 +79,10 @@ def rewrite(
 ) -> None:
     """Rewrite the graph by verified substitutions found by a cost-guided backtracking search."""
 
-    check_alpha("--alpha", alpha)
+    check_at_least_one("--alpha", alpha, "is the greedy search")
     if budget < 1:
         raise FuseplanError("--budget must be at least 1")
-    check_max_growth(max_growth)
+    check_at_least_one("--max-growth", max_growth, "keeps the operator count")
     if timing_rounds < 10 or timing_threads < 1:
         raise FuseplanError(f"--timing-rounds must be at least 10 and --timing-threads at least 1 (got "
                             f"{timing_rounds} and {timing_threads})")
