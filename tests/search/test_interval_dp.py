@@ -162,3 +162,50 @@ def test_a_scan_resumed_from_known_runs_finds_the_rest_of_them(name, scheme, buf
                 assert rest == [run for run in runs if run[0] > known_end] and where == reach
                 resumed += 1
     assert resumed > 100
+
+
+def _known_prices(problem):
+    from fuseplan.search.candidates import enumerate_candidates
+
+    candidates = enumerate_candidates(problem)
+    assert candidates.complete
+    return dict(zip(candidates.masks, candidates.dram))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph=random_dags(max_nodes=12, activations=True), scheme=st.sampled_from(["lbdf", "brr"]),
+       buffer=st.sampled_from([2_500, 5_000, 10_000, 30_000, 10**7]))
+def test_dp_over_known_prices_is_the_dp_that_prices(graph, scheme, buffer):
+    # A complete enumeration holds every component the DP could price that fits, so the DP over its
+    # prices finds the same optimum per order, without pricing anything.
+    from fuseplan.search.interval_dp import interval_dp_known
+
+    problem = FusionProblem(make_cost_model(scheme, graph, buffer))
+    prices = _known_prices(problem)
+    for order in candidate_orders(problem).values():
+        priced_plan, priced, _ = interval_dp(problem, order)
+        known_plan, known, _ = interval_dp_known(problem, order, prices)
+        assert known == priced
+        if known_plan is not None:
+            assert problem.check(known_plan) == [] and problem.evaluate(known_plan).dram == known
+            assert is_interval_plan(problem, known_plan, order)
+
+
+@pytest.mark.parametrize("model, scheme, kb", [("resnet50", "brr", 1024), ("mobilenet_v3_small", "lbdf", 256),
+                                               ("squeezenet", "brr", 64)])
+def test_the_reference_of_a_proven_plan_is_the_dp_that_prices(zoo_graphs, model, scheme, kb):
+    # `exact` and `auto` hand plan.json the interval reference over their candidates' prices; it is the
+    # reference that pricing the DP's groups gives (reference_record computes that one for other searches).
+    from fuseplan.search import make_search, minimize, reference_record
+    from fuseplan.split import make_splitter
+
+    problem = FusionProblem(make_cost_model(scheme, zoo_graphs[model], kb * 1024))
+    for search in ("auto", "exact"):
+        result = minimize(problem, make_search(search), make_splitter("random"), budget=10, seed=0)
+        assert result.details["optimal"] and result.reference is not None
+        fields = ("order", "dram_by_order")
+        dp = IntervalDP()
+        dp.solve(problem)
+        assert {k: result.reference[k] for k in fields} == {k: dp.reference()[k] for k in fields}
+        record = reference_record(problem, result)
+        assert record["dram_bytes"] == min(dp.reference()["dram_by_order"].values())

@@ -330,6 +330,11 @@ class CostModel(ABC):
             self.hits += 1
         return cost
 
+    def remember(self, group: Group, cost: GroupCost) -> None:
+        """Record ``cost`` as the price of ``group``, known without pricing it (a search that found it equal
+        to another group's); :meth:`pricing_state` then builds the state of a group grown from it."""
+        self._cache[group] = cost
+
     @abstractmethod
     def price(self, group: Group) -> GroupCost:
         """Price ``group`` from scratch (no cache). Subclasses implement the scheme."""

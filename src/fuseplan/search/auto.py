@@ -46,7 +46,10 @@ class Auto(SearchAlgorithm):
     def reference(self) -> dict[str, Any] | None:
         if self._dp_skipped is not None:
             return {"skipped": self._dp_skipped}
-        return self._dp.reference()
+        reference = self._dp.reference()
+        if reference is None and self.outcome is not None and self._ctx is not None:  # proven: the DP not run
+            reference = IntervalDP.known_reference(self._ctx.problem, self.outcome.prices)
+        return reference
 
     def details(self) -> dict[str, Any]:
         if self.outcome is None:
@@ -70,6 +73,7 @@ class Auto(SearchAlgorithm):
             ctx.deadline = None  # out of time or not, the plan the solver found is the answer
             ctx.propose(self.outcome.plan)
             return
+        self._dp.prices = self.outcome.prices  # a complete enumeration: the DP prices nothing
         seeds = []
         if self.outcome.plan is not None:
             seeds.append(self.outcome.plan)

@@ -40,6 +40,15 @@ pass completes one of them. A seed still cut short by the limit makes the enumer
 build valid plans, but the optimum over them proves nothing. Sets are bitmasks (Python ints over
 operator labels); convexity is ``descendants & ancestors ⊆ set``, kept
 incrementally.
+
+**Repeated stages** (:mod:`fuseplan.search.repeats`). Where every operator
+from a set's smallest to its largest member agrees with the operator a stage
+(``k`` labels) below, the set is priced as its copy ``mask >> k``, visited
+before it. Where every operator that the growth from seed ``m - k`` reached
+agrees with the one ``k`` below, the growth from seed ``m`` is that growth
+shifted by ``k`` (the same sets, prices, limit and order), so it is not
+walked at all. The candidates are those of pricing every set (tested on the
+zoo and on random repeated blocks).
 """
 
 from __future__ import annotations
@@ -47,9 +56,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from fuseplan.cost.base import GroupCost
 from fuseplan.plan.problem import FusionProblem
+from fuseplan.search.repeats import Repeats
 
 
 def bits(mask: int) -> list[int]:
@@ -254,10 +265,16 @@ class _Growth:
     seen: set[int]
     found: list[tuple[int, int, int]]  # (set, DRAM, the operators outside it that it reads from)
     priced: set[int]
+    visits: int = 0  # sets visited in all
+    peak: int = 0  # the most sets visited and queued when the limit was looked at
+    high: int = 0  # the largest operator label any set reached held or was refused for
+    cut: bool = False
+    visited: list = field(default_factory=list)  # (set, price) of every set visited, where repeats are looked up
 
 
 def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
-                         orders: Sequence[Sequence[int]] = (), deadline: float | None = None) -> Candidates:
+                         orders: Sequence[Sequence[int]] = (), deadline: float | None = None,
+                         repeats: Repeats | None = None) -> Candidates:
     """All connected convex fuseable groups that fit the buffer (see the module docstring).
 
     At most about ``max_sets`` sets (fitting or not) are visited; if that cuts
@@ -267,6 +284,10 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     Past ``deadline`` (a ``time.perf_counter()`` time) every seed stops
     growing, as if the limit had been reached, and the interval plans' groups
     are added only as far as they were priced by then.
+    ``repeats``: the graph's repeated stages (:class:`~fuseplan.search.repeats.Repeats`, found by default;
+    ``Repeats(())`` prices every set): a seed whose growth is a copy of the finished growth of the seed a
+    stage below takes that growth shifted, and a set inside a run of repeated stages takes the price of
+    its copy a stage below.
     """
     graph, cost = problem.graph, problem.cost
     beta = problem.buffer_bytes
@@ -290,6 +311,12 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     # through the cache, so that the cost model builds the states of the sets grown from it, rather than
     # pricing every set grown from it from scratch (4,985 of resnet152's 72,190 sets under BRR at 256KB).
     price, evaluate, share_state, buffer_floor = cost.price, cost.evaluate, cost.share_state, cost.buffer_floor
+    if repeats is None:
+        repeats = Repeats.of(problem)
+    copy_below = repeats.copy_below if repeats.shifts else None
+    known: dict[int, GroupCost] = {}  # the price of every set visited, where repeats are looked up
+    copies: dict[int, GroupCost] = {}  # the sets priced as their copy below
+    remember = cost.remember
 
     def grow(m: int, allowance: float, growth: _Growth | None = None) -> tuple[_Growth, int, bool]:
         """Fitting sets with smallest member ``m``, smallest first, visiting about ``allowance`` more sets:
@@ -299,11 +326,13 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
         if growth is None:
             start = 1 << m
             growth = _Growth(deque([(start, (m,), desc[m], anc[m], neighbour_mask[m] & above, terms[m],
-                                     *row_gains(m, 0), pred[m], beta / b)]), [], {start}, [], set())
+                                     *row_gains(m, 0), pred[m], beta / b)]), [], {start}, [], set(), high=m)
         queue, seen, found, priced = growth.queue, growth.seen, growth.found, growth.priced
         waiting, growth.waiting = growth.waiting, []  # priced by an earlier call, not yet grown
         visits = 0
         cut = False
+        # a set up to copy_to may have a copy a stage below; one up to source_to may be a copy's source
+        copy_to, source_to = repeats.limits(m) if copy_below else (-1, -1)
 
         def expand(item: tuple) -> None:
             mask, members, d, a, frontier, own, rows, whole, reads, check_at = item
@@ -318,6 +347,8 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                     continue
                 seen.add(grown)
                 u = low.bit_length() - 1
+                if u > growth.high:
+                    growth.high = u
                 gd, ga = d | desc[u], a | anc[u]
                 if gd & ga & ~grown:
                     continue  # not convex: a path leaves the set and comes back
@@ -344,10 +375,21 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
             visits += 1
             mask, members = item[0], item[1]
             priced.add(mask)
-            if len(members) > 1 and mask ^ (1 << (mask.bit_length() - 1)) in priced:
-                buffer, dram = price(frozenset(members))
+            top = mask.bit_length() - 1
+            known_cost = copy_below(mask, m, top, known) if top <= copy_to else None
+            if known_cost is not None:
+                buffer, dram = known_cost
+                copies[mask] = known_cost
+            elif len(members) > 1 and mask ^ (1 << top) in priced:
+                group = frozenset(members)
+                if mask ^ (1 << top) in copies:  # its rest was not priced here: the cost model learns its price
+                    remember(group - {top}, copies[mask ^ (1 << top)])
+                buffer, dram = price(group)
             else:
                 buffer, dram = evaluate(frozenset(members))
+            if top <= source_to:
+                known[mask] = known_cost or GroupCost(buffer, dram)
+                growth.visited.append((mask, known[mask]))
             if buffer < beta:
                 found.append((item[0], dram, item[8] & ~item[0]))
             elif item[4] and item[5] + item[7] >= item[9]:  # the terms and whole rows reach the threshold
@@ -357,13 +399,35 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
                 item = (*item[:9], item[5] + item[7] + (beta - least) / b)  # ask again once grown that much
             if deadline is not None and not visits & 1023 and time.perf_counter() > deadline:
                 allowance = 0  # out of time: stop growing, as at the limit
+            if visits + len(queue) > growth.peak:
+                growth.peak = visits + len(queue)
             if visits + len(queue) >= allowance:
                 if item[4]:  # a frontier left: kept to grow if the seed resumes
                     growth.waiting.append(item)
                     cut = True
                 continue
             expand(item)
+        growth.visits += visits
+        growth.cut = cut
         return growth, visits, cut
+
+    def copied(m: int, allowance: float) -> _Growth | None:
+        """The growth from seed ``m`` as a copy of a finished growth ``k`` below it, where every operator it
+        can reach agrees with the one ``k`` below (:mod:`fuseplan.search.repeats`) and the limit would not
+        have cut it short; ``None`` where there is none."""
+        for k, agreeing in repeats.shifts:
+            below = growths.get(m - k)
+            if below is None or below.cut or below.peak >= allowance:
+                continue
+            span = (1 << (below.high + k + 1)) - (1 << m)
+            if span & ~agreeing:
+                continue
+            found = [(mask << k, dram, reads << k) for mask, dram, reads in below.found]
+            visited = [(mask << k, price) for mask, price in below.visited]
+            known.update(visited)
+            return _Growth(deque(), [], set(), found, set(), visits=below.visits, peak=below.peak,
+                           high=below.high + k, visited=visited)
+        return None
 
     # First pass: an even share per seed, unused allowance carried forward.
     seeds = sorted(problem.fuseable)
@@ -377,7 +441,11 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     for position, m in enumerate(seeds):
         # out of time, a seed still gives its own operator alone: every plan needs those
         allowance = 1.0 if out_of_time() else max(1.0, (position + 1) * limit / len(seeds) - visited)
-        growths[m], visits, cut = grow(m, allowance)
+        copy = copied(m, allowance) if repeats.shifts else None
+        if copy is not None:
+            growths[m], visits, cut = copy, copy.visits, False
+        else:
+            growths[m], visits, cut = grow(m, allowance)
         visited += visits
         if cut:
             cut_seeds.append(m)

@@ -56,7 +56,7 @@ from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, MaskUnion, bits, enumerate_candidates, predecessor_masks
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.dominance import undominated
-from fuseplan.search.interval_dp import candidate_orders
+from fuseplan.search.interval_dp import IntervalDP, candidate_orders
 from fuseplan.search.packing import cut_lower_bound, packing_lower_bound, reread_lower_bound
 from fuseplan.search.relaxation import Relaxation, linear_relaxation
 from fuseplan.units import format_bytes
@@ -78,6 +78,9 @@ class ExactOutcome:
     method: str
     stats: dict[str, Any] = field(default_factory=dict)
     bound_source: str = ""  # which proof gave lower_bound: "optimum", "linear relaxation", "cut bound", ...
+    # DRAM of every fitting connected convex set, where the enumeration was complete (the interval DP's
+    # groups are among them: auto's reference then prices nothing)
+    prices: dict[int, int] | None = field(default=None, repr=False)
 
 
 def _charges(problem: FusionProblem, candidates: Candidates) -> list[float]:
@@ -386,6 +389,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     start_time = time.perf_counter()
     candidates = enumerate_candidates(problem, max_sets=max_sets,
                                       orders=list(candidate_orders(problem).values()), deadline=deadline)
+    prices = dict(zip(candidates.masks, candidates.dram)) if candidates.complete else None
     stats: dict[str, Any] = {"candidates": len(candidates), "candidates_complete": candidates.complete,
                              "sets_visited": candidates.sets_visited,
                              "enumeration_seconds": round(time.perf_counter() - start_time, 3)}
@@ -470,6 +474,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
             outcome.bound_source = "optimum"
     outcome.stats = {**stats, **outcome.stats, "bound_source": outcome.bound_source,
                      "seconds_total": round(time.perf_counter() - start_time, 3)}
+    outcome.prices = prices
     return outcome
 
 
@@ -521,6 +526,12 @@ class Exact(SearchAlgorithm):
         self.solver_time = solver_time
         self.outcome: ExactOutcome | None = None
         self._objective = "dram"
+        self._problem: FusionProblem | None = None
+
+    def reference(self) -> dict[str, Any] | None:
+        if self.outcome is None or self._problem is None:
+            return None
+        return IntervalDP.known_reference(self._problem, self.outcome.prices)
 
     def details(self) -> dict[str, Any]:
         if self.outcome is None:
@@ -531,6 +542,7 @@ class Exact(SearchAlgorithm):
 
     def run(self, ctx: SearchContext) -> None:
         self._objective = ctx.problem.objective.name
+        self._problem = ctx.problem
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
                                    solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
                                    on_status=ctx.status, deadline=ctx.deadline)

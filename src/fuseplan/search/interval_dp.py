@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from fuseplan.errors import FuseplanError
@@ -209,6 +210,77 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
         groups.extend(parts)
         j = i
     return Plan.from_groups(groups), best[n], priced
+
+
+def interval_dp_known(problem: FusionProblem, order: list[int], prices: Mapping[int, float],
+                      max_work: int | None = None) -> tuple[Plan | None, float, int]:
+    """:func:`interval_dp` (not exhaustive) over known prices: ``prices`` maps the bitmask of every
+    connected convex fuseable set that fits the buffer to its DRAM (a complete candidate list); a component
+    not in it does not fit. Nothing is priced, so long runs cost a look-up a step: components are bitmasks,
+    and an operator joining components relabels the smaller ones. ``max_work`` counts steps.
+    """
+    n = len(order)
+    excluded = set(problem.excluded)
+    neighbours = problem.graph.neighbours
+    best = [INF] * (n + 1)
+    back: list[tuple[int, tuple[int, ...]] | None] = [None] * (n + 1)
+    best[0] = 0.0
+    work = looked_up = 0
+    for i in range(n):
+        if best[i] == INF:
+            continue
+        if order[i] in excluded:
+            if best[i] < best[i + 1]:
+                best[i + 1], back[i + 1] = best[i], (i, ())
+            continue
+        component: dict[int, int] = {}  # operator -> component id
+        masks: dict[int, int] = {}  # component id -> its members
+        sizes: dict[int, int] = {}
+        costs: dict[int, float] = {}
+        total = 0.0
+        for j in range(i, n):
+            v = order[j]
+            if v in excluded:
+                break
+            touching = {component[u] for u in neighbours[v] if u in component}
+            keep = max(touching, key=sizes.__getitem__) if touching else v
+            mask, size = 1 << v, 1
+            for c in touching:
+                members = masks[c]
+                mask |= members
+                size += sizes[c]
+                total -= costs.pop(c)
+                if c != keep:
+                    del masks[c], sizes[c]
+                    while members:
+                        low = members & -members
+                        members ^= low
+                        component[low.bit_length() - 1] = keep
+            component[v] = keep
+            masks[keep], sizes[keep] = mask, size
+            work += 1
+            if max_work is not None and work > max_work:
+                raise IntervalDPTooLarge(f"the interval DP would look up more than {max_work} groups")
+            dram = prices.get(mask)
+            looked_up += 1
+            if dram is None:
+                break  # the component does not fit: nor does any run from i that goes on
+            costs[keep] = dram
+            total += dram
+            if best[i] + total < best[j + 1]:
+                best[j + 1] = best[i] + total
+                back[j + 1] = (i, tuple(masks.values()))
+    if best[n] == INF:
+        return None, INF, looked_up
+    groups: list[Group] = []
+    j = n
+    while j > 0:
+        step = back[j]
+        assert step is not None
+        i, parts = step
+        groups.extend(frozenset(u for u in range(m.bit_length()) if m >> u & 1) for m in parts)
+        j = i
+    return Plan.from_groups(groups), best[n], looked_up
 
 
 def _runs(order: list[int], i: int, excluded: set[int] | frozenset[int], neighbours, evaluate,
@@ -424,9 +496,12 @@ class IntervalDP(SearchAlgorithm):
     name = "dp"
     uses_budget = False
 
-    def __init__(self, exhaustive: bool = False, max_work: int | None = MAX_WORK) -> None:
+    def __init__(self, exhaustive: bool = False, max_work: int | None = MAX_WORK,
+                 prices: Mapping[int, float] | None = None) -> None:
         self.exhaustive = exhaustive
         self.max_work = max_work
+        # every fitting connected convex set's DRAM, where a complete enumeration knows them: nothing is priced
+        self.prices = None if exhaustive else prices
         self._details: dict[str, Any] = {}
 
     def reference(self) -> dict[str, Any] | None:
@@ -442,7 +517,10 @@ class IntervalDP(SearchAlgorithm):
         priced = 0
         start = time.perf_counter()
         for name, order in candidate_orders(problem).items():
-            plan, dram, count = interval_dp(problem, order, exhaustive=self.exhaustive, max_work=self.max_work)
+            if self.prices is not None:
+                plan, dram, count = interval_dp_known(problem, order, self.prices, self.max_work)
+            else:
+                plan, dram, count = interval_dp(problem, order, exhaustive=self.exhaustive, max_work=self.max_work)
             priced += count
             results[name] = dram
             if plan is not None and (best is None or dram < best[1]):
@@ -452,6 +530,19 @@ class IntervalDP(SearchAlgorithm):
         self._details = {"order": best[2], "dram_by_order": {k: int(v) for k, v in results.items()},
                          "intervals_priced": priced, "dp_seconds": round(time.perf_counter() - start, 3)}
         return best[0], best[1], best[2], results
+
+    @classmethod
+    def known_reference(cls, problem: FusionProblem, prices: Mapping[int, float] | None) -> dict[str, Any] | None:
+        """The reference (as :meth:`reference`) over the known prices of a complete enumeration, or what
+        says why it was skipped; ``None`` without prices."""
+        if prices is None:
+            return None
+        dp = cls(prices=prices)
+        try:
+            dp.solve(problem)
+        except IntervalDPTooLarge as exc:
+            return {"skipped": str(exc)}
+        return dp.reference()
 
     def run(self, ctx: SearchContext) -> None:
         try:
