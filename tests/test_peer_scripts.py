@@ -20,12 +20,12 @@ from fuseplan.graph import graph_from_model
 from tests.scripts import BENCHMARKS, load_script
 
 
-
-
 @pytest.mark.parametrize("name, flag", [("compare_optimus", "--optimus"), ("compare_defines", "--defines")])
 def test_missing_peer_is_one_error_line(tmp_path, name, flag):
     done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), flag, str(tmp_path),
-                           "-o", str(tmp_path / "out.json")], capture_output=True, text=True, env={"PATH": ""})
+                           "-o", str(tmp_path / "out.json")], capture_output=True, text=True,
+                          # an environment without the peer, and without writing bytecode beside the sources
+                          env={"PATH": "", "PYTHONDONTWRITEBYTECODE": "1"})
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Install" in lines[0]

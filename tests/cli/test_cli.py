@@ -116,6 +116,28 @@ def test_unknown_op_warns_and_still_prices(tmp_path):
     assert path.read_bytes() == before  # the user's file is never modified
 
 
+def test_warning_and_invalid_lines_are_bounded(tmp_path):
+    # a 20,000-character operator type in the model, a 20,000-character figure in the plan: each warning: and
+    # invalid: line shows the value's start and its length, as error: lines do
+    model = with_unknown_op()
+    model.graph.node[2].op_type = "My" + "Op" * 10_000
+    path = tmp_path / "custom.onnx"
+    onnx.save(model, str(path))
+    result = fuseplan("plan", str(path), "--search", "dp", "-o", str(tmp_path / "plan.json"))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings and all(len(line) < 500 for line in warnings), warnings
+    assert "(20,002 characters)" in warnings[0]
+    document = json.loads((tmp_path / "plan.json").read_text())
+    document["groups"][0]["buffer_bytes"] = "y" * 20_000
+    (tmp_path / "plan.json").write_text(json.dumps(document))
+    result = fuseplan("validate", str(path), str(tmp_path / "plan.json"))
+    assert result.returncode == 1
+    invalid = [line for line in result.stderr.splitlines() if line.startswith("invalid: ")]
+    assert invalid and all(len(line) < 500 for line in invalid), invalid
+    assert any("(20,000 characters)" in line for line in invalid)
+
+
 @pytest.mark.parametrize("args,pattern", [
     (("inspect", "no_such_model"), "neither an existing file nor a zoo model"),
     (("inspect", "missing.onnx"), "no such file"),

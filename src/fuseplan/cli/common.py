@@ -3,6 +3,7 @@ and the rewrite search with its progress bar."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
@@ -46,6 +47,32 @@ class UserTextConsole(Console):
 
 stdout = UserTextConsole()
 stderr = UserTextConsole(stderr=True)
+
+# Characters of a path or word an error line shows whole: more than any readable path, far less than a
+# 100,000-character option value, which is shown by its start and its length instead.
+WHOLE_WORD = 200
+# a word as messages write a value: in brackets or quotes or neither, then punctuation
+_WORD = re.compile(r"([(\[]?)(['\"]?)(.*?)\2([)\].,;:]*)")
+
+
+def _shortened(word: str) -> str:
+    if len(word) <= WHOLE_WORD:
+        return word
+    opening, quote, value, closing = _WORD.fullmatch(word).groups()
+    return f"{opening}{shown(value, quote=bool(quote), whole=WHOLE_WORD)}{closing}"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line, and bounded: a message quoting a huge value it was given (Typer's ``'VALUE' is not
+    one of ...``, an operating system's error naming a path, a node or operator type named in a model or plan
+    file) shows the value's start and its length. Every ``error:``, ``warning:`` and ``invalid:`` line passes
+    through it."""
+    return " ".join(_shortened(word) for word in text.split())
+
+
+def warn(text: str) -> None:
+    """A ``warning:`` line on standard error, bounded as :func:`one_line` bounds error lines."""
+    stderr.print(f"warning: {one_line(text)}")
 
 
 def progress_bar(*columns, quiet: bool = False):
@@ -179,8 +206,8 @@ def load_model(model: str, input_shape: list[str] | None, passes: list[Pass] | N
     graph = load_graph(model, input_shapes=shapes, passes=passes)
     for op_type in sorted({n.op_type for n in graph.nodes if not n.known_op}):
         count = sum(n.op_type == op_type for n in graph.nodes)
-        stderr.print(f"warning: unsupported operator {op_type} ({count}x) priced as a barrier "
-                     "(its whole input is buffered); see docs/cost-models.md", highlight=False)
+        warn(f"unsupported operator {op_type} ({count}x) priced as a barrier (its whole input is buffered); "
+             "see docs/cost-models.md")
     return graph
 
 

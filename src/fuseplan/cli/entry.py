@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import signal
 import sys
 import threading
@@ -13,29 +12,9 @@ from collections.abc import Sequence
 import typer
 import typer.main
 
-from fuseplan.cli.common import app, stderr
+from fuseplan.cli.common import WHOLE_WORD, app, one_line, stderr
 from fuseplan.cli.signals import SignalGuard, install_guard
 from fuseplan.errors import FuseplanError, shown
-
-# Characters of a path or word an error line shows whole: more than any readable path, far less than a
-# 100,000-character option value, which is shown by its start and its length instead.
-_WHOLE_WORD = 200
-# a word as messages write a value: in brackets or quotes or neither, then punctuation
-_WORD = re.compile(r"([(\[]?)(['\"]?)(.*?)\2([)\].,;:]*)")
-
-
-def _shortened(word: str) -> str:
-    if len(word) <= _WHOLE_WORD:
-        return word
-    opening, quote, value, closing = _WORD.fullmatch(word).groups()
-    return f"{opening}{shown(value, quote=bool(quote), whole=_WHOLE_WORD)}{closing}"
-
-
-def _one_line(text: str) -> str:
-    """``text`` on one line, and bounded: a message quoting a huge value it was given (Typer's ``'VALUE' is not
-    one of ...``, an operating system's error naming a path) shows the value's start and its length."""
-    return " ".join(_shortened(word) for word in text.split())
-
 
 def _interrupted(guard: SignalGuard) -> int:
     """One line for a stopped command, and the shell's status for the signal that stopped it."""
@@ -102,10 +81,10 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
             return _interrupted(guard)
         return status if isinstance(status, int) else 0
     except FuseplanError as exc:
-        stderr.print(f"error: {_one_line(str(exc))}", highlight=False, markup=False)
+        stderr.print(f"error: {one_line(str(exc))}", highlight=False, markup=False)
         return 2
     except typer.TyperException as exc:
-        message = _one_line(exc.format_message())
+        message = one_line(exc.format_message())
         if message:
             context = getattr(exc, "ctx", None)
             hint = f" (see `{context.command_path} --help`)" if context is not None else ""
@@ -123,8 +102,8 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
             return _reader_gone()
         raise
     except OSError as exc:  # a disk that fills up or a file that vanishes mid-run
-        where = f" ({shown(exc.filename, quote=False, whole=_WHOLE_WORD)})" if exc.filename else ""
-        stderr.print(f"error: {_one_line(exc.strerror or str(exc))}{where}", highlight=False, markup=False)
+        where = f" ({shown(exc.filename, quote=False, whole=WHOLE_WORD)})" if exc.filename else ""
+        stderr.print(f"error: {one_line(exc.strerror or str(exc))}{where}", highlight=False, markup=False)
         return 2
     except KeyboardInterrupt:
         return _interrupted(guard)

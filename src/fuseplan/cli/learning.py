@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from fuseplan import zoo
-from fuseplan.cli.common import (app, stdout, stderr, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model,
-                                 progress_bar)
+from fuseplan.cli.common import (app, stdout, Scheme, BytesPerElementOpt, JsonOpt, print_table, load_model,
+                                 progress_bar, warn)
 from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError, shown
 from fuseplan.files import check_output_dir, check_outputs
@@ -75,8 +75,7 @@ def _warn_short_samples(got: dict[str, int], asked: dict[str, int], scheme: str)
     """Say when a model has fewer distinct groups than were asked for (small networks run out)."""
     for model, count in got.items():
         if count < asked.get(model, 0):
-            stderr.print(f"warning: {model} has only {count} distinct {scheme.upper()} groups of the "
-                         f"{asked[model]} asked for", highlight=False)
+            warn(f"{model} has only {count} distinct {scheme.upper()} groups of the {asked[model]} asked for")
 
 
 @figure_app.command("valid-share")

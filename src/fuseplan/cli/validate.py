@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fuseplan.cli.common import app, stdout, stderr, ModelArg, InputShapeOpt, resolve_accelerator, load_model
+from fuseplan.cli.common import app, stdout, stderr, ModelArg, InputShapeOpt, resolve_accelerator, load_model, one_line
 from fuseplan.hardware import MAX_BYTES_PER_ELEMENT, template_names
 from fuseplan.units import format_bytes
 
@@ -44,7 +44,7 @@ def validate(
     reasons = validate_plan(graph, plan_file)
     if reasons:
         for reason in reasons:
-            stderr.print(f"invalid: {reason}", highlight=False, markup=False)
+            stderr.print(f"invalid: {one_line(reason)}")
         raise typer.Exit(1)
     doc = plan_file.document
     stdout.print(f"valid: {len(doc['groups'])} groups, DRAM {format_bytes(doc['dram_bytes'])}, "
