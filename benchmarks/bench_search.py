@@ -1,5 +1,9 @@
 """Search benchmarks: throughput, exact-reference time, DRAM against budget, and the default's choice.
 
+Each algorithm runs as ``fuseplan plan --search NAME`` runs it (``minimize``'s default: groups of the best
+plan that cost more fused than apart are dissolved), so the figures are what a user gets; the reproduced
+paper's cells run the algorithms as published, without that step.
+
 Writes ``benchmarks/results/search.json`` and ``benchmarks/results/dram_vs_budget.png`` (beside the
 results file). Run::
 
