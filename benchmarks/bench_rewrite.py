@@ -13,6 +13,7 @@ configuration run again (so a partial rerun under a new cost model updates what 
     nice -n 15 python benchmarks/bench_rewrite.py [--budget 300] [--time-limit 10] [--greedy-time-limit 60]
         [--models squeezenet ...] [--resume | --merge] [-o FILE]
     python benchmarks/bench_rewrite.py --models squeezenet --schemes lbdf --no-latency --budget 3 -o /tmp/r.json
+    python benchmarks/bench_rewrite.py --no-latency --buffers 256 --alphas --budget 20 -o FILE  # greedy only
 
 The options every benchmark takes and the results file's envelope come from the shared harness
 (``benchmarks/harness.py``); the second line is its small mode.
@@ -75,7 +76,7 @@ def sweep(model, name, objective, args, document, bench: harness.Run, **where) -
         return
     document["runs"].append(entry_of(greedy, name, objective, 1.0, **where))
     bench.write(document)
-    for alpha in RELAXED:
+    for alpha in args.alphas:
         relaxed = backtracking_search(model, objective, alpha=alpha, budget=args.budget, seed=args.seed,
                                       time_limit=args.time_limit, greedy=greedy)
         document["runs"].append(entry_of(relaxed, name, objective, alpha, **where))
@@ -106,13 +107,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--schemes", nargs="*", default=list(SCHEMES), choices=SCHEMES,
                         help="schemes of the dram configurations to run (default: both)")
+    parser.add_argument("--buffers", nargs="*", type=int, default=list(BUFFERS_KB),
+                        help="buffers of the dram configurations, KB (default: 64 256 1024)")
+    parser.add_argument("--alphas", nargs="*", type=float, default=list(RELAXED),
+                        help="the relaxed searches run from each greedy one (default: 1.01 1.05 1.1; none: the "
+                             "greedy searches alone, which with no --greedy-time-limit depend on the budget only)")
     args = parser.parse_args(argv)
     bench = harness.Run("rewrite", args)  # not `run`: that names the runs of the document below
     if args.models:
         sources = args.models
     else:  # cheapest first (operators x weights: candidates per expansion x cost of verifying one), so a sweep
         sources = sorted([*zoo.names(), GOOGLENET], key=size)  # cut short has the most models
-    document = {"budget": args.budget, "time_limit_seconds": args.time_limit,
+    document = {"budget": args.budget, "relaxed_alphas": args.alphas, "buffers_kb": args.buffers,
+                "time_limit_seconds": args.time_limit,
                 "greedy_time_limit_seconds": args.greedy_time_limit, "seed": args.seed,
                 "models": [model_path(s)[1] for s in sources], "runs": []}
     done: set[tuple] = set()
@@ -121,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         counts: dict[tuple, int] = {}
         for run in previous["runs"]:
             counts[configuration(run)] = counts.get(configuration(run), 0) + 1
-        done = {key for key, n in counts.items() if n == 1 + len(RELAXED)}
+        done = {key for key, n in counts.items() if n == 1 + len(args.alphas)}
         document["runs"] = [run for run in previous["runs"] if configuration(run) in done]
         document["resumed_from"] = {k: previous.get(k) for k in ("time_limit_seconds", "greedy_time_limit_seconds")}
     if args.merge and args.out.exists():
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         path, name = model_path(source)
         model = prepare_model(read_model(path), name)[0]
         for scheme in args.schemes:
-            for kb in BUFFERS_KB:
+            for kb in args.buffers:
                 if (name, "dram", scheme, kb) in done:
                     continue
                 objective = make_objective("dram", scheme=scheme, buffer_bytes=kb * 1024)
