@@ -28,7 +28,7 @@ from fuseplan import zoo
 from fuseplan.cost import make_cost_model
 from fuseplan.graph import load_graph
 from fuseplan.plan import FusionProblem
-from fuseplan.schedule.steps import RowSteps
+from fuseplan.schedule.steps import executed_dram
 from fuseplan.search import make_search, minimize
 from fuseplan.split import make_splitter
 
@@ -88,15 +88,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def stepped_dram(graph, schedule) -> int:
-    """What ``schedule`` moves when run: its price, with each streamed weight read once per step in which its
-    operator makes rows (the step rule) rather than once per tile. Elements; the zoo's data width is 1."""
-    if schedule.kind != "row-tiles" or schedule.params["weights"] != "streamed":
-        return schedule.dram
-    uses = {u.tensor: (u.holding, u.rows, u.elements) for u in schedule.tensors}
-    steps = RowSteps(graph, schedule.operators, uses, int(schedule.params["rows_per_tile"]), False).count()
-    priced_weights = sum(w.dram_reads for w in schedule.weights)
-    stepped_weights = sum(graph.nodes[w.operator].weight_numel * len(steps[w.operator]) for w in schedule.weights)
-    return schedule.dram - priced_weights + stepped_weights
+    """What ``schedule`` moves when run (:func:`fuseplan.schedule.steps.executed_dram`). Elements; the zoo's
+    data width is 1."""
+    return executed_dram(graph, schedule)
 
 
 def _compare(row: dict, counted: list[int]) -> None:

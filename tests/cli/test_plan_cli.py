@@ -28,7 +28,7 @@ def test_summary_and_plan_file(planned):
                  "vs interval DP"):
         assert line in result.stdout
     document = json.loads(plan_path.read_text())
-    assert document["format"] == "fuseplan-plan" and document["version"] == 3
+    assert document["format"] == "fuseplan-plan" and document["version"] == 4
     assert document["model"] == "mobilenet_v2" and document["scheme"] == "lbdf"
     assert document["buffer_bytes"] == 131072 and document["bytes_per_element"] == 1
     assert document["cost_model_version"] == COST_MODEL_VERSION == 9

@@ -107,3 +107,42 @@ def test_deeplabv3_planned_at_its_own_shape_runs_at_another(tmp_path):
     assert report["input_shapes"] == {"input": [1, 3, 97, 97]} and report["groups_skipped"] == 0
     assert report["groups_agreeing"] == report["groups_run"] > 50
     assert report["simulated_dram_bytes"] == report["priced_dram_bytes"] and report["output_error"] <= 1e-4
+
+
+def test_a_plan_whose_group_moves_its_pipeline_fill_says_so_and_the_simulator_moves_it(tmp_path):
+    # squeezenet at 128x128 under BRR at 32KB: the first group streams its weights per row tile, and its
+    # operators make their rows in fewer steps than the tiles, so it moves less than its price when run
+    shape = ("--input-shape", "input=1x3x128x128")
+    path = tmp_path / "plan.json"
+    result = fuseplan("plan", "squeezenet", "--scheme", "brr", "--buffer", "32KB", *shape, "-o", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "DRAM when run" in result.stdout
+    plan = json.loads(path.read_text())
+    filled = [g for g in plan["groups"] if "executed_dram_bytes" in g]
+    assert filled and all(g["executed_dram_bytes"] != g["dram_bytes"] for g in filled)
+    assert plan["executed_dram_bytes"] == plan["dram_bytes"] + sum(g["executed_dram_bytes"] - g["dram_bytes"]
+                                                                   for g in filled)
+    result = fuseplan("simulate", "squeezenet", str(path), "--json")
+    assert result.returncode == 1  # a group differs from its price
+    report = json.loads(result.stdout)
+    groups = {g["group"]: g for g in report["groups"]}
+    for group in filled:
+        simulated = groups[group["id"]]
+        assert simulated["simulated_dram_bytes"] == simulated["executed_dram_bytes"] == group["executed_dram_bytes"]
+        assert simulated["pipeline_fill"] and not simulated["agrees"]
+    assert report["groups_pipeline_fill"] == len(filled)
+    assert report["groups_agreeing"] + len(filled) == report["groups_run"]
+    in_plan = [g for g in report["groups"] if g["group"] < len(plan["groups"])]
+    assert sum(g["simulated_dram_bytes"] for g in in_plan) == plan["executed_dram_bytes"]
+    # validate recounts it; a version-3 file, written before plans recorded it, is not asked for it
+    assert fuseplan("validate", "squeezenet", str(path)).returncode == 0
+    edited = _edited(tmp_path, path, lambda d: d["groups"][filled[0]["id"]].update(executed_dram_bytes=1))
+    result = fuseplan("validate", "squeezenet", edited)
+    assert result.returncode == 1 and "moved when run" in result.stderr
+
+    def as_version_3(document):
+        document["version"] = 3
+        document.pop("executed_dram_bytes")
+        for group in document["groups"]:
+            group.pop("executed_dram_bytes", None)
+    assert fuseplan("validate", "squeezenet", _edited(tmp_path, path, as_version_3)).returncode == 0

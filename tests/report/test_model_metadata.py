@@ -20,7 +20,7 @@ def _plan(model, out, name):
 def test_model_metadata_equals_the_plan_file(tmp_path):
     document, annotated = _plan("resnet18", tmp_path, "first")
     metadata = {p.key: p.value for p in annotated.metadata_props}
-    assert metadata["fuseplan.plan_format_version"] == str(document["version"]) == "3"
+    assert metadata["fuseplan.plan_format_version"] == str(document["version"]) == "4"
     assert metadata["fuseplan.scheme"] == "brr" == document["scheme"]
     assert metadata["fuseplan.groups"] == str(len(document["groups"]))
     for key in ("buffer_bytes", "bytes_per_element", "dram_bytes", "excluded_dram_bytes", "total_dram_bytes",

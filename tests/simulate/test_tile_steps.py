@@ -11,7 +11,7 @@ import pytest
 
 from fuseplan.cost import make_cost_model
 from fuseplan.graph.onnx_import import load_prepared
-from fuseplan.schedule.steps import RowSteps
+from fuseplan.schedule.steps import RowSteps, executed_dram
 from fuseplan.simulate.memory import DramTraffic, OnChip
 from fuseplan.simulate.run import TOLERANCE, simulate_alone
 from fuseplan.simulate.tiles import TileRun
@@ -104,6 +104,7 @@ def test_the_loop_nest_makes_rows_in_the_rules_steps_and_reads_streamed_weights_
         assert moved == priced
         assert traffic.total - schedule.dram == sum(traffic.reads[f"weights {name}"] - reads
                                                     for name, reads in priced_weights.items())
+        assert traffic.total == executed_dram(graph, schedule)  # what plan.json and simulate report as run
     assert len(schedules) >= 8
     if model == "resnet18":
         assert other_steps  # the fill is there to see: some operator reads its weights in other steps than tiles

@@ -158,6 +158,7 @@ def plan(
         f"DRAM access        {format_bytes(result.cost.dram)}  ({result.cost.dram} bytes, fuseable operators only)\n"
         f"total DRAM         {format_bytes(total_dram)}  ({total_dram} bytes, unfuseable operators run alone "
         f"included)\n"
+        + _executed_line(document) +
         f"max buffer usage   {format_bytes(result.cost.max_buffer)}\n"
         f"groups             {len(result.plan)}\n"
         f"excluded           {excluded} unfuseable operator{'s' if excluded != 1 else ''} (do not fit alone)\n"
@@ -197,6 +198,17 @@ def plan(
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
     if report is not None:
         stdout.print(f"report written to {report}", highlight=False)
+
+
+def _executed_line(document: dict) -> str:
+    """What the plan's groups move when run, where that is not their price (plan.json ``executed_dram_bytes``:
+    weights streamed per row tile read in as many steps as the executor makes rows in; docs/schedules.md)."""
+    executed = document.get("executed_dram_bytes")
+    if executed is None:
+        return ""
+    change = executed / document["dram_bytes"] - 1 if document["dram_bytes"] else 0.0
+    return (f"DRAM when run      {format_bytes(executed)}  ({executed} bytes, fuseable operators, {change:+.4%}: the schedules' steps "
+            f"read streamed weights {'more' if change > 0 else 'less'} often than the price's row tiles)\n")
 
 
 def _search_line(search: dict, evaluated: int, budget: int, interrupted: bool) -> str:

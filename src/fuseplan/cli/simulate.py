@@ -128,6 +128,7 @@ def _simulation_totals(outcome, b: int) -> dict:
     run = [g for g in outcome.groups if g.skipped is None]
     return {"groups_run": len(run), "groups_skipped": len(outcome.groups) - len(run),
             "groups_agreeing": sum(g.agrees for g in run),
+            "groups_pipeline_fill": sum(g.fill for g in run),
             "priced_dram_bytes": b * sum(g.priced_dram for g in run),
             "simulated_dram_bytes": b * sum(g.simulated_dram or 0 for g in run),
             "max_priced_buffer_bytes": b * max((g.priced_on_chip for g in run), default=0),
@@ -142,7 +143,7 @@ def _print_simulation(name: str, scheme: str, buffer_bytes: int, outcome, b: int
         table.add_column(column, justify=justify)
     for g in sorted(outcome.groups, key=lambda g: g.index):
         status = ("not run: " + g.skipped if g.skipped else g.finding if g.finding else
-                  "agrees" if g.agrees else "DIFFERS")
+                  "agrees" if g.agrees else "DIFFERS: pipeline fill (as its steps move)" if g.fill else "DIFFERS")
         table.add_row(str(g.index), g.kind, str(len(g.operators)), format_bytes(b * g.priced_dram),
                       "-" if g.simulated_dram is None else format_bytes(b * g.simulated_dram),
                       format_bytes(b * g.priced_on_chip),
@@ -150,8 +151,11 @@ def _print_simulation(name: str, scheme: str, buffer_bytes: int, outcome, b: int
                       "-" if g.max_error is None else f"{g.max_error:.1e}", Text(status))
     print_table(table)
     totals = _simulation_totals(outcome, b)
+    fill = totals["groups_pipeline_fill"]
     stdout.print(f"groups run {totals['groups_run']} of {len(outcome.groups)}, agreeing with their prices "
-                 f"{totals['groups_agreeing']}\n"
+                 f"{totals['groups_agreeing']}"
+                 + (f"; {fill} move what their steps say, not their price (pipeline fill: streamed weights read "
+                    f"once per step, priced once per row tile; docs/schedules.md)" if fill else "") + "\n"
                  f"DRAM priced {format_bytes(totals['priced_dram_bytes'])}, simulated "
                  f"{format_bytes(totals['simulated_dram_bytes'])} (groups run)\n"
                  f"largest F_beta {format_bytes(totals['max_priced_buffer_bytes'])}, largest simulated peak "

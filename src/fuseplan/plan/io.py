@@ -1,7 +1,8 @@
-"""plan.json (schema version 3) and ONNX models annotated with their plan.
+"""plan.json (schema version 4) and ONNX models annotated with their plan.
 
 The schema is documented in docs/plan-format.md; version 1 files (without
-the total-DRAM keys) and version 2 files (without schedules) are still read. Operators are named by
+the total-DRAM keys), version 2 files (without schedules) and version 3 files
+(without what groups move when run) are still read. Operators are named by
 their ONNX node names, so any tool can map a plan back onto the model.
 """
 
@@ -21,13 +22,14 @@ from fuseplan.graph.onnx_import import prepare_model
 from fuseplan.passes import Pass, passes_from_records, preserves_operators
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
+from fuseplan.schedule.steps import executed_dram
 
 if TYPE_CHECKING:  # pydantic is imported only where a hardware description is read
     from fuseplan.hardware import Hardware
 
 FORMAT = "fuseplan-plan"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 GROUP_KEY = "fuseplan.group"
 
 
@@ -47,12 +49,22 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
 
         estimator = Estimator(cost, hardware)
     groups = []
+    executed: int | None = 0
     for index, group in enumerate(plan.groups):
         buffer, dram = cost.evaluate(group)
-        groups.append({"id": index, "nodes": [graph.nodes[v].name for v in sorted(group)],
-                       "buffer_bytes": buffer, "dram_bytes": dram,
-                       **(estimator.group(group, dram).record() if estimator is not None else {}),
-                       "schedule": cost.schedule(group).to_json(graph)})
+        schedule = cost.schedule(group)
+        record = {"id": index, "nodes": [graph.nodes[v].name for v in sorted(group)],
+                  "buffer_bytes": buffer, "dram_bytes": dram,
+                  **(estimator.group(group, dram).record() if estimator is not None else {}),
+                  "schedule": schedule.to_json(graph)}
+        # what the schedule moves when run (the step rule): the price but for the pipeline fill of weights
+        # streamed per row tile (docs/schedules.md)
+        run = executed_dram(graph, schedule)
+        if run is not None and cost.bytes_per_element * run != dram:
+            record["executed_dram_bytes"] = cost.bytes_per_element * run
+        if executed is not None:
+            executed = None if run is None else executed + cost.bytes_per_element * run
+        groups.append(record)
     document: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -63,6 +75,7 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         "bytes_per_element": cost.bytes_per_element,
         "cost_model_version": COST_MODEL_VERSION,
         "dram_bytes": total.dram,
+        **({"executed_dram_bytes": executed} if executed is not None and executed != total.dram else {}),
         "excluded_dram_bytes": cost.unfuseable_dram(),
         "total_dram_bytes": total.dram + cost.unfuseable_dram(),
         "max_buffer_usage_bytes": total.max_buffer,

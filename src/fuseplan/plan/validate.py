@@ -7,6 +7,7 @@ from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.graph.ir import CompGraph
 from fuseplan.plan.io import PlanFile
 from fuseplan.plan.plan import Plan
+from fuseplan.schedule.steps import executed_dram
 from fuseplan.plan.problem import FusionProblem
 
 
@@ -44,6 +45,8 @@ def validate_plan(graph: CompGraph, plan_file: PlanFile) -> list[str]:
         if group.get("buffer_bytes") != buffer or group.get("dram_bytes") != dram:
             reasons.append(f"group {position} records buffer {group.get('buffer_bytes')} and DRAM "
                            f"{group.get('dram_bytes')} bytes; it costs {buffer} and {dram}")
+    if doc.get("version", 0) >= 4:  # version 3 files do not record what their groups move when run
+        reasons += _check_executed(doc, cost, groups)
     total = problem.evaluate(plan)
     if doc["dram_bytes"] != total.dram:
         reasons.append(f"total DRAM is recorded as {doc['dram_bytes']} bytes; the groups add up to {total.dram}")
@@ -102,6 +105,31 @@ def check_fit(graph: CompGraph, plan_file: PlanFile, buffer_bytes: int,
     groups = [frozenset(members) for members in groups]
     too_big = [(position, cost.buffer(group)) for position, group in enumerate(groups) if not cost.fits(group)]
     return too_big, max((cost.buffer(group) for group in groups), default=0)
+
+
+def _check_executed(doc: dict[str, Any], cost, groups) -> list[str]:
+    """The figures of what groups move when run (``executed_dram_bytes``, where that is not their price),
+    recounted by the step rule from each group's schedule."""
+    reasons = []
+    b = cost.bytes_per_element
+    executed: int | None = 0
+    for position, group in enumerate(doc["groups"]):
+        members = frozenset(groups[position])
+        run = executed_dram(cost.graph, cost.schedule(members))
+        run = None if run is None else b * run
+        dram = cost.evaluate(members).dram
+        expected = run if run is not None and run != dram else None
+        if group.get("executed_dram_bytes") != expected:
+            reasons.append(f"group {position} records {shown(group.get('executed_dram_bytes'))} bytes moved when run; "
+                           f"its schedule's steps move {run if run is not None else 'an unknown amount'}"
+                           + ("" if expected is not None else " (no record: only where that is not the price)"))
+        executed = None if executed is None or run is None else executed + run
+    price = sum(cost.evaluate(frozenset(g)).dram for g in groups)
+    expected_total = executed if executed is not None and executed != price else None
+    if doc.get("executed_dram_bytes") != expected_total:
+        reasons.append(f"DRAM moved when run is recorded as {shown(doc.get('executed_dram_bytes'))} bytes; the groups' "
+                       f"steps move {executed if executed is not None else 'an unknown amount'}")
+    return reasons
 
 
 def _check_estimates(doc: dict, cost, problem: FusionProblem, plan: Plan) -> list[str]:

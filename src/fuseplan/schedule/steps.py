@@ -410,3 +410,22 @@ class RowSteps:
 
 
 __all__ = ["REDUCING", "RowSteps", "StepStall", "dense", "row_span"]
+
+
+def executed_dram(graph: CompGraph, schedule) -> int | None:
+    """What ``schedule`` moves when run, in elements: its own ``dram``, except that a ``row-tiles`` schedule
+    whose weights stream reads each weight once per step in which its operator makes rows (the step rule,
+    :meth:`RowSteps.count`, which the tile executor follows) where the price reads it once per tile; the two
+    differ by the pipeline fill (docs/schedules.md). ``None`` where the rule cannot run the schedule (it
+    stalls, or its block loops depend on each other), as the executor could not either."""
+    if schedule.kind != "row-tiles" or schedule.params.get("weights") != "streamed":
+        return schedule.dram
+    uses = {use.tensor: (use.holding, use.rows, use.elements) for use in schedule.tensors}
+    try:
+        steps = RowSteps(graph, schedule.operators, uses, int(schedule.params["rows_per_tile"]), False).count()
+    except (StepStall, ValueError):
+        return None
+    priced = sum(weight.dram_reads for weight in schedule.weights)
+    stepped = sum(graph.nodes[weight.operator].weight_numel * len(steps[weight.operator])
+                  for weight in schedule.weights)
+    return schedule.dram - priced + stepped

@@ -18,6 +18,7 @@ import numpy as np
 
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule.model import Schedule
+from fuseplan.schedule.steps import executed_dram
 from fuseplan.simulate.kernels import MissingRows
 from fuseplan.simulate.memory import BufferOverflow, DramTraffic, OnChip
 from fuseplan.simulate.stream import OperatorRows, Stall, StreamRun
@@ -41,6 +42,17 @@ class GroupOutcome:
     max_error: float | None = None
     finding: str | None = None  # an overflow or a stall: the schedule cannot run as priced
     skipped: str | None = None  # why the schedule was not run
+    # what the schedule's own steps move (fuseplan.schedule.steps.executed_dram; None where the rule cannot run
+    # it): the price but for the pipeline fill of weights streamed per row tile
+    executed_dram: int | None = None
+
+    @property
+    def fill(self) -> bool:
+        """Run as its steps say but not as priced: the difference is the pipeline fill alone."""
+        return (not self.agrees and self.finding is None and self.simulated_dram is not None
+                and self.simulated_dram == self.executed_dram != self.priced_dram
+                and self.peak_on_chip is not None and self.peak_on_chip <= self.priced_on_chip
+                and self.max_error is not None and self.max_error <= TOLERANCE)
 
     @property
     def agrees(self) -> bool:
@@ -57,6 +69,7 @@ class GroupOutcome:
 
         return {"group": self.index, "kind": self.kind, "operators": list(self.operators),
                 "priced_dram_bytes": b * self.priced_dram, "simulated_dram_bytes": scaled(self.simulated_dram),
+                "executed_dram_bytes": scaled(self.executed_dram), "pipeline_fill": self.fill,
                 "priced_buffer_bytes": b * self.priced_on_chip, "peak_buffer_bytes": scaled(self.peak_on_chip),
                 "max_error": finite_or_none(self.max_error), "finding": self.finding, "skipped": self.skipped,
                 "agrees": self.agrees}
@@ -107,7 +120,7 @@ def run_schedule(graph: CompGraph, schedule: Schedule, values: ModelValues, dram
     runners = _lone_runners() if runners is None else runners
     kernels = {} if kernels is None else kernels
     outcome = GroupOutcome(index, schedule.kind, tuple(graph.nodes[v].name for v in schedule.operators),
-                           schedule.dram, schedule.on_chip)
+                           schedule.dram, schedule.on_chip, executed_dram=executed_dram(graph, schedule))
     missing = [graph.tensors[u.tensor].name for u in schedule.tensors if u.dram_reads and u.tensor not in dram]
     if missing:
         outcome.finding = f"reads {missing[0]} from DRAM before any group wrote it"
