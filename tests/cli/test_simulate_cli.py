@@ -114,9 +114,12 @@ def test_a_plan_whose_group_moves_its_pipeline_fill_says_so_and_the_simulator_mo
     # operators make their rows in fewer steps than the tiles, so it moves less than its price when run
     shape = ("--input-shape", "input=1x3x128x128")
     path = tmp_path / "plan.json"
-    result = fuseplan("plan", "squeezenet", "--scheme", "brr", "--buffer", "32KB", *shape, "-o", str(path))
+    report = tmp_path / "plan.html"
+    result = fuseplan("plan", "squeezenet", "--scheme", "brr", "--buffer", "32KB", *shape, "-o", str(path),
+                      "--report", str(report))
     assert result.returncode == 0, result.stderr
     assert "DRAM when run" in result.stdout
+    assert 'data-total="executed_dram_bytes"' in report.read_text()
     plan = json.loads(path.read_text())
     filled = [g for g in plan["groups"] if "executed_dram_bytes" in g]
     assert filled and all(g["executed_dram_bytes"] != g["dram_bytes"] for g in filled)

@@ -132,6 +132,9 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
     search = document.get("search") or {}
     totals = [
         ("dram_bytes", "DRAM access (fuseable operators)", document["dram_bytes"]),
+        # where the schedules' steps move other than their price (pipeline fill; docs/schedules.md)
+        *([("executed_dram_bytes", "DRAM when run (fuseable operators, the schedules' steps)",
+            document["executed_dram_bytes"])] if "executed_dram_bytes" in document else []),
         ("excluded_dram_bytes", "DRAM of unfuseable operators run alone", document["excluded_dram_bytes"]),
         ("total_dram_bytes", "total DRAM", document["total_dram_bytes"]),
         ("max_buffer_usage_bytes", "max buffer usage", document["max_buffer_usage_bytes"]),
