@@ -201,15 +201,19 @@ def interval_dp(problem: FusionProblem, order: list[int], *, exhaustive: bool = 
                 back[j + 1] = (i, [frozenset(m) for m in members.values()])
     if best[n] == INF:
         return None, INF, priced
-    groups: list[Group] = []
-    j = n
+    return Plan.from_groups(_walk_back(back)), best[n], priced
+
+
+def _walk_back(back: list) -> list:
+    """The parts of the runs of the cheapest plan, from the last position's ``(start, parts)`` back to 0."""
+    parts: list = []
+    j = len(back) - 1
     while j > 0:
         step = back[j]
         assert step is not None
-        i, parts = step
-        groups.extend(parts)
-        j = i
-    return Plan.from_groups(groups), best[n], priced
+        j, run = step
+        parts.extend(run)
+    return parts
 
 
 def interval_dp_known(problem: FusionProblem, order: list[int], prices: Mapping[int, float],
@@ -272,14 +276,7 @@ def interval_dp_known(problem: FusionProblem, order: list[int], prices: Mapping[
                 back[j + 1] = (i, tuple(masks.values()))
     if best[n] == INF:
         return None, INF, looked_up
-    groups: list[Group] = []
-    j = n
-    while j > 0:
-        step = back[j]
-        assert step is not None
-        i, parts = step
-        groups.extend(frozenset(u for u in range(m.bit_length()) if m >> u & 1) for m in parts)
-        j = i
+    groups = [frozenset(u for u in range(m.bit_length()) if m >> u & 1) for m in _walk_back(back)]
     return Plan.from_groups(groups), best[n], looked_up
 
 
