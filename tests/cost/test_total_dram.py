@@ -132,8 +132,8 @@ def test_version_1_plan_files_are_still_read(zoo_graphs, tmp_path):
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(document))
     assert validate_plan(graph, read_plan_file(path)) == []
-    path.write_text(json.dumps(dict(document, version=4)))
-    with pytest.raises(FuseplanError, match="version 4 is not supported"):
+    path.write_text(json.dumps(dict(document, version=5)))
+    with pytest.raises(FuseplanError, match="version 5 is not supported"):
         read_plan_file(path)
 
 

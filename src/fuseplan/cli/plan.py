@@ -207,8 +207,9 @@ def _executed_line(document: dict) -> str:
     if executed is None:
         return ""
     change = executed / document["dram_bytes"] - 1 if document["dram_bytes"] else 0.0
-    return (f"DRAM when run      {format_bytes(executed)}  ({executed} bytes, fuseable operators, {change:+.4%}: the schedules' steps "
-            f"read streamed weights {'more' if change > 0 else 'less'} often than the price's row tiles)\n")
+    return (f"DRAM when run      {format_bytes(executed)}  ({executed} bytes, fuseable operators, {change:+.4%}: "
+            f"the schedules' steps read streamed weights {'more' if change > 0 else 'less'} often than the "
+            f"price's row tiles)\n")
 
 
 def _search_line(search: dict, evaluated: int, budget: int, interrupted: bool) -> str:

@@ -107,7 +107,7 @@ def check_fit(graph: CompGraph, plan_file: PlanFile, buffer_bytes: int,
     return too_big, max((cost.buffer(group) for group in groups), default=0)
 
 
-def _check_executed(doc: dict[str, Any], cost, groups) -> list[str]:
+def _check_executed(doc: dict, cost, groups) -> list[str]:
     """The figures of what groups move when run (``executed_dram_bytes``, where that is not their price),
     recounted by the step rule from each group's schedule."""
     reasons = []
