@@ -243,6 +243,10 @@ def test_plan_with_rewrite_records_the_rewrite_and_validates(tmp_path):
     assert outcome.returncode == 0, outcome.stderr
     document = json.loads(plan_file.read_text())
     assert document["passes"][-1]["name"] == "rewrite" and document["passes"][-1]["options"]["steps"]
+    # the original graph was planned too, and the rewritten graph kept because its plan moves less
+    planned = document["rewrite"]["planned"]
+    assert document["rewrite"]["kept"] == "rewritten" and planned["rewritten"] < planned["original"]
+    assert planned["rewritten"] == document["total_dram_bytes"]
     assert fuseplan("validate", source, plan_file).returncode == 0
     annotated = onnx.load(tmp_path / "annotated.onnx")
     assert "Split" in [n.op_type for n in annotated.graph.node]
@@ -511,3 +515,21 @@ def test_a_site_verified_best_that_fails_whole_gives_the_original(monkeypatch):
                                  rules=["merge-parallel-convs"], alpha=1.0, budget=3, verify="site")
     assert result.steps == [] and result.cost == result.initial_cost and result.verification_failures >= 1
     assert result.site_checks["signatures_run"] >= 1
+
+
+@pytest.mark.slow
+def test_plan_rewrite_keeps_the_original_graph_when_the_rewritten_graphs_plan_is_no_better(tmp_path):
+    # efficientnet_b0 under BRR at 64KB: three substitutions lower the interval plan the rewrite search prices
+    # (12.22 -> 12.10 MB), but not the proven-optimal plan of the rewritten graph, which plan writes
+    plan_file = tmp_path / "plan.json"
+    outcome = fuseplan("plan", "efficientnet_b0", "--scheme", "brr", "--buffer", "64KB", "--rewrite",
+                       "--rewrite-alpha", "1", "--rewrite-budget", "3", "-o", plan_file)
+    assert outcome.returncode == 0, outcome.stderr
+    assert "kept the original graph" in outcome.stdout
+    document = json.loads(plan_file.read_text())
+    record = document["rewrite"]
+    assert record["steps"] and record["after"]["dram_bytes"] < record["before"]["dram_bytes"]
+    assert record["kept"] == "original" and record["planned"]["rewritten"] >= record["planned"]["original"]
+    assert document["total_dram_bytes"] == record["planned"]["original"]
+    assert not any(step["name"] == "rewrite" for step in document.get("passes", []))
+    assert fuseplan("validate", "efficientnet_b0", plan_file).returncode == 0

@@ -106,7 +106,6 @@ def plan(
                                     buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
                                     as_json, rewrite_time_limit, max_growth=max_growth, verify=verify.value,
                                     pricing=pricing.value)
-    graph = load_model(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None)
     source_model = None
     if onnx_out is not None:
         source_model = read_model(source)
@@ -114,28 +113,48 @@ def plan(
         data_out = external_data_output(source_model, source.parent, onnx_out)
         check_outputs([*outputs, ("annotated model's weights", data_out)],
                       [*named_inputs(model, hardware), source, *data_files])
-    cost_model = make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element)
-    problem = FusionProblem(cost_model, make_objective(objective.value, cost_model, accelerator))
-    algorithm = make_search(search.value)
-    progress = progress_bar(TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"), quiet=as_json)
-    with progress:
-        task = progress.add_task("search", total=budget, best="-", proof="")
-        with searching():
-            result = minimize(
-                problem, algorithm, repair, budget=budget, seed=seed,
-                on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
-                on_propose=lambda n: progress.update(task, completed=n),
-                on_status=lambda *status: progress.update(task, proof=status_line(*status, objective.value)),
-                time_limit=time_limit,
-            )
-    reference = reference_record(problem, result)
-    document = plan_document(problem, result.plan, result.search_record(), reference,
-                             accelerator if hardware is not None else None)
+
+    def solve(graph):
+        """The plan of ``graph`` (the model as loaded, or rewritten) with its document."""
+        cost_model = make_cost_model(scheme.value, graph, buffer_bytes, bytes_per_element)
+        problem = FusionProblem(cost_model, make_objective(objective.value, cost_model, accelerator))
+        progress = progress_bar(TextColumn(f"{search.value} on {graph.name}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[proof]}"),
+                                quiet=as_json)
+        with progress:
+            task = progress.add_task("search", total=budget, best="-", proof="")
+            with searching():
+                result = minimize(
+                    problem, make_search(search.value), repair, budget=budget, seed=seed,
+                    on_improve=lambda n, dram, _: progress.update(task, best=format_bytes(dram)),
+                    on_propose=lambda n: progress.update(task, completed=n),
+                    on_status=lambda *status: progress.update(task, proof=status_line(*status, objective.value)),
+                    time_limit=time_limit,
+                )
+        reference = reference_record(problem, result)
+        document = plan_document(problem, result.plan, result.search_record(), reference,
+                                 accelerator if hardware is not None else None)
+        return graph, problem, result, reference, document
+
+    graph, problem, result, reference, document = solve(
+        load_model(model, None if rewritten else input_shape, rewritten.pipeline if rewritten else None))
     if rewritten is not None:  # how the rewrite search ended; its steps are in "passes"
-        document["rewrite"] = {**rewritten.summary(), "max_growth": max_growth,
-                               "max_operators": rewritten.result.max_operators, "verify": verify.value,
-                               "pricing": pricing.value, "site_checks": rewritten.result.site_checks}
+        record = {**rewritten.summary(), "max_growth": max_growth,
+                  "max_operators": rewritten.result.max_operators, "verify": verify.value,
+                  "pricing": pricing.value, "site_checks": rewritten.result.site_checks}
+        if rewritten.result.steps:
+            # The search's objective is the interval DP's plan; what counts is the plan this command writes. Plan
+            # the original graph the same way and keep the rewritten graph only where its plan is better.
+            original = solve(load_model(model, input_shape))
+            planned = {"original": _whole(original[4], objective.value),
+                       "rewritten": _whole(document, objective.value)}
+            record["planned"] = planned
+            if not planned["rewritten"] < planned["original"]:
+                record["kept"] = "original"
+                graph, problem, result, reference, document = original
+            else:
+                record["kept"] = "rewritten"
+        document["rewrite"] = record
     if onnx_out is not None:  # the larger write first: if it fails, no plan file claims success
         assert source_model is not None
         save_onnx(annotate_onnx(source_model, problem, result.plan, document.get("estimates")), onnx_out,
@@ -192,12 +211,28 @@ def plan(
                      f"{'(time limit reached) ' if rewritten.result.cut_by_time else ''}"
                      f"{'(rewrite interrupted) ' if rewritten.result.interrupted else ''}(see fuseplan rewrite)",
                      highlight=False)
+        planned = document["rewrite"].get("planned")
+        if planned is not None:
+            show = (format_bytes if objective.value == "dram"
+                    else lambda value: _format_estimate(objective.value, value))
+            verdict = ("kept the rewritten graph" if document["rewrite"]["kept"] == "rewritten" else
+                       "kept the original graph: the rewritten graph's plan is no better")
+            stdout.print(f"planned            original {show(planned['original'])}, rewritten "
+                         f"{show(planned['rewritten'])} (every operator, this search): {verdict}", highlight=False)
     if output is not None:
         stdout.print(f"plan written to {output}", highlight=False)
     if onnx_out is not None:
         stdout.print(f"annotated model written to {onnx_out}", highlight=False)
     if report is not None:
         stdout.print(f"report written to {report}", highlight=False)
+
+
+def _whole(document: dict, objective: str) -> float:
+    """What a plan document's plan costs over every operator of its graph (unfuseable ones run alone included), in
+    the objective's unit: how ``plan --rewrite`` compares the plans of the original and the rewritten graph."""
+    if objective == "dram":
+        return document["total_dram_bytes"]
+    return document["estimates"][{"energy": "energy_joules", "latency": "latency_seconds"}[objective]]
 
 
 def _executed_line(document: dict) -> str:
