@@ -8,6 +8,7 @@ import shutil
 import tomllib
 from pathlib import Path
 
+import onnx
 import pytest
 
 from fuseplan import zoo
@@ -144,6 +145,25 @@ def test_rewrite_reports_the_dram_plan_finds_for_the_model_and_its_output(cli, t
     shown = cli("rewrite", "squeezenet", "-o", tmp_path / "again.onnx", "--buffer", "64KB", "--budget", "6")
     row = next(line for line in shown.stdout.splitlines() if "as `fuseplan plan` finds" in line)
     assert row.count(f"{planned['before'] / 2**20:.2f} MB") >= 1
+
+
+@pytest.mark.slow  # a rewrite search and two plans: about 10 s
+def test_rewrite_writes_the_original_when_the_graph_found_plans_no_better(cli, tmp_path):
+    # efficientnet_b0 under BRR at 64KB: three substitutions lower the interval plan the search prices (12.22 ->
+    # 12.10 MB) but not the plan `fuseplan plan` makes (11.97 MB both): the dram objective's judge keeps the original
+    pytest.importorskip("onnx_ir")
+    pytest.importorskip("onnxruntime")
+    output = tmp_path / "rewritten.onnx"
+    result = cli("rewrite", "efficientnet_b0", "-o", output, "--scheme", "brr", "--buffer", "64KB", "--alpha", "1",
+                 "--budget", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["steps"] and report["after"]["dram_bytes"] < report["before"]["dram_bytes"]
+    assert report["after"]["planned_dram_bytes"] >= report["before"]["planned_dram_bytes"]
+    assert report["written"] == "original"
+    assert report["plan_total_dram_bytes"]["after"] == report["plan_total_dram_bytes"]["before"]
+    written = onnx.load(str(output))
+    assert not any(p.key == "fuseplan.rewrite" for p in written.metadata_props)
 
 
 @pytest.mark.slow  # a rewrite search

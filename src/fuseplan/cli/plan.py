@@ -105,7 +105,7 @@ def plan(
         rewritten = run_rewrite_search(read_rewritable(source), model_path(model)[1], "dram", scheme.value,
                                     buffer_bytes, bytes_per_element, rewrite_alpha, rewrite_budget, None, seed, shapes,
                                     as_json, rewrite_time_limit, max_growth=max_growth, verify=verify.value,
-                                    pricing=pricing.value)
+                                    pricing=pricing.value, judge_dram=False)
     source_model = None
     if onnx_out is not None:
         source_model = read_model(source)

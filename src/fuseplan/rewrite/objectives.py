@@ -70,6 +70,25 @@ def graph_dram(graph: CompGraph, scheme: str, buffer_bytes: int, bytes_per_eleme
     return int(best) + alone
 
 
+#: the budget `fuseplan plan` searches with by default
+PLAN_BUDGET = 5000
+
+
+def planned_dram(graph: CompGraph, scheme: str, buffer_bytes: int, bytes_per_element: int = 1, seed: int = 0) -> int:
+    """Total DRAM of the plan ``fuseplan plan`` makes of ``graph`` by default (``auto``: the proven optimum
+    within its limits) plus every unfuseable operator run alone: what a rewrite's DRAM objective stands in
+    for. :func:`total_dram` prices the best interval plan instead, cheaply enough for every candidate."""
+    from fuseplan.search import make_search, minimize
+    from fuseplan.split import make_splitter
+
+    problem = FusionProblem(make_cost_model(scheme, graph, buffer_bytes, bytes_per_element))
+    alone = problem.cost.unfuseable_dram()
+    if not problem.fuseable:
+        return alone
+    result = minimize(problem, make_search("auto"), make_splitter("random"), budget=PLAN_BUDGET, seed=seed)
+    return int(result.cost.dram) + alone
+
+
 class GroupPrices:
     """Prices of fusion groups shared by the graphs of one search, keyed by the groups' operators in context.
 

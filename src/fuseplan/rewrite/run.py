@@ -9,11 +9,11 @@ from typing import Any, ContextManager
 
 import onnx
 
-from fuseplan.graph.onnx_import import prepare_model
+from fuseplan.graph.onnx_import import graph_from_model, prepare_model
 from fuseplan.passes import Pass, Rewrite, default_passes
 from fuseplan.passes.verify import Verifier, random_inputs
 from fuseplan.rewrite.latency import LatencyVerdict, judge_latency
-from fuseplan.rewrite.objectives import make_objective, measure_latency, model_macs, total_dram
+from fuseplan.rewrite.objectives import make_objective, measure_latency, model_macs, planned_dram, total_dram
 from fuseplan.rewrite.search import MAX_GROWTH, RewriteResult, backtracking_search, unsearched
 
 
@@ -32,8 +32,12 @@ class Rewritten:
     @property
     def keeps_original(self) -> bool:
         """Whether the original model, unchanged, is the result: timed end to end, the graph found was not
-        confirmed faster (:func:`~fuseplan.rewrite.latency.judged_faster`)."""
-        return self.timing is not None and not self.timing.faster
+        confirmed faster (:func:`~fuseplan.rewrite.latency.judged_faster`); or, under the dram objective, the
+        plan ``fuseplan plan`` makes of it moves no less than the original's (``planned_dram_bytes``)."""
+        if self.timing is not None:
+            return not self.timing.faster
+        planned = self.after.get("planned_dram_bytes")
+        return planned is not None and planned >= self.before["planned_dram_bytes"]
 
     def to_json(self) -> dict[str, Any]:
         return {"objective": self.objective, "steps": self.result.steps, "before": self.before, "after": self.after,
@@ -78,7 +82,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   stoppable: Callable[[], ContextManager[Any]] = nullcontext, max_growth: float = MAX_GROWTH,
                   timing_rounds: int = 30, timing_threads: int = 1,
                   on_progress: Callable[[dict[str, Any]], None] | None = None, verify: str = "site",
-                  pricing: str = "lazy", **objective_options: Any) -> Rewritten:
+                  pricing: str = "lazy", judge_dram: bool = True, **objective_options: Any) -> Rewritten:
     """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
 
     ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified
@@ -95,6 +99,12 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
     paired rounds, ``timing_threads`` threads, onnxruntime's own
     optimisations on); unless it is confirmed faster,
     :attr:`Rewritten.keeps_original` says to keep the original.
+
+    Under the dram objective, whose search prices each graph by its best interval plan, the graph found
+    and the original are each planned as ``fuseplan plan`` plans them (``auto``,
+    :func:`~fuseplan.rewrite.objectives.planned_dram`), unless ``judge_dram`` is false (``plan --rewrite``,
+    which plans both itself); where the graph found's plan moves no less, :attr:`Rewritten.keeps_original`
+    says to keep the original.
 
     ``verify`` and ``pricing`` are :func:`backtracking_search`'s.
 
@@ -131,8 +141,13 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
 
     def measure(steps: list[dict[str, Any]], rewritten: onnx.ModelProto) -> dict[str, float]:
         weighted = Rewrite(steps).transform(verifier.model) if steps else verifier.model
-        return {"dram_bytes": total_dram(rewritten, scheme, buffer_bytes, bytes_per_element),
-                "macs": model_macs(rewritten), "latency_seconds": measure_latency(weighted, feeds)}
+        figures = {"dram_bytes": total_dram(rewritten, scheme, buffer_bytes, bytes_per_element),
+                   "macs": model_macs(rewritten), "latency_seconds": measure_latency(weighted, feeds)}
+        if objective == "dram" and result.steps and judge_dram:
+            # the search priced interval plans; the plan `fuseplan plan` makes of each graph is what counts
+            graph = graph_from_model(rewritten, name="candidate", passes=[])
+            figures["planned_dram_bytes"] = planned_dram(graph, scheme, buffer_bytes, bytes_per_element, seed)
+        return figures
 
     before, after = measure([], prepared), measure(result.steps, result.model)
     timing = None
