@@ -35,6 +35,9 @@ from fuseplan.plan.problem import FusionProblem
 MIN_AGREEING = 16
 #: At most this many shifts are kept, those with the most agreeing operators.
 MAX_SHIFTS = 4
+#: The longest stage looked for, in operators (a transformer layer or a ResNet stage's block is far shorter);
+#: it bounds the pairs counted per signature, which would grow with the square of its repeats.
+MAX_STAGE = 256
 
 
 def signatures(problem: FusionProblem) -> list[tuple]:
@@ -88,10 +91,11 @@ class Repeats:
         # that repeats very often, an element-wise operator on one shape, are what the counts are made of)
         counts: Counter[int] = Counter()
         for same in positions.values():
-            if len(same) > 1:
-                for i, v in enumerate(same):
-                    for u in same[:i]:
-                        counts[v - u] += 1
+            for i, v in enumerate(same):
+                for u in reversed(same[max(0, i - MAX_STAGE):i]):
+                    if v - u > MAX_STAGE:
+                        break
+                    counts[v - u] += 1
         kept: list[tuple[int, int]] = []
         for k, count in counts.most_common():
             if count < min_agreeing or len(kept) >= max_shifts:
