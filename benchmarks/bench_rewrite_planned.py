@@ -82,9 +82,10 @@ def main(argv: list[str] | None = None) -> None:
                "original": original, "rewritten": rewritten}
         rows.append(row)
         print(f"{row['model']} {row['scheme']} {row['buffer_kb']}KB: objective "
-              f"{100 * row['objective']['change']:+.2f}%, planned {100 * row['planned_change']:+.2f}% ({original['total_dram_bytes']} -> "
-              f"{rewritten['total_dram_bytes']}); simulated {original['agree']}/{original['schedules']} and "
-              f"{rewritten['agree']}/{rewritten['schedules']} agree", flush=True)
+              f"{100 * row['objective']['change']:+.2f}%, planned {100 * row['planned_change']:+.2f}% "
+              f"({original['total_dram_bytes']} -> {rewritten['total_dram_bytes']}); simulated "
+              f"{original['agree']}/{original['schedules']} and {rewritten['agree']}/{rewritten['schedules']} agree",
+              flush=True)
         run.write({"steps_from": args.steps_from.name, "alpha": args.alpha, "rows": rows})
     run.write({"steps_from": args.steps_from.name, "alpha": args.alpha, "rows": rows})
 
