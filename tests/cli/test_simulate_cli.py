@@ -119,12 +119,15 @@ def test_a_plan_whose_group_moves_its_pipeline_fill_says_so_and_the_simulator_mo
                       "--report", str(report))
     assert result.returncode == 0, result.stderr
     assert "DRAM when run" in result.stdout
-    assert 'data-total="executed_dram_bytes"' in report.read_text()
+    page = report.read_text()
+    assert 'data-total="executed_dram_bytes"' in page
     plan = json.loads(path.read_text())
     filled = [g for g in plan["groups"] if "executed_dram_bytes" in g]
     assert filled and all(g["executed_dram_bytes"] != g["dram_bytes"] for g in filled)
     assert plan["executed_dram_bytes"] == plan["dram_bytes"] + sum(g["executed_dram_bytes"] - g["dram_bytes"]
                                                                    for g in filled)
+    # the report's group panel has each such group's figure (its data: F_beta, F_D, schedule, when run)
+    assert all(f', {g["executed_dram_bytes"]}]' in page for g in filled)
     result = fuseplan("simulate", "squeezenet", str(path), "--json")
     assert result.returncode == 1  # a group differs from its price
     report = json.loads(result.stdout)
@@ -138,7 +141,8 @@ def test_a_plan_whose_group_moves_its_pipeline_fill_says_so_and_the_simulator_mo
     in_plan = [g for g in report["groups"] if g["group"] < len(plan["groups"])]
     assert sum(g["simulated_dram_bytes"] for g in in_plan) == plan["executed_dram_bytes"]
     # validate recounts it; a version-3 file, written before plans recorded it, is not asked for it
-    assert fuseplan("validate", "squeezenet", str(path)).returncode == 0
+    validated = fuseplan("validate", "squeezenet", str(path))
+    assert validated.returncode == 0 and "when run" in validated.stdout
     edited = _edited(tmp_path, path, lambda d: d["groups"][filled[0]["id"]].update(executed_dram_bytes=1))
     result = fuseplan("validate", "squeezenet", edited)
     assert result.returncode == 1 and "moved when run" in result.stderr

@@ -47,7 +47,9 @@ def validate(
             stderr.print(f"invalid: {one_line(reason)}")
         raise typer.Exit(1)
     doc = plan_file.document
-    stdout.print(f"valid: {len(doc['groups'])} groups, DRAM {format_bytes(doc['dram_bytes'])}, "
+    executed = doc.get("executed_dram_bytes")
+    stdout.print(f"valid: {len(doc['groups'])} groups, DRAM {format_bytes(doc['dram_bytes'])}"
+                 + (f" ({format_bytes(executed)} when run)" if executed is not None else "") + ", "
                  f"max buffer usage {format_bytes(doc['max_buffer_usage_bytes'])} "
                  f"of {format_bytes(plan_file.buffer_bytes)}", highlight=False)
     if target is None:

@@ -149,8 +149,10 @@ def plan_report_html(problem: FusionProblem, document: dict[str, Any]) -> str:
                         if graph.nodes[v].outputs else "none",
                         "group": group_of[v]}
                for v in range(len(graph.nodes))}
+    # per group: F_beta, F_D, the schedule's lines, and what it moves when run where that is not F_D (else null)
     data = dumps_json({"nodes": details, "groups": {str(g["id"]): [g["buffer_bytes"], g["dram_bytes"],
-                                                                   schedule_lines(g.get("schedule"))]
+                                                                   schedule_lines(g.get("schedule")),
+                                                                   g.get("executed_dram_bytes")]
                                                     for g in document["groups"]}})
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     names = "".join(f'<option value="{escape(node.name)}">' for node in graph.nodes)
@@ -339,10 +341,11 @@ Click a group, or its row below, for its operators and schedule.</div>
   }}
   function groupHeading(group) {{
     var cost = data.groups[String(group)];
-    return "group " + group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B";
+    return "group " + group + ": F_beta " + cost[0] + " B, F_D " + cost[1] + " B" +
+      (cost[3] === null || cost[3] === undefined ? "" : ", " + cost[3] + " B when run (pipeline fill)");
   }}
   function schedule(group) {{
-    var lines = (data.groups[String(group)] || [0, 0, []])[2];
+    var lines = (data.groups[String(group)] || [0, 0, [], null])[2];
     if (!lines.length) {{ return; }}
     var list = text(details, "div", "");
     list.className = "schedule";
