@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({"model": model, "buffer_kb": kb, "optimal": bool(result.details.get("optimal")),
                          "groups": len(groups), "priced": [problem.cost.dram(g) for g in groups]})
             if args.exact_src is None:
-                rows[-1]["counted"] = [stepped_dram(graph, problem.cost.schedule(g)) for g in groups]
+                # what each schedule moves when run, in elements (the zoo's data width is 1)
+                rows[-1]["counted"] = [executed_dram(graph, problem.cost.schedule(g)) for g in groups]
     if args.exact_src is None:
         for row in rows:
             _compare(row, row.pop("counted"))
@@ -85,12 +86,6 @@ def main(argv: list[str] | None = None) -> None:
         _compare(row, exact["prices"][f"{row['model']}@{row['buffer_kb'] * KB}"])
     run.write({"exact_src_commit": commit, "exact_cost_model_version": exact["cost_model_version"],
                "exact_brr_version": exact["brr_version"], "totals": _totals(rows), "rows": rows})
-
-
-def stepped_dram(graph, schedule) -> int:
-    """What ``schedule`` moves when run (:func:`fuseplan.schedule.steps.executed_dram`). Elements; the zoo's
-    data width is 1."""
-    return executed_dram(graph, schedule)
 
 
 def _compare(row: dict, counted: list[int]) -> None:

@@ -110,7 +110,7 @@ def test_fill_effect_counts_a_plan_with_the_step_rule_and_finds_the_fill_of_a_st
     # the tiles, and reads each weight once more per extra step
     from fuseplan.cost import make_cost_model
     from fuseplan.graph import load_graph
-    from fuseplan.schedule.steps import RowSteps
+    from fuseplan.schedule.steps import RowSteps, executed_dram
     graph = load_graph("resnet18")
     cost = make_cost_model("brr", graph, 64 * 1024)
     group = frozenset(range(0, 6))
@@ -120,4 +120,4 @@ def test_fill_effect_counts_a_plan_with_the_step_rule_and_finds_the_fill_of_a_st
     steps = RowSteps(graph, schedule.operators, uses, int(schedule.params["rows_per_tile"]), False).count()
     extra = sum(graph.nodes[w.operator].weight_numel * (len(steps[w.operator]) - schedule.params["tiles"])
                 for w in schedule.weights)
-    assert fill.stepped_dram(graph, schedule) == schedule.dram + extra
+    assert executed_dram(graph, schedule) == schedule.dram + extra  # what the benchmark counts with

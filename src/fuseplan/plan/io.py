@@ -49,21 +49,16 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
 
         estimator = Estimator(cost, hardware)
     groups = []
-    executed: int | None = 0
-    for index, group in enumerate(plan.groups):
+    schedules = [cost.schedule(group) for group in plan.groups]
+    runs, executed = executed_bytes(graph, schedules, cost.bytes_per_element)
+    for index, (group, schedule, run) in enumerate(zip(plan.groups, schedules, runs)):
         buffer, dram = cost.evaluate(group)
-        schedule = cost.schedule(group)
         record = {"id": index, "nodes": [graph.nodes[v].name for v in sorted(group)],
                   "buffer_bytes": buffer, "dram_bytes": dram,
                   **(estimator.group(group, dram).record() if estimator is not None else {}),
                   "schedule": schedule.to_json(graph)}
-        # what the schedule moves when run (the step rule): the price but for the pipeline fill of weights
-        # streamed per row tile (docs/schedules.md)
-        run = executed_dram(graph, schedule)
-        if run is not None and cost.bytes_per_element * run != dram:
-            record["executed_dram_bytes"] = cost.bytes_per_element * run
-        if executed is not None:
-            executed = None if run is None else executed + cost.bytes_per_element * run
+        if recorded_executed(run, dram) is not None:
+            record["executed_dram_bytes"] = run
         groups.append(record)
     document: dict[str, Any] = {
         "format": FORMAT,
@@ -75,7 +70,7 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
         "bytes_per_element": cost.bytes_per_element,
         "cost_model_version": COST_MODEL_VERSION,
         "dram_bytes": total.dram,
-        **({"executed_dram_bytes": executed} if executed is not None and executed != total.dram else {}),
+        **({"executed_dram_bytes": executed} if recorded_executed(executed, total.dram) is not None else {}),
         "excluded_dram_bytes": cost.unfuseable_dram(),
         "total_dram_bytes": total.dram + cost.unfuseable_dram(),
         "max_buffer_usage_bytes": total.max_buffer,
@@ -99,6 +94,21 @@ def plan_document(problem: FusionProblem, plan: Plan, search: dict[str, Any],
     if renamed:  # unnamed nodes and repeated names: how to find each in the model
         document["renamed"] = renamed
     return document
+
+
+def executed_bytes(graph, schedules, bytes_per_element: int) -> tuple[list[int | None], int | None]:
+    """What each schedule moves when run, in bytes (the step rule, :func:`~fuseplan.schedule.steps.executed_dram`:
+    the price but for the pipeline fill of weights streamed per row tile; docs/schedules.md), and all of them
+    together; ``None`` where the rule cannot run a schedule (and for the sum, where it cannot run one)."""
+    runs = [executed_dram(graph, schedule) for schedule in schedules]
+    runs = [None if run is None else bytes_per_element * run for run in runs]
+    return runs, None if None in runs else sum(runs)
+
+
+def recorded_executed(run: int | None, price: int) -> int | None:
+    """What plan.json records as moved when run (``executed_dram_bytes``): ``run``, only where it is known and
+    is not the price."""
+    return run if run is not None and run != price else None
 
 
 def alone_record(cost: CostModel, v: int) -> dict[str, Any]:

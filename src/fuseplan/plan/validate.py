@@ -5,9 +5,8 @@ from __future__ import annotations
 from fuseplan.cost import make_cost_model
 from fuseplan.errors import FuseplanError, first_line, shown
 from fuseplan.graph.ir import CompGraph
-from fuseplan.plan.io import PlanFile
+from fuseplan.plan.io import PlanFile, executed_bytes, recorded_executed
 from fuseplan.plan.plan import Plan
-from fuseplan.schedule.steps import executed_dram
 from fuseplan.plan.problem import FusionProblem
 
 
@@ -110,23 +109,17 @@ def check_fit(graph: CompGraph, plan_file: PlanFile, buffer_bytes: int,
 def _check_executed(doc: dict, cost, groups) -> list[str]:
     """The figures of what groups move when run (``executed_dram_bytes``, where that is not their price),
     recounted by the step rule from each group's schedule."""
+    members = [frozenset(group) for group in groups]
+    runs, executed = executed_bytes(cost.graph, [cost.schedule(group) for group in members], cost.bytes_per_element)
     reasons = []
-    b = cost.bytes_per_element
-    executed: int | None = 0
-    for position, group in enumerate(doc["groups"]):
-        members = frozenset(groups[position])
-        run = executed_dram(cost.graph, cost.schedule(members))
-        run = None if run is None else b * run
-        dram = cost.evaluate(members).dram
-        expected = run if run is not None and run != dram else None
+    for position, (group, run) in enumerate(zip(doc["groups"], runs)):
+        expected = recorded_executed(run, cost.evaluate(members[position]).dram)
         if group.get("executed_dram_bytes") != expected:
             reasons.append(f"group {position} records {shown(group.get('executed_dram_bytes'))} bytes moved when run; "
                            f"its schedule's steps move {run if run is not None else 'an unknown amount'}"
                            + ("" if expected is not None else " (no record: only where that is not the price)"))
-        executed = None if executed is None or run is None else executed + run
-    price = sum(cost.evaluate(frozenset(g)).dram for g in groups)
-    expected_total = executed if executed is not None and executed != price else None
-    if doc.get("executed_dram_bytes") != expected_total:
+    price = sum(cost.evaluate(group).dram for group in members)
+    if doc.get("executed_dram_bytes") != recorded_executed(executed, price):
         reasons.append(f"DRAM moved when run is recorded as {shown(doc.get('executed_dram_bytes'))} bytes; the groups' "
                        f"steps move {executed if executed is not None else 'an unknown amount'}")
     return reasons

@@ -49,17 +49,20 @@ class GroupOutcome:
     @property
     def fill(self) -> bool:
         """Run as its steps say but not as priced: the difference is the pipeline fill alone."""
-        return (not self.agrees and self.finding is None and self.simulated_dram is not None
-                and self.simulated_dram == self.executed_dram != self.priced_dram
+        return (self._ran_within_price_but_dram and self.simulated_dram is not None
+                and self.simulated_dram == self.executed_dram != self.priced_dram)
+
+    @property
+    def _ran_within_price_but_dram(self) -> bool:
+        """Run to the end, the peak within the price, and the outputs onnxruntime's (DRAM aside)."""
+        return (self.finding is None and self.skipped is None
                 and self.peak_on_chip is not None and self.peak_on_chip <= self.priced_on_chip
                 and self.max_error is not None and self.max_error <= TOLERANCE)
 
     @property
     def agrees(self) -> bool:
         """Simulated DRAM equals the price, the peak is within it, and the outputs are onnxruntime's."""
-        return (self.finding is None and self.skipped is None and self.simulated_dram == self.priced_dram
-                and self.peak_on_chip is not None and self.peak_on_chip <= self.priced_on_chip
-                and self.max_error is not None and self.max_error <= TOLERANCE)
+        return self._ran_within_price_but_dram and self.simulated_dram == self.priced_dram
 
     def to_json(self, bytes_per_element: int) -> dict[str, Any]:
         b = bytes_per_element
