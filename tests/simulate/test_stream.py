@@ -179,6 +179,37 @@ def test_a_split_whose_outputs_are_each_rewritten_in_place_runs_both_readers_wit
     _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)
 
 
+@pytest.mark.parametrize("block, names", [
+    # a convolution made a block of output channels at a time, split along those channels, each part
+    # rewritten in place by its Relu
+    ("inception3b", ["/inception3b/branch1/conv/Conv_merged", "/inception3b/branch1/conv/Conv_split",
+                     "/inception3b/branch1/Relu", "/inception3b/branch3/branch3.0/Relu"]),
+    # three convolutions merged in two steps: a Split of one output of another Split, both by blocks
+    ("inception5a", ["/inception5a/branch1/conv/Conv_merged_merged", "/inception5a/branch1/conv/Conv_merged_split",
+                     "/inception5a/branch1/conv/Conv_split", "/inception5a/branch1/Relu",
+                     "/inception5a/branch2/branch2.0/Relu", "/inception5a/branch3/branch3.0/Relu"]),
+])
+def test_a_split_held_a_block_of_channels_at_a_time_runs_in_the_block_loop(block, names):
+    # Groups of BRR's auto plan at 64KB of googlenet after the merges the greedy rewrite found there
+    # (benchmarks/results/rewrite_planned.json): the merged convolution runs a block of its output channels at a
+    # time ("partial" entry), so the Split cuts each block into its outputs' channels; the executor once had no
+    # block kernel for a Split and skipped both groups.
+    sites = {"inception3b": [["/inception3b/branch1/conv/Conv_output_0",
+                              "/inception3b/branch3/branch3.0/conv/Conv_output_0"]],
+             "inception5a": [["/inception5a/branch1/conv/Conv_output_0", "/inception5a/branch2/branch2.0/conv/Conv_output_0"],
+                             ["/inception5a/branch1/conv/Conv_output_0_merged",
+                              "/inception5a/branch3/branch3.0/conv/Conv_output_0"]]}[block]
+    graph, values = _rewritten_googlenet([{"rule": "merge-parallel-convs", "site": site} for site in sites])
+    cost = make_cost_model("brr", graph, 64 * 1024)
+    group = frozenset(graph.node_index(name) for name in names)
+    assert cost.fits(group)
+    schedule = cost.schedule(group)
+    assert schedule.kind == "row-tiles" and schedule.params["entry"] == "partial"
+    source = schedule.tensor(graph.nodes[graph.node_index(names[1])].inputs[0])  # the Split's input: by blocks
+    assert 0 < source.elements < source.rows * graph.tensors[source.tensor].row_numel
+    _assert_agrees(simulate_alone(graph, schedule, values, cost.buffer_bytes - 1), schedule)
+
+
 def test_a_figure_that_is_not_finite_is_written_as_null():
     # A tensor of another shape than onnxruntime's, or a NaN in it, gives an error that is not a finite number;
     # `simulate --json` writes strict JSON, so the figure is null and the group does not agree.

@@ -24,7 +24,9 @@ cost model is consulted):
   A dense Gemm or MatMul of a rank-2 tensor is partial or full the same
   way. A loop runs over the channels of its widest tensor: a Concat's
   output lays its inputs' channels one after another, so an operator making
-  a Concat's second input has nothing to do in the blocks of its first. A
+  a Concat's second input has nothing to do in the blocks of its first; a
+  channel Split is the inverse, each output lying where its channels lie
+  in the input, so block ``j`` of the input gives each output its share. A
   global pooling takes block ``j`` of its input's rows: all at once where
   the input is held whole, else as they come, its sums kept in its output's
   buffer from step to step (a buffer holding one block of them drops the
@@ -213,6 +215,11 @@ class TileRun:
                     start = 0
                     for t in node.inputs:
                         ties.append((out, t, start))
+                        start += self._channels(t)
+                elif role == SLICE and node.op_type == "Split":  # the inverse: output i where the ones before end
+                    start = 0
+                    for t in node.outputs:
+                        ties.append((node.inputs[0], t, start))
                         start += self._channels(t)
                 elif role == SLICE:
                     ties.extend((out, t, 0) for t in node.inputs if self._channels(t) == self._channels(out))
@@ -517,10 +524,10 @@ class TileRun:
             if group != self._channels(node.inputs[0]) or group != self._channels(node.outputs[0]):
                 raise Unsupported(f"no channel-block kernel for the grouped convolution {node.name}")
             return SLICE
-        if node.op_type == "Concat":
-            axis = int(node.attributes.get("axis", 1))
+        if node.op_type in ("Concat", "Split"):
+            axis = int(node.attributes.get("axis", 1 if node.op_type == "Concat" else 0))
             if axis not in (1, 1 - len(out_shape)) or len(out_shape) not in (2, 4):
-                raise Unsupported(f"no channel-block kernel for the Concat {node.name} along axis {axis}")
+                raise Unsupported(f"no channel-block kernel for the {node.op_type} {node.name} along axis {axis}")
             return SLICE
         if node.op_type == "Flatten":
             # of a 1x1 map, input channel j is output feature j; of a larger map, which the input comes whole
@@ -696,6 +703,9 @@ class TileRun:
         if role == ACCUMULATE:
             if not self._nonempty(self._span(node.inputs[0], j)):
                 return
+        elif node.op_type == "Split":
+            self._split_block(v, j, channels, plan)
+            return
         elif not self._nonempty(out_span):
             return
         barrier = v in self.taken
@@ -760,6 +770,29 @@ class TileRun:
         else:
             rows = self._elementwise(v, held, out_span, first, stop)
         self._store(out, 0 if barrier else first, rows, out_span, j)
+
+    def _split_block(self, v: int, j: int, channels: slice, plan: tuple[int, int]) -> None:
+        """A channel Split's share of block ``j`` (``channels`` of its block loop): each output's channels in the
+        block, cut from its input's rows ``plan`` (all channels where the input is held whole, else block ``j``;
+        the outputs lie in the loop where their channels lie in the input, :meth:`_place_channels`)."""
+        node = self.graph.nodes[v]
+        first, stop = plan
+        source = node.inputs[0]
+        if source in self.block:
+            if not self._nonempty(held_span := self._span(source, j)):
+                return
+            rows = self._rows(source, first, stop, j)
+        else:
+            held_span, rows = slice(0, self._channels(source)), self._rows(source, first, stop)
+        data = rows.take(first, stop) if rows.data.ndim >= 4 else rows.data
+        at = self.offset.get(source, 0)
+        for out in node.outputs:
+            span = self._local(out, channels)
+            if not self._nonempty(span):
+                continue
+            # the output's channels in the input, then in what is held of it
+            start = self.offset.get(out, 0) - at + span.start - held_span.start
+            self._store(out, first, data[:, start:start + span.stop - span.start], span, j)
 
     def _pass_features(self, v: int, x: Rows, channels: slice, first: int, stop: int) -> None:
         """A FEATURE_BLOCKS Flatten's share of a block: the features of input ``channels`` and rows ``[first,
