@@ -121,3 +121,24 @@ def test_fill_effect_counts_a_plan_with_the_step_rule_and_finds_the_fill_of_a_st
     extra = sum(graph.nodes[w.operator].weight_numel * (len(steps[w.operator]) - schedule.params["tiles"])
                 for w in schedule.weights)
     assert executed_dram(graph, schedule) == schedule.dram + extra  # what the benchmark counts with
+
+
+def test_fill_candidates_counts_sampled_candidates_by_the_step_rule(tmp_path):
+    candidates = load_script("bench_fill_candidates")
+    out = tmp_path / "candidates.json"
+    candidates.main(["--models", "squeezenet", "--buffers-kb", "64", "--sample", "120", "-o", str(out)])
+    written = json.loads(out.read_text())
+    (row,) = written["rows"]
+    assert row["candidates_complete"] and row["sampled"] == 120 and written["totals"]["sampled"] == 120
+    assert row["as_priced"] + row["moves_more"] + row["moves_less"] + row["not_runnable"] == row["streamed"] > 0
+    # the candidate furthest from its price is counted again the same way, from its operators' names
+    from fuseplan.cost import make_cost_model
+    from fuseplan.graph import load_graph
+    from fuseplan.schedule.steps import executed_dram
+    furthest = row["furthest"]
+    graph = load_graph("squeezenet")
+    schedule = make_cost_model("brr", graph, 64 * 1024).schedule(
+        frozenset(graph.node_index(name) for name in furthest["operators"]))
+    assert (schedule.dram, executed_dram(graph, schedule)) == (furthest["priced_elements"],
+                                                               furthest["executed_elements"])
+    assert furthest["priced_elements"] != furthest["executed_elements"]
