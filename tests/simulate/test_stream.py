@@ -196,7 +196,8 @@ def test_a_split_held_a_block_of_channels_at_a_time_runs_in_the_block_loop(block
     # block kernel for a Split and skipped both groups.
     sites = {"inception3b": [["/inception3b/branch1/conv/Conv_output_0",
                               "/inception3b/branch3/branch3.0/conv/Conv_output_0"]],
-             "inception5a": [["/inception5a/branch1/conv/Conv_output_0", "/inception5a/branch2/branch2.0/conv/Conv_output_0"],
+             "inception5a": [["/inception5a/branch1/conv/Conv_output_0",
+                              "/inception5a/branch2/branch2.0/conv/Conv_output_0"],
                              ["/inception5a/branch1/conv/Conv_output_0_merged",
                               "/inception5a/branch3/branch3.0/conv/Conv_output_0"]]}[block]
     graph, values = _rewritten_googlenet([{"rule": "merge-parallel-convs", "site": site} for site in sites])
