@@ -48,24 +48,6 @@ BUFFERS_KB = (64, 256, 1024)
 QUICK = {"models": ["squeezenet"], "buffers_kb": [64], "random": 2}
 
 
-def _random_groups(graph, cost, count: int, rng: random.Random) -> list[frozenset[int]]:
-    found: list[frozenset[int]] = []
-    for _ in range(count * 50):
-        members = {rng.randrange(len(graph.nodes))}
-        for _ in range(rng.randrange(12)):
-            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
-            if not around:
-                break
-            members.add(rng.choice(around))
-        group = frozenset(members)
-        if group not in found and graph.is_convex(group) and cost.fits(group) \
-                and not any(v in cost.unfuseable for v in group):
-            found.append(group)
-            if len(found) == count:
-                break
-    return found
-
-
 def block_held(graph, schedule) -> list[int]:
     """Tensors the schedule holds a channel block at a time."""
     return [u.tensor for u in schedule.tensors if 0 < u.elements < u.rows * graph.tensors[u.tensor].row_numel]
@@ -249,7 +231,7 @@ def run_setup(name: str, size: int, buffers_kb, random_groups: int, seed: int) -
         plan = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=5000, seed=seed)
         rows = [r for g in plan.plan.groups if (r := run_group(graph, cost, g, values, "plan")) is not None]
         rng = random.Random(f"{seed}:{name}:{kb}")
-        rows += [r for g in _random_groups(graph, cost, random_groups, rng)
+        rows += [r for g in harness.random_fitting_groups(graph, cost, random_groups, rng)
                  if (r := run_group(graph, cost, g, values, "random")) is not None]
         setup = {"model": graph.name, "buffer_kb": kb,
                  "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},

@@ -49,24 +49,6 @@ BUFFERS_KB = (64, 256, 1024)
 QUICK = {"models": ["squeezenet"], "buffers_kb": [64], "random": 2}
 
 
-def _random_groups(graph, cost, count: int, rng: random.Random) -> list[frozenset[int]]:
-    found: list[frozenset[int]] = []
-    for _ in range(count * 50):
-        members = {rng.randrange(len(graph.nodes))}
-        for _ in range(rng.randrange(12)):
-            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
-            if not around:
-                break
-            members.add(rng.choice(around))
-        group = frozenset(members)
-        if group not in found and graph.is_convex(group) and cost.fits(group) \
-                and not any(v in cost.unfuseable for v in group):
-            found.append(group)
-            if len(found) == count:
-                break
-    return found
-
-
 def _tally(outcomes) -> dict:
     run = [o for o in outcomes if o.skipped is None]
     disagreeing = [o for o in run if not o.agrees]
@@ -103,7 +85,8 @@ def run_setup(name: str, size: int, schemes, buffers_kb, random_groups: int, see
             planned = time.perf_counter()
             plan = simulate(graph, schedules, values, (cost.buffer_bytes - 1) // cost.bytes_per_element)
             simulated = time.perf_counter()
-            groups = _random_groups(graph, cost, random_groups, random.Random(f"{seed}:{name}:{scheme}:{kb}"))
+            rng = random.Random(f"{seed}:{name}:{scheme}:{kb}")
+            groups = harness.random_fitting_groups(graph, cost, random_groups, rng)
             alone = [simulate_alone(graph, cost.schedule(group), values, cost.buffer_bytes - 1) for group in groups]
             done = time.perf_counter()
             row = {"model": graph.name, "scheme": scheme, "buffer_kb": kb,

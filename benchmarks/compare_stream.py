@@ -59,8 +59,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,7 +72,7 @@ from fuseplan.split import make_splitter
 from fuseplan.units import format_bytes
 
 import harness  # beside this script: benchmarks/harness.py
-from peers import PeerMissing, distribution_versions, installed_python  # benchmarks/peers.py
+from peers import PeerMissing, distribution_versions, installed_python, run_driver  # benchmarks/peers.py
 
 RESULTS = harness.RESULTS / "stream.json"
 MODEL = "resnet18"
@@ -288,11 +286,6 @@ def answer_key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def children_cpu_seconds() -> float:
-    """CPU time of this process's finished subprocesses (Stream's runs), user and system."""
-    times = os.times()
-    return times.children_user + times.children_system
-
 
 # -- running both --------------------------------------------------------------------------------
 def run_stream(python: Path | None, workload: dict, buffer_bytes: int, cn_rows: str, lpf: int, seconds: float,
@@ -305,20 +298,11 @@ def run_stream(python: Path | None, workload: dict, buffer_bytes: int, cn_rows: 
         return json.loads(cached.read_text()) | {"answer": cached.name, "read_back": True}
     if python is None:
         return {"status": "not scheduled (no answer in --reuse and --cached-only)"}
-    start, cpu_start = time.perf_counter(), children_cpu_seconds()
-    try:
-        done = subprocess.run([str(python), "-c", DRIVER, json.dumps(spec)], capture_output=True, text=True,
-                              timeout=seconds)
-    except subprocess.TimeoutExpired:
-        answer = {"status": f"timed out after {seconds:g} s"}
-    else:
-        if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
-            answer = {"status": f"failed: {tail[0][:300]}"}
-        else:
-            answer = {"status": "scheduled"} | parse_answer(done.stdout)
-    answer["wall_seconds"] = round(time.perf_counter() - start, 1)
-    answer["cpu_seconds"] = round(children_cpu_seconds() - cpu_start, 1)  # a killed run's CPU time is not counted
+    answer, wall, cpu = run_driver(python, DRIVER, spec, seconds, "scheduled")
+    if "stdout" in answer:
+        answer = {"status": answer["status"]} | parse_answer(answer["stdout"])
+    answer["wall_seconds"] = round(wall, 1)
+    answer["cpu_seconds"] = round(cpu, 1)  # a killed run's CPU time is not counted
     answer["load_average_at_end"] = harness.load_average()  # the wall time on a shared machine depends on it
     if cached and not answer["status"].startswith("timed out"):  # a failure is Stream's answer; a time-out may not be
         cached.parent.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,7 +64,7 @@ from fuseplan.schedule.lone import lone_schedule
 from fuseplan.units import MB
 
 import harness  # beside this script: benchmarks/harness.py
-from peers import PeerMissing, distribution_versions, installed_python  # benchmarks/peers.py
+from peers import PeerMissing, distribution_versions, installed_python, run_driver  # benchmarks/peers.py
 
 RESULTS = harness.RESULTS / "zigzag.json"
 MODELS = ("resnet18", "vgg16", "mobilenet_v2", "squeezenet")
@@ -225,11 +224,6 @@ def compulsory_bytes(graph: CompGraph, node: OpNode) -> int:
 
 
 # -- running ZigZag ------------------------------------------------------------------------------
-def children_cpu_seconds() -> float:
-    """CPU time of this process's finished subprocesses (ZigZag's runs), user and system."""
-    times = os.times()
-    return times.children_user + times.children_system
-
 
 def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, seconds: float,
                reuse: Path | None) -> dict:
@@ -240,20 +234,11 @@ def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, se
     if python is None:
         return {"status": "not mapped (no answer in --reuse and --cached-only)"}
     spec = {"layer": layer, "accelerator": accelerator(buffer_bytes), "mapping": mapping(layer), "lpf": lpf}
-    start, cpu_start = time.perf_counter(), children_cpu_seconds()
-    try:
-        done = subprocess.run([str(python), "-c", DRIVER, json.dumps(spec)], capture_output=True, text=True,
-                              timeout=seconds)
-    except subprocess.TimeoutExpired:
-        answer = {"status": f"timed out after {seconds:g} s"}
-    else:
-        if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
-            answer = {"status": f"failed: {tail[0][:300]}"}
-        else:
-            answer = {"status": "mapped"} | parse_answer(done.stdout)
-    answer["wall_seconds"] = round(time.perf_counter() - start, 2)
-    answer["cpu_seconds"] = round(children_cpu_seconds() - cpu_start, 2)  # a killed run's CPU time is not counted
+    answer, wall, cpu = run_driver(python, DRIVER, spec, seconds, "mapped")
+    if "stdout" in answer:
+        answer = {"status": answer["status"]} | parse_answer(answer["stdout"])
+    answer["wall_seconds"] = round(wall, 2)
+    answer["cpu_seconds"] = round(cpu, 2)  # a killed run's CPU time is not counted
     answer["load_average"] = round(os.getloadavg()[0], 2)  # the wall time on a shared machine depends on it
     if cached and answer["status"] == "mapped":  # a time-out may succeed with more time: never kept
         cached.parent.mkdir(parents=True, exist_ok=True)

@@ -129,6 +129,27 @@ def provenance() -> dict[str, Any]:
     return {**commit(), "cost_model_version": COST_MODEL_VERSION, "load_average_at_start": load_average()}
 
 
+def random_fitting_groups(graph, cost, count: int, rng) -> list[frozenset[int]]:
+    """Up to ``count`` distinct groups for the simulation benchmarks, drawn with ``rng`` (a
+    ``random.Random``): an operator, then up to 11 neighbours added one at a time, kept where the group is
+    convex, fits ``cost``'s buffer and holds no unfuseable operator (at most ``50 * count`` draws)."""
+    found: list[frozenset[int]] = []
+    for _ in range(count * 50):
+        members = {rng.randrange(len(graph.nodes))}
+        for _ in range(rng.randrange(12)):
+            around = sorted(u for w in members for u in graph.neighbours[w] if u not in members)
+            if not around:
+                break
+            members.add(rng.choice(around))
+        group = frozenset(members)
+        if group not in found and graph.is_convex(group) and cost.fits(group) \
+                and not any(v in cost.unfuseable for v in group):
+            found.append(group)
+            if len(found) == count:
+                break
+    return found
+
+
 def write_results(payload: dict, path: Path) -> None:
     """Write ``payload`` as strict JSON (no NaN or Infinity), atomically, and say where."""
     from fuseplan.documents import dumps_json
