@@ -101,18 +101,22 @@ def _common_refusal(params: ConvParams | str) -> str | None:
     return None
 
 
-class EnlargeConvKernel(Rule):
-    """A 1x1 convolution becomes a 3x3 one whose only non-zero tap is the centre; pads grow by 1 so the output
-    shape holds (relaxed: more MACs alone, but the kernel may then match a neighbour's for a merge)."""
-
-    name = "enlarge-conv-kernel"
-    description = "1x1 Conv -> 3x3 Conv with a zero ring, pads + 1"
+class OneConvRule(Rule):
+    """A rule whose pattern is one convolution (every Conv is a candidate)."""
 
     def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
         return ((node,) for node in graph if node.op_type == "Conv")
 
     def matches(self, graph, nodes, index=None):
         return len(nodes) == 1 and nodes[0].op_type == "Conv"
+
+
+class EnlargeConvKernel(OneConvRule):
+    """A 1x1 convolution becomes a 3x3 one whose only non-zero tap is the centre; pads grow by 1 so the output
+    shape holds (relaxed: more MACs alone, but the kernel may then match a neighbour's for a merge)."""
+
+    name = "enlarge-conv-kernel"
+    description = "1x1 Conv -> 3x3 Conv with a zero ring, pads + 1"
 
     def check(self, graph, nodes):
         params = conv_params(nodes[0])
@@ -294,19 +298,13 @@ class FuseConvAdd(Rule):
         return [concat, fused]
 
 
-class SplitConvByChannels(Rule):
+class SplitConvByChannels(OneConvRule):
     """A convolution becomes two over halves of its output channels, joined by a Concat: each half needs half
     the weights on chip."""
 
     name = "split-conv-by-channels"
     description = "Conv -> Conv, Conv + Concat (output channels halved)"
     inverse_of = ("merge-parallel-convs",)  # splitting a merged convolution gives the pair back
-
-    def candidates(self, graph: ir.Graph) -> Iterator[tuple[ir.Node, ...]]:
-        return ((node,) for node in graph if node.op_type == "Conv")
-
-    def matches(self, graph, nodes, index=None):
-        return len(nodes) == 1 and nodes[0].op_type == "Conv"
 
     def check(self, graph, nodes):
         params = conv_params(nodes[0])
