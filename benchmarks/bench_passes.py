@@ -14,14 +14,21 @@ With ``--check-light`` it instead prunes each model twice, on the light copy
 model holding its weights, and records whether every verdict agrees and what
 each took (``benchmarks/results/passes_light_check.json``).
 
+With ``--reprice FILE`` it measures nothing: it prices again, under today's cost models, the DRAM of every
+graph a comparison of ``FILE`` recorded (each set's best and least-DRAM graph), rebuilt by replaying its
+pipeline on the model and checked by its structural hash, and writes ``FILE`` again under ``--out`` with
+those figures in place and the earlier ones kept beside them (``dram_bytes_before``).
+
 Run (about 15 minutes on two busy cores)::
 
     nice -n 15 python benchmarks/bench_passes.py [--budget 16] [--rounds 9]
     nice -n 15 python benchmarks/bench_passes.py --check-light [--models ...]
+    python benchmarks/bench_passes.py --reprice benchmarks/results/passes.json -o benchmarks/results/passes_v9.json
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -33,7 +40,7 @@ import onnx
 import harness  # benchmarks/harness.py, beside this script
 from fuseplan.graph import model_path, read_model
 from fuseplan.passes.pass_search import (
-    apply_pipelines, best_graph, candidate_pipelines, measure_graphs, random_pipelines,
+    apply_pipelines, best_graph, candidate_pipelines, graph_dram, measure_graphs, random_pipelines,
 )
 from fuseplan.passes.select import normalise, prune
 from fuseplan.rewrite.objectives import total_dram
@@ -137,6 +144,37 @@ def check_light(run: harness.Run, sources: list[str], output: Path, seed: int) -
         run.write(document, output)
 
 
+def reprice(run: harness.Run, recorded: Path, output: Path, seed: int) -> None:
+    """``recorded``'s comparisons with each recorded graph's DRAM priced again (the module docstring)."""
+    document = json.loads(recorded.read_text())
+    repriced = unchanged = 0
+    for entry in document["comparison"]:
+        source = next((s for s in PRUNED if model_path(s)[1] == entry["model"]), entry["model"])
+        path, _ = model_path(source)
+        model = normalise(read_model(path), seed=seed)
+        recorded_graphs = [graph for label in ("selected", "full_registry", "random", "baseline")
+                           for kind in ("best", "best_dram") if (graph := (entry.get(label) or {}).get(kind))]
+        with tempfile.TemporaryDirectory(prefix="bench-passes-") as directory:
+            pipelines = {tuple(graph["pipeline"]) for graph in recorded_graphs}
+            applied = apply_pipelines(model, sorted(pipelines), Path(directory))
+            prices: dict[str, int | None] = {}
+            for graph in recorded_graphs:
+                digest = applied.by_pipeline.get(tuple(graph["pipeline"]))
+                if digest is None or not digest.startswith(graph["hash"]):
+                    raise SystemExit(f"error: {entry['model']}: pipeline {graph['pipeline']} no longer gives graph "
+                                     f"{graph['hash']} (got {digest})")
+                if digest not in prices:  # as the measurement prices it: no figure where shapes cannot be inferred
+                    prices[digest] = graph_dram(applied.graphs[digest].path, LBDF_256KB)
+                graph["dram_bytes_before"] = graph["dram_bytes"]
+                graph["dram_bytes"] = prices[digest]
+                repriced += 1
+                unchanged += graph["dram_bytes"] == graph["dram_bytes_before"]
+        print(f"{entry['model']}: {len(recorded_graphs)} graphs priced again", flush=True)
+    document["repriced"] = {"from": recorded.name, "graphs": repriced, "unchanged": unchanged,
+                            "scheme": "lbdf", "buffer_bytes": 256 * 1024}
+    run.write(document, output)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = harness.parser(__doc__, out=None, seed=0)
     parser.add_argument("--budget", type=int, default=16)
@@ -146,9 +184,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare", nargs="*", default=None, help="models to compare searches on")
     parser.add_argument("--check-light", action="store_true",
                         help="check that pruning on the light copy decides as on the model holding its weights")
+    parser.add_argument("--reprice", type=Path, metavar="FILE",
+                        help="measure nothing: price the DRAM of FILE's recorded graphs again, under today's "
+                             "cost models, into --out")
     args = parser.parse_args(argv)
+    if args.reprice is not None and (args.out is None or args.out.resolve() == args.reprice.resolve()):
+        parser.error("--reprice needs an --out other than the file it reads")
     args.out = args.out or RESULTS / ("passes_light_check.json" if args.check_light else "passes.json")
     run = harness.Run("passes", args)
+    if args.reprice is not None:
+        reprice(run, args.reprice, args.out, args.seed)
+        return
     if args.check_light:
         check_light(run, args.models or list(ZOO_BY_SIZE), args.out, args.seed)
         return
