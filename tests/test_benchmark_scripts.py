@@ -164,3 +164,16 @@ def test_passes_reprice_replays_each_recorded_graph_and_prices_it_again(tmp_path
     assert entry["baseline"]["best"]["dram_bytes"] is None  # onnxruntime's NCHWc layout: no figure, as measured
     with pytest.raises(SystemExit):  # never over the file it reads
         passes.main(["--reprice", str(source), "-o", str(source)])
+
+
+def test_demand_tiles_counts_the_design_on_plan_groups(tmp_path):
+    demand = load_script("bench_demand_tiles")
+    out = tmp_path / "demand.json"
+    demand.main(["--models", "squeezenet", "mobilenet_v3_small", "--buffers-kb", "64", "-o", str(out)])
+    rows = {row["model"]: row for row in json.loads(out.read_text())["rows"]}
+    # squeezenet's streamed groups: as many weight reads as priced, inside the step rule's buffers
+    squeezenet = rows["squeezenet"]
+    assert squeezenet["streamed"] > 0 and squeezenet["reads_as_priced"] == squeezenet["fits"] == squeezenet["streamed"]
+    # a Squeeze-and-Excite pooling demanded in the first tile needs its whole input then: over the buffers
+    (group,) = rows["mobilenet_v3_small"]["overflowing"]
+    assert group["barriers"] == ["GlobalAveragePool"] and max(group["rows_over"].values()) > 1
