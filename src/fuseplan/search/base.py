@@ -186,7 +186,9 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         ctx.consider(trivial, problem.evaluate(trivial))
     assert ctx.best is not None and ctx.best_cost is not None
     best, best_cost, dissolved = ctx.best, ctx.best_cost, {}
-    if dissolve:
+    # a proven optimum has no group dearer than its operators apart (splitting one would be a better plan), so
+    # pricing every operator of every group alone to look for one is skipped
+    if dissolve and not algorithm.details().get("optimal"):
         polished, split = dissolve_dearer_groups(problem, best)
         if split:
             polished_cost = problem.evaluate(polished)
