@@ -16,7 +16,9 @@ alone (no arrays):
   extra rows, ``RowSteps.cap``). A barrier that reduces (a global pooling) takes its input's rows as they come;
   any other barrier needs its input whole once its output is demanded, and holds it until it runs.
 
-It is a measurement of a design not built (docs/schedules.md, "Pipeline fill"): it counts rows, not blocks of
+Each group is counted twice: as above, and with a loop of tiles per *phase* (the operators before a
+barrier, then those after it, :func:`phases`), each loop the price's number of tiles, a barrier running when
+its input is complete. It is a measurement of a design not built (docs/schedules.md, "Pipeline fill"): it counts rows, not blocks of
 channels, and runs nothing. Run::
 
     python benchmarks/bench_demand_tiles.py -o benchmarks/results/demand_tiles.json
@@ -40,9 +42,10 @@ from fuseplan.split import make_splitter
 KB = 1024
 
 
-def demand_driven(graph, schedule) -> tuple[dict[int, int], dict[int, int]]:
+def demand_driven(graph, schedule, by_phase: bool = False) -> tuple[dict[int, int], dict[int, int]]:
     """``(reads, overflow)`` of ``schedule`` (a streamed ``row-tiles`` one) run demand-driven (the module
-    docstring): weight reads per operator with weights, and rows over its buffer per tensor that overflows."""
+    docstring): weight reads per operator with weights, and rows over its buffer per tensor that overflows.
+    ``by_phase``: a loop of tiles per phase, one after the other (:func:`phases`)."""
     uses = {u.tensor: (u.holding, u.rows, u.elements) for u in schedule.tensors}
     per_tile = int(schedule.params["rows_per_tile"])
     rule = RowSteps(graph, schedule.operators, uses, per_tile, False)
@@ -58,12 +61,58 @@ def demand_driven(graph, schedule) -> tuple[dict[int, int], dict[int, int]]:
     def share(t: int, i: int) -> int:
         return min(height[t], ceil((i + 1) * per_tile * height[t] / reference))
 
+    if by_phase:
+        phase = phases(graph, operators)
+        reads: dict[int, int] = {}
+        overflow: dict[int, int] = {}
+        for current in sorted(set(phase.values())):
+            ops = [v for v in operators if phase[v] == current]
+            # what this phase must finish: its written tensors, those later phases read (held whole until
+            # then) and the inputs of its own barriers, which run when they are complete
+            later = {t for v in operators if phase[v] > current for t in nodes[v].inputs}
+            targets = {t for v in ops for t in nodes[v].outputs if t in written or t in later}
+            targets |= {t for v in ops if v in barriers for t in nodes[v].inputs
+                        if tensors[t].producer in members and phase[tensors[t].producer] == current}
+            part_reads, part_overflow = _tiles(graph, rule, uses, ops, members, targets, barriers, share,
+                                               ceil(reference / per_tile), by_phase=True)
+            reads.update(part_reads)
+            for t, rows in part_overflow.items():
+                overflow[t] = max(overflow.get(t, 0), rows)
+        return {w.operator: reads.get(w.operator, 0) for w in schedule.weights}, overflow
+    reads, overflow = _tiles(graph, rule, uses, operators, members, written, barriers, share,
+                             ceil(reference / per_tile), by_phase=False)
+    return {w.operator: reads[w.operator] for w in schedule.weights}, overflow
+
+
+def phases(graph, operators: list[int]) -> dict[int, int]:
+    """Per operator its phase: 0 at the group's start, one more after each barrier on the way (a barrier's
+    output exists only once it has all of its input, so what reads it runs in a later loop of tiles)."""
+    phase: dict[int, int] = {}
+    made: dict[int, int] = {}  # tensor -> the phase it is complete in
+    for v in operators:
+        node = graph.nodes[v]
+        phase[v] = max((made.get(t, 0) for t in node.inputs), default=0)
+        for t in node.outputs:
+            made[t] = phase[v] + (1 if node.is_barrier else 0)
+    return phase
+
+
+def _tiles(graph, rule, uses, operators, members, targets, barriers, share, tiles, by_phase):
+    """Run ``operators`` demand-driven over ``tiles`` tiles, ``targets`` given their share of rows each tile:
+    ``(reads, overflow)``. With ``by_phase`` a barrier in the loop runs when its input is complete and
+    demands nothing more of it; without it, a demanded barrier needs its whole input at once."""
+    tensors, nodes = graph.tensors, graph.nodes
+    height = rule.height
+    operators = list(operators)
+    stop_of = set(operators)  # the operators of this loop
+    written = targets
+
     before = dict.fromkeys(operators, 0)  # rows each operator had made before this tile
     taken_before: dict[int, int] = {}  # rows of its input a reducing barrier had taken
     made_before = dict.fromkeys(uses, 0)
     reads = dict.fromkeys(operators, 0)
     overflow: dict[int, int] = {}
-    for i in range(ceil(reference / per_tile)):
+    for i in range(tiles):
         stop: dict[int, int] = {}
         need: dict[int, int] = {}  # rows of each tensor its readers need by the end of this tile
         taken: dict[int, int] = {}
@@ -75,7 +124,11 @@ def demand_driven(graph, schedule) -> tuple[dict[int, int], dict[int, int]]:
                 complete = True
                 for t, _k, _s, _r in rule.windows[v]:
                     reducing = nodes[v].op_type in REDUCING and uses[t][0] == ROWS
-                    rows = height[t] if want > 0 or not reducing else share(t, i)
+                    if by_phase:  # complete if an earlier phase made it, else it runs when its input is
+                        earlier = tensors[t].producer in members and tensors[t].producer not in stop_of
+                        rows = height[t] if earlier else share(t, i)
+                    else:
+                        rows = height[t] if want > 0 or not reducing else share(t, i)
                     taken[v] = min(taken.get(v, rows), rows)
                     need[t] = max(need.get(t, 0), rows)
                     complete &= rows >= height[t]
@@ -89,14 +142,15 @@ def demand_driven(graph, schedule) -> tuple[dict[int, int], dict[int, int]]:
             if stop[v] > before[v] and nodes[v].weight_numel:
                 reads[v] += 1
         for t, (holding, _rows, _elements) in uses.items():
-            if holding != ROWS:
-                continue
             producer = tensors[t].producer
+            readers = [c for c in rule.readers[t] if c in stop_of]
+            if holding != ROWS or (producer not in stop_of and (producer in members or not readers)):
+                continue  # held otherwise, or not a tensor of this loop
             made = max(stop[producer] if producer in members else need.get(t, 0), made_before[t])
             low = made_before[t]  # written back only: it holds the rows made in this tile
-            if rule.readers[t]:
+            if readers:
                 low = made
-                for c in rule.readers[t]:
+                for c in readers:
                     if c in barriers:  # a reducing one has what it took; any other keeps its input
                         low = min(low, taken_before.get(c, 0) if nodes[c].op_type in REDUCING else 0)
                     elif before[c] < rule.out_height[c]:
@@ -107,7 +161,7 @@ def demand_driven(graph, schedule) -> tuple[dict[int, int], dict[int, int]]:
                 overflow[t] = max(overflow.get(t, 0), made - low - rule.cap[t])
             made_before[t] = made
         before, taken_before = stop, taken
-    return {w.operator: reads[w.operator] for w in schedule.weights}, overflow
+    return reads, overflow
 
 
 def setup_row(model: str, graph, kb: int) -> dict:
@@ -115,7 +169,9 @@ def setup_row(model: str, graph, kb: int) -> dict:
     result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=5000, seed=0)
     row = {"model": model, "buffer_kb": kb, "groups": len(result.plan.groups), "streamed": 0, "not_runnable": 0,
            "reads_as_priced": 0, "reads_fewer": 0, "reads_more": 0, "step_rule_as_priced": 0, "fits": 0,
-           "over_one_row": 0, "over_more": 0, "largest_overflow_rows": 0, "overflowing": []}
+           "over_one_row": 0, "over_more": 0, "largest_overflow_rows": 0, "overflowing": [],
+           "by_phase": {"reads_as_priced": 0, "reads_fewer": 0, "reads_more": 0, "fits": 0, "over_one_row": 0,
+                        "over_more": 0, "overflowing": []}}
     for group in result.plan.groups:
         schedule = cost.schedule(group)
         if schedule.kind != "row-tiles" or schedule.params.get("weights") != "streamed":
@@ -142,6 +198,21 @@ def setup_row(model: str, graph, kb: int) -> dict:
                 "operators": [graph.nodes[v].name for v in sorted(group)],
                 "barriers": sorted({graph.nodes[v].op_type for v in group if graph.nodes[v].is_barrier}),
                 "rows_over": {graph.tensors[t].name: rows for t, rows in overflow.items()}})
+        # the same design with a loop of tiles per phase
+        reads, overflow = demand_driven(graph, schedule, by_phase=True)
+        demanded = sum(graph.nodes[v].weight_numel * n for v, n in reads.items())
+        worst = max(overflow.values(), default=0)
+        phased = row["by_phase"]
+        phased["reads_as_priced"] += demanded == priced
+        phased["reads_fewer"] += demanded < priced
+        phased["reads_more"] += demanded > priced
+        phased["fits"] += worst == 0
+        phased["over_one_row"] += worst == 1
+        phased["over_more"] += worst > 1
+        if worst:
+            phased["overflowing"].append({
+                "operators": [graph.nodes[v].name for v in sorted(group)],
+                "rows_over": {graph.tensors[t].name: rows for t, rows in overflow.items()}})
     return row
 
 
@@ -159,6 +230,9 @@ def main(argv: list[str] | None = None) -> None:
             "step_rule_as_priced", "fits", "over_one_row", "over_more")
     totals = {key: sum(row[key] for row in rows) for key in keys}
     totals["overflowing_with_a_barrier"] = sum(1 for row in rows for g in row["overflowing"] if g["barriers"])
+    totals["by_phase"] = {key: sum(row["by_phase"][key] for row in rows)
+                          for key in ("reads_as_priced", "reads_fewer", "reads_more", "fits", "over_one_row",
+                                      "over_more")}
     run.write({"design": "demand-driven row tiles (not built)", "scheme": "brr", "totals": totals, "rows": rows})
 
 
