@@ -177,3 +177,7 @@ def test_demand_tiles_counts_the_design_on_plan_groups(tmp_path):
     # a Squeeze-and-Excite pooling demanded in the first tile needs its whole input then: over the buffers
     (group,) = rows["mobilenet_v3_small"]["overflowing"]
     assert group["barriers"] == ["GlobalAveragePool"] and max(group["rows_over"].values()) > 1
+    # with a loop of tiles per phase the pooling runs when its input is complete: far fewer rows over
+    (phased,) = rows["mobilenet_v3_small"]["by_phase"]["overflowing"]
+    assert max(phased["rows_over"].values()) < max(group["rows_over"].values())
+    assert rows["squeezenet"]["by_phase"]["fits"] == squeezenet["streamed"]
