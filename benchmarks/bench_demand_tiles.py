@@ -22,10 +22,15 @@ its input is complete. It is a measurement of a design not built (docs/schedules
 channels, and runs nothing. Run::
 
     python benchmarks/bench_demand_tiles.py -o benchmarks/results/demand_tiles.json
+    python benchmarks/bench_demand_tiles.py --candidates 1000 -o benchmarks/results/demand_tiles_candidates.json
+
+``--candidates N`` counts, by phase, N sampled candidates of each set-up instead of the plans' groups: whether
+the design would price the search space exactly, not only the plans.
 """
 
 from __future__ import annotations
 
+import random
 from math import ceil
 
 import harness
@@ -37,6 +42,7 @@ from fuseplan.plan import FusionProblem
 from fuseplan.schedule.model import ROWS
 from fuseplan.schedule.steps import REDUCING, RowSteps, StepStall, executed_dram, row_span
 from fuseplan.search import make_search, minimize
+from fuseplan.search.candidates import bits, enumerate_candidates
 from fuseplan.split import make_splitter
 
 KB = 1024
@@ -216,12 +222,58 @@ def setup_row(model: str, graph, kb: int) -> dict:
     return row
 
 
+def candidates_row(model: str, graph, kb: int, sample: int, seed: int) -> dict:
+    """The design with a loop of tiles per phase on ``sample`` candidates of the exact search's complete list
+    (seeded, as ``bench_fill_candidates.py`` samples them) whose schedules stream their weights."""
+    problem = FusionProblem(make_cost_model("brr", graph, kb * KB))
+    candidates = enumerate_candidates(problem, max_sets=10_000_000)
+    rng = random.Random(f"{seed}:{model}:{kb}")
+    chosen = sorted(rng.sample(range(len(candidates.masks)), min(sample, len(candidates.masks))))
+    row = {"model": model, "buffer_kb": kb, "candidates": len(candidates.masks), "sampled": len(chosen),
+           "streamed": 0, "not_runnable": 0, "reads_as_priced": 0, "reads_fewer": 0, "reads_more": 0,
+           "step_rule_as_priced": 0, "fits": 0, "over_one_row": 0, "over_more": 0}
+    for c in chosen:
+        schedule = problem.cost.schedule(frozenset(bits(candidates.masks[c])))
+        if schedule.kind != "row-tiles" or schedule.params.get("weights") != "streamed":
+            continue
+        row["streamed"] += 1
+        try:
+            reads, overflow = demand_driven(graph, schedule, by_phase=True)
+        except (StepStall, ValueError):
+            row["not_runnable"] += 1
+            continue
+        priced = sum(w.dram_reads for w in schedule.weights)
+        demanded = sum(graph.nodes[v].weight_numel * n for v, n in reads.items())
+        row["reads_as_priced"] += demanded == priced
+        row["reads_fewer"] += demanded < priced
+        row["reads_more"] += demanded > priced
+        row["step_rule_as_priced"] += executed_dram(graph, schedule) == schedule.dram
+        worst = max(overflow.values(), default=0)
+        row["fits"] += worst == 0
+        row["over_one_row"] += worst == 1
+        row["over_more"] += worst > 1
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = harness.parser(__doc__, out=harness.RESULTS / "demand_tiles.json", models=zoo.names())
+    parser = harness.parser(__doc__, out=None, seed=0, models=zoo.names())
     parser.add_argument("--buffers-kb", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--candidates", type=int, metavar="N",
+                        help="instead of the plans' groups, N sampled candidates per set-up, counted by phase")
     args = parser.parse_args(argv)
+    args.out = args.out or harness.RESULTS / ("demand_tiles_candidates.json" if args.candidates else
+                                              "demand_tiles.json")
     run = harness.Run("demand_tiles", args)
     rows = []
+    if args.candidates:
+        for model in run.progress(args.models):
+            graph = load_graph(model)
+            rows += [candidates_row(model, graph, kb, args.candidates, args.seed) for kb in args.buffers_kb]
+        keys = ("sampled", "streamed", "not_runnable", "reads_as_priced", "reads_fewer", "reads_more",
+                "step_rule_as_priced", "fits", "over_one_row", "over_more")
+        run.write({"design": "demand-driven row tiles, a loop per phase (not built)", "scheme": "brr",
+                   "totals": {key: sum(row[key] for row in rows) for key in keys}, "rows": rows})
+        return
     for model in run.progress(args.models):
         graph = load_graph(model)
         for kb in args.buffers_kb:
