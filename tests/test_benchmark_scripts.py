@@ -181,3 +181,13 @@ def test_demand_tiles_counts_the_design_on_plan_groups(tmp_path):
     (phased,) = rows["mobilenet_v3_small"]["by_phase"]["overflowing"]
     assert max(phased["rows_over"].values()) < max(group["rows_over"].values())
     assert rows["squeezenet"]["by_phase"]["fits"] == squeezenet["streamed"]
+
+
+def test_demand_tiles_counts_sampled_candidates_by_phase(tmp_path):
+    demand = load_script("bench_demand_tiles")
+    out = tmp_path / "candidates.json"
+    demand.main(["--models", "squeezenet", "--buffers-kb", "64", "--candidates", "60", "-o", str(out)])
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["sampled"] == 60 and row["streamed"] > 0
+    assert row["reads_as_priced"] + row["reads_fewer"] + row["reads_more"] + row["not_runnable"] == row["streamed"]
+    assert row["fits"] + row["over_one_row"] + row["over_more"] + row["not_runnable"] == row["streamed"]
