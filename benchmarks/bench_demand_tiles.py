@@ -30,7 +30,6 @@ the design would price the search space exactly, not only the plans.
 
 from __future__ import annotations
 
-import random
 from math import ceil
 
 import harness
@@ -42,7 +41,6 @@ from fuseplan.plan import FusionProblem
 from fuseplan.schedule.model import ROWS
 from fuseplan.schedule.steps import REDUCING, RowSteps, StepStall, executed_dram, row_span
 from fuseplan.search import make_search, minimize
-from fuseplan.search.candidates import bits, enumerate_candidates
 from fuseplan.split import make_splitter
 
 KB = 1024
@@ -170,6 +168,21 @@ def _tiles(graph, rule, uses, operators, members, targets, barriers, share, tile
     return reads, overflow
 
 
+def tally(counts: dict, graph, schedule, reads: dict[int, int], overflow: dict[int, int]) -> int:
+    """Count one group's demand-driven run into ``counts``: its weight reads against the price, and whether its
+    rows fit the buffers; the most rows any tensor is over (0 where all fit)."""
+    priced = sum(w.dram_reads for w in schedule.weights)
+    demanded = sum(graph.nodes[v].weight_numel * n for v, n in reads.items())
+    counts["reads_as_priced"] += demanded == priced
+    counts["reads_fewer"] += demanded < priced
+    counts["reads_more"] += demanded > priced
+    worst = max(overflow.values(), default=0)
+    counts["fits"] += worst == 0
+    counts["over_one_row"] += worst == 1
+    counts["over_more"] += worst > 1
+    return worst
+
+
 def setup_row(model: str, graph, kb: int) -> dict:
     cost = make_cost_model("brr", graph, kb * KB)
     result = minimize(FusionProblem(cost), make_search("auto"), make_splitter("random"), budget=5000, seed=0)
@@ -188,16 +201,8 @@ def setup_row(model: str, graph, kb: int) -> dict:
         except (StepStall, ValueError):
             row["not_runnable"] += 1
             continue
-        priced = sum(w.dram_reads for w in schedule.weights)
-        demanded = sum(graph.nodes[v].weight_numel * n for v, n in reads.items())
-        row["reads_as_priced"] += demanded == priced
-        row["reads_fewer"] += demanded < priced
-        row["reads_more"] += demanded > priced
         row["step_rule_as_priced"] += executed_dram(graph, schedule) == schedule.dram
-        worst = max(overflow.values(), default=0)
-        row["fits"] += worst == 0
-        row["over_one_row"] += worst == 1
-        row["over_more"] += worst > 1
+        worst = tally(row, graph, schedule, reads, overflow)
         row["largest_overflow_rows"] = max(row["largest_overflow_rows"], worst)
         if worst:
             row["overflowing"].append({
@@ -205,17 +210,9 @@ def setup_row(model: str, graph, kb: int) -> dict:
                 "barriers": sorted({graph.nodes[v].op_type for v in group if graph.nodes[v].is_barrier}),
                 "rows_over": {graph.tensors[t].name: rows for t, rows in overflow.items()}})
         # the same design with a loop of tiles per phase
-        reads, overflow = demand_driven(graph, schedule, by_phase=True)
-        demanded = sum(graph.nodes[v].weight_numel * n for v, n in reads.items())
-        worst = max(overflow.values(), default=0)
         phased = row["by_phase"]
-        phased["reads_as_priced"] += demanded == priced
-        phased["reads_fewer"] += demanded < priced
-        phased["reads_more"] += demanded > priced
-        phased["fits"] += worst == 0
-        phased["over_one_row"] += worst == 1
-        phased["over_more"] += worst > 1
-        if worst:
+        reads, overflow = demand_driven(graph, schedule, by_phase=True)
+        if tally(phased, graph, schedule, reads, overflow):
             phased["overflowing"].append({
                 "operators": [graph.nodes[v].name for v in sorted(group)],
                 "rows_over": {graph.tensors[t].name: rows for t, rows in overflow.items()}})
@@ -226,14 +223,12 @@ def candidates_row(model: str, graph, kb: int, sample: int, seed: int) -> dict:
     """The design with a loop of tiles per phase on ``sample`` candidates of the exact search's complete list
     (seeded, as ``bench_fill_candidates.py`` samples them) whose schedules stream their weights."""
     problem = FusionProblem(make_cost_model("brr", graph, kb * KB))
-    candidates = enumerate_candidates(problem, max_sets=10_000_000)
-    rng = random.Random(f"{seed}:{model}:{kb}")
-    chosen = sorted(rng.sample(range(len(candidates.masks)), min(sample, len(candidates.masks))))
+    candidates, chosen = harness.sampled_candidates(problem, f"{model}:{kb}", sample, seed)
     row = {"model": model, "buffer_kb": kb, "candidates": len(candidates.masks), "sampled": len(chosen),
            "streamed": 0, "not_runnable": 0, "reads_as_priced": 0, "reads_fewer": 0, "reads_more": 0,
            "step_rule_as_priced": 0, "fits": 0, "over_one_row": 0, "over_more": 0}
-    for c in chosen:
-        schedule = problem.cost.schedule(frozenset(bits(candidates.masks[c])))
+    for group in chosen:
+        schedule = problem.cost.schedule(group)
         if schedule.kind != "row-tiles" or schedule.params.get("weights") != "streamed":
             continue
         row["streamed"] += 1
@@ -242,16 +237,8 @@ def candidates_row(model: str, graph, kb: int, sample: int, seed: int) -> dict:
         except (StepStall, ValueError):
             row["not_runnable"] += 1
             continue
-        priced = sum(w.dram_reads for w in schedule.weights)
-        demanded = sum(graph.nodes[v].weight_numel * n for v, n in reads.items())
-        row["reads_as_priced"] += demanded == priced
-        row["reads_fewer"] += demanded < priced
-        row["reads_more"] += demanded > priced
         row["step_rule_as_priced"] += executed_dram(graph, schedule) == schedule.dram
-        worst = max(overflow.values(), default=0)
-        row["fits"] += worst == 0
-        row["over_one_row"] += worst == 1
-        row["over_more"] += worst > 1
+        tally(row, graph, schedule, reads, overflow)
     return row
 
 

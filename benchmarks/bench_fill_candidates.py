@@ -17,7 +17,6 @@ those move their price, more, less, and the ratios of price to executed.
 
 from __future__ import annotations
 
-import random
 import statistics
 
 import harness
@@ -27,22 +26,18 @@ from fuseplan.cost import make_cost_model
 from fuseplan.graph import load_graph
 from fuseplan.plan import FusionProblem
 from fuseplan.schedule.steps import executed_dram
-from fuseplan.search.candidates import bits, enumerate_candidates
 
 KB = 1024
 
 
 def setup_row(model: str, graph, kb: int, sample: int, seed: int) -> dict:
     problem = FusionProblem(make_cost_model("brr", graph, kb * KB))
-    candidates = enumerate_candidates(problem, max_sets=10_000_000)
-    rng = random.Random(f"{seed}:{model}:{kb}")  # str seeds hash the same in every process
-    chosen = sorted(rng.sample(range(len(candidates.masks)), min(sample, len(candidates.masks))))
+    candidates, chosen = harness.sampled_candidates(problem, f"{model}:{kb}", sample, seed)
     cost = problem.cost
     streamed = same = more = less = stalled = 0
     ratios: list[float] = []
     worst: dict | None = None
-    for c in chosen:
-        group = frozenset(bits(candidates.masks[c]))
+    for group in chosen:
         schedule = cost.schedule(group)
         if schedule.kind != "row-tiles" or schedule.params.get("weights") != "streamed":
             continue

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -148,6 +149,18 @@ def random_fitting_groups(graph, cost, count: int, rng) -> list[frozenset[int]]:
             if len(found) == count:
                 break
     return found
+
+
+def sampled_candidates(problem, label: str, sample: int, seed: int) -> tuple[Any, list[frozenset[int]]]:
+    """``(candidates, groups)``: the exact search's candidate list of ``problem`` (all of it, limits aside) and
+    ``sample`` of its groups (all where fewer) drawn with ``seed`` and ``label`` (str seeds hash the same in
+    every process), in the list's order: the search space the fill benchmarks count."""
+    from fuseplan.search.candidates import bits, enumerate_candidates
+
+    candidates = enumerate_candidates(problem, max_sets=10_000_000)
+    rng = random.Random(f"{seed}:{label}")
+    chosen = sorted(rng.sample(range(len(candidates.masks)), min(sample, len(candidates.masks))))
+    return candidates, [frozenset(bits(candidates.masks[c])) for c in chosen]
 
 
 def write_results(payload: dict, path: Path) -> None:
