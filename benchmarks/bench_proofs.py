@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -140,18 +139,18 @@ def one_process(src: Path, name: str, scheme: str, kb: int, budget: int, plan_pa
     command = [sys.executable, "-m", "fuseplan", "plan", name, "--scheme", scheme, "--buffer", f"{kb}KB",
                "--budget", str(budget), "--seed", "0", "-o", str(plan_path)]
     load = os.getloadavg()[0]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = harness.children_cpu_seconds()
     start = time.perf_counter()
     subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)}, check=True)
     seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = harness.children_cpu_seconds() - cpu_before
     plan = json.loads(plan_path.read_text())
     search = plan["search"]
     exact = search.get("exact", {})
     head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
     return {"model": name, "scheme": scheme, "buffer_kb": kb, "src": str(src), "commit": head.stdout.strip() or None,
             "load_average_at_start": round(load, 2), "process_seconds": round(seconds, 3),
-            "process_cpu_seconds": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3),
+            "process_cpu_seconds": round(cpu, 3),
             "search_seconds": search.get("wall_seconds"), "enumeration_seconds": exact.get("enumeration_seconds"),
             "dram_bytes": plan["dram_bytes"], "total_dram_bytes": plan["total_dram_bytes"],
             "optimal": bool(search.get("optimal")), "sets_visited": exact.get("sets_visited"),

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import tempfile
 import time
 from multiprocessing import get_context
@@ -121,8 +120,7 @@ def simulated(model: Path, scheme: str, buffer_kb: int, shape: tuple[str, tuple[
 
 def cpu_seconds() -> float:
     """CPU time so far of this process and of its children that have ended."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return time.process_time() + harness.children_cpu_seconds()
 
 
 def kept_rows(path: Path, simulate: bool, models: list[str] | None, schemes: list[str] | None) -> list[dict]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -118,13 +117,13 @@ def time_full_resolution(model: str, seed: int, buffer_kb: int = 256) -> list[di
                            check=True, capture_output=True)
             planned = time.perf_counter()
             load_at_start = harness.load_average()
-            cpu_before = _children_cpu_seconds()
+            cpu_before = harness.children_cpu_seconds()
             finished = subprocess.run([sys.executable, "-m", "fuseplan", "simulate", model, str(plan),
                                        "--seed", str(seed), "--json"], capture_output=True, text=True)
             timing = {"model": model, "scheme": scheme, "buffer_kb": buffer_kb,
                       "exit_status": finished.returncode, "plan_wall_seconds": round(planned - start, 1),
                       "wall_seconds": round(time.perf_counter() - planned, 1),
-                      "cpu_seconds": round(_children_cpu_seconds() - cpu_before, 1),
+                      "cpu_seconds": round(harness.children_cpu_seconds() - cpu_before, 1),
                       "load_average": {"start": load_at_start, "end": harness.load_average()}}
             if finished.returncode in (0, 1):  # 1: some schedule disagrees, and the document says which
                 found = json.loads(finished.stdout)
@@ -136,12 +135,6 @@ def time_full_resolution(model: str, seed: int, buffer_kb: int = 256) -> list[di
             timings.append(timing)
             print(f"{model} {scheme} {buffer_kb}KB full resolution: {timing}", flush=True)
     return timings
-
-
-def _children_cpu_seconds() -> float:
-    """User and system CPU seconds of this process's children that have ended and been waited for."""
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
 
 
 def setup_key(row: dict) -> tuple[str, str, int]:

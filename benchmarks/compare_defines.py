@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -267,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "lbdf_version": scheme_version("lbdf"),
         # The machine is shared: CPU time beside the envelope's wall time and load (ours, then DeFiNES's).
         "cpu_seconds": {"fuseplan": round(time.process_time(), 1),
-                        "defines": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-                                         + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime, 1)},
+                        "defines": round(harness.children_cpu_seconds(), 1)},
         "mode": "fully cached (horizontal and vertical), tiles 1 output row x full width",
         "bytes_per_element": 1,
         "results": entries,

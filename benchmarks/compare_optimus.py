@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -492,13 +491,12 @@ def compare_all(args: argparse.Namespace) -> int:
                   + ", ".join(f"{step} {plan['dram_bytes'] / MIB:.2f}" for step, plan in steps.items())
                   + f")  tap block {tap_block['dram_bytes'] / MIB:8.2f}  resident {resident['dram_bytes'] / MIB:8.2f}",
                   flush=True)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     payload = {
         "optimus_commit": args.commit or commit.stdout.strip() or None,
         "brr_version": scheme_version("brr"),
         # The machine is shared: CPU time beside the envelope's wall time and load (ours, then Optimus's).
         "cpu_seconds": {"fuseplan": round(time.process_time(), 1),
-                        "optimus": round(children.ru_utime + children.ru_stime, 1)},
+                        "optimus": round(harness.children_cpu_seconds(), 1)},
         "dataflow": DATAFLOW,
         "channel_block": CHANNEL_BLOCK,
         "results": entries,

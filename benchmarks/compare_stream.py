@@ -286,7 +286,6 @@ def answer_key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
-
 # -- running both --------------------------------------------------------------------------------
 def run_stream(python: Path | None, workload: dict, buffer_bytes: int, cn_rows: str, lpf: int, seconds: float,
                reuse: Path | None = None) -> dict:
@@ -298,9 +297,7 @@ def run_stream(python: Path | None, workload: dict, buffer_bytes: int, cn_rows: 
         return json.loads(cached.read_text()) | {"answer": cached.name, "read_back": True}
     if python is None:
         return {"status": "not scheduled (no answer in --reuse and --cached-only)"}
-    answer, wall, cpu = run_driver(python, DRIVER, spec, seconds, "scheduled")
-    if "stdout" in answer:
-        answer = {"status": answer["status"]} | parse_answer(answer["stdout"])
+    answer, wall, cpu = run_driver(python, DRIVER, spec, seconds, "scheduled", parse_answer)
     answer["wall_seconds"] = round(wall, 1)
     answer["cpu_seconds"] = round(cpu, 1)  # a killed run's CPU time is not counted
     answer["load_average_at_end"] = harness.load_average()  # the wall time on a shared machine depends on it

@@ -224,7 +224,6 @@ def compulsory_bytes(graph: CompGraph, node: OpNode) -> int:
 
 
 # -- running ZigZag ------------------------------------------------------------------------------
-
 def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, seconds: float,
                reuse: Path | None) -> dict:
     """ZigZag's least-DRAM mapping of ``layer`` (from ``reuse`` if it holds it); ``{"status": ...}`` always."""
@@ -234,9 +233,7 @@ def run_zigzag(python: Path | None, layer: dict, buffer_bytes: int, lpf: int, se
     if python is None:
         return {"status": "not mapped (no answer in --reuse and --cached-only)"}
     spec = {"layer": layer, "accelerator": accelerator(buffer_bytes), "mapping": mapping(layer), "lpf": lpf}
-    answer, wall, cpu = run_driver(python, DRIVER, spec, seconds, "mapped")
-    if "stdout" in answer:
-        answer = {"status": answer["status"]} | parse_answer(answer["stdout"])
+    answer, wall, cpu = run_driver(python, DRIVER, spec, seconds, "mapped", parse_answer)
     answer["wall_seconds"] = round(wall, 2)
     answer["cpu_seconds"] = round(cpu, 2)  # a killed run's CPU time is not counted
     answer["load_average"] = round(os.getloadavg()[0], 2)  # the wall time on a shared machine depends on it

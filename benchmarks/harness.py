@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -161,6 +162,12 @@ def sampled_candidates(problem, label: str, sample: int, seed: int) -> tuple[Any
     rng = random.Random(f"{seed}:{label}")
     chosen = sorted(rng.sample(range(len(candidates.masks)), min(sample, len(candidates.masks))))
     return candidates, [frozenset(bits(candidates.masks[c])) for c in chosen]
+
+
+def children_cpu_seconds() -> float:
+    """User and system CPU seconds of this process's subprocesses that have ended and been waited for."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def write_results(payload: dict, path: Path) -> None:

@@ -12,10 +12,11 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # The shared parts of every results file, re-exported for the comparisons that import them from here.
-from harness import distribution_versions, machine, provenance, write_results
+from harness import children_cpu_seconds, distribution_versions, machine, provenance, write_results
 
 __all__ = ["PeerMissing", "children_cpu_seconds", "distribution_versions", "installed_python", "machine",
            "peer_paths", "provenance", "run_driver", "write_results"]
@@ -57,18 +58,12 @@ def installed_python(name: str, python: str | None, env_prefix: str) -> Path:
     return interpreter
 
 
-def children_cpu_seconds() -> float:
-    """CPU time of this process's finished subprocesses (the peers' runs), user and system."""
-    times = os.times()
-    return times.children_user + times.children_system
-
-
-def run_driver(python: Path, driver: str, spec: dict, seconds: float, done_status: str) -> tuple[dict, float, float]:
+def run_driver(python: Path, driver: str, spec: dict, seconds: float, done_status: str,
+               parse: Callable[[str], dict]) -> tuple[dict, float, float]:
     """Run a peer's ``driver`` script in its own ``python`` on ``spec`` (JSON on the command line), at most
-    ``seconds``: ``(answer, wall seconds, CPU seconds)``, the answer the driver's JSON (see each comparison's
-    ``parse_answer``, passed back unparsed as ``{"stdout": ...}``) with ``status`` ``done_status``, or a
-    status saying it timed out or failed (with the last line of its error). A killed run's CPU time is not
-    counted (the operating system gives none for it)."""
+    ``seconds``: ``(answer, wall seconds, CPU seconds)``, the answer ``parse`` of what the driver printed with
+    ``status`` ``done_status``, or a status saying it timed out or failed (with the last line of its error).
+    A killed run's CPU time is not counted (the operating system gives none for it)."""
     start, cpu_start = time.perf_counter(), children_cpu_seconds()
     try:
         done = subprocess.run([str(python), "-c", driver, json.dumps(spec)], capture_output=True, text=True,
@@ -80,5 +75,5 @@ def run_driver(python: Path, driver: str, spec: dict, seconds: float, done_statu
             tail = done.stderr.strip().splitlines()[-1:] or ["(no message)"]
             answer = {"status": f"failed: {tail[0][:300]}"}
         else:
-            answer = {"status": done_status, "stdout": done.stdout}
+            answer = {"status": done_status} | parse(done.stdout)
     return answer, time.perf_counter() - start, children_cpu_seconds() - cpu_start
