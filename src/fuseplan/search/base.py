@@ -186,9 +186,10 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         ctx.consider(trivial, problem.evaluate(trivial))
     assert ctx.best is not None and ctx.best_cost is not None
     best, best_cost, dissolved = ctx.best, ctx.best_cost, {}
+    found = algorithm.details()
     # a proven optimum has no group dearer than its operators apart (splitting one would be a better plan), so
     # pricing every operator of every group alone to look for one is skipped
-    if dissolve and not algorithm.details().get("optimal"):
+    if dissolve and not found.get("optimal"):
         polished, split = dissolve_dearer_groups(problem, best)
         if split:
             polished_cost = problem.evaluate(polished)
@@ -206,7 +207,7 @@ def minimize(problem: FusionProblem, algorithm: SearchAlgorithm, splitter: Split
         wall_seconds=wall,
         interrupted=interrupted,
         history=ctx.history,
-        details={**algorithm.details(), **splitter.stats_dict(), **dissolved,
+        details={**found, **splitter.stats_dict(), **dissolved,
                  **({} if time_limit is None else {"time_limit": time_limit, "time_limit_reached": ctx.timed_out})},
         reference=algorithm.reference(),
     )
