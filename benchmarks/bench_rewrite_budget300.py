@@ -1,7 +1,7 @@
 """Whole rewrite searches at budget 300: wall, CPU, peak memory and the graph returned, lazy against exact pricing.
 
-For each model, scheme (dram objective at ``--buffer-kb``) or the latency objective, and pricing (``lazy``,
-the default; ``exact``, every candidate priced by the window DP when generated), one search with the
+For each model, scheme (dram objective at ``--buffer-kb``) or the latency objective, and pricing (``reuse``,
+the default, and ``lazy``; ``exact``, every candidate priced by the window DP when generated), one search with the
 defaults of ``fuseplan rewrite`` (alpha 1.05, seed 0, budget ``--budget``) runs in a process of its own,
 which records its wall and CPU seconds and its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: set-up, verification and the whole search). Each row
@@ -14,7 +14,7 @@ reads a copy of ``--latency-cache``, so configurations measured before are not m
 no scheme and runs once per model and pricing. The file is rewritten after every search. Run::
 
     nice -n 5 python benchmarks/bench_rewrite_budget300.py [--models squeezenet ...] [--schemes lbdf brr]
-        [--objectives dram latency] [--pricings lazy exact] [--time-limit 600]
+        [--objectives dram latency] [--pricings reuse lazy exact] [--time-limit 600]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ print(json.dumps({
     "greedy_cost": result.greedy.get("cost"), "steps": len(result.steps),
     "rules": sorted({step["rule"] for step in result.steps}), "expanded": result.expanded,
     "budget_spent": round(result.budget_spent, 2), "generated": result.generated,
-    "estimated": result.estimated, "exact_pricings": result.exact_pricings,
+    "estimated": result.estimated, "exact_pricings": result.exact_pricings, "reused": result.reused,
     "cpu_ms_per_candidate": round(1000 * cpu / max(result.generated, 1), 2),
     "verification_failures": result.verification_failures,
     "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}), flush=True)
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
                             models=[*zoo.names(), "probe"])
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--objectives", nargs="*", default=["dram", "latency"], choices=["dram", "latency"])
-    parser.add_argument("--pricings", nargs="*", default=["lazy", "exact"], choices=["lazy", "exact"])
+    parser.add_argument("--pricings", nargs="*", default=["reuse", "lazy"], choices=["reuse", "lazy", "exact"])
     parser.add_argument("--buffer-kb", type=int, default=256)
     parser.add_argument("--alpha", type=float, default=1.05)
     parser.add_argument("--budget", type=int, default=300)

@@ -129,11 +129,14 @@ MAX_GROWTH_HELP = ("Bound of the relaxed phase: no graph with more than this tim
                    "rule applied to what its inverse rule produced); see docs/rewrite.md.")
 VERIFY_HELP = ("site: check each substitution alone, once per site signature (rule, attributes, shapes, types), and "
                "the graph returned whole; each: check every graph the search uses whole.")
-PRICING_HELP = ("dram objective: how a candidate is priced when generated. lazy: kept or dropped by an upper bound "
-                "(the DRAM of a real plan, the interval DP re-solved near the rewrite) and priced exactly when "
-                "expanded or returned; 3-5x less CPU per candidate under BRR, and may keep other graphs than exact "
-                "(measured: 2 SqueezeNet BRR candidates of 2,254 kept by their price were dropped by the bound). "
-                "exact: every candidate priced exactly. The macs and latency objectives price exactly either way.")
+PRICING_HELP = ("dram objective: how a candidate is priced when generated. reuse: as lazy, but a substitution met "
+                "again where the graph around it reads the same is priced from what it changed before, without "
+                "being built (the same search as lazy, with less CPU; see docs/rewrite.md). lazy: kept or dropped "
+                "by an upper bound (the DRAM of a real plan, the interval DP re-solved near the rewrite) and priced "
+                "exactly when expanded or returned; 3-5x less CPU per candidate under BRR, and may keep other "
+                "graphs than exact (measured: 2 SqueezeNet BRR candidates of 2,254 kept by their price were "
+                "dropped by the bound). exact: every candidate priced exactly. The macs and latency objectives "
+                "price exactly either way.")
 
 
 def check_at_least_one(flag: str, value: float, one_means: str) -> None:

@@ -72,7 +72,7 @@ def plan(
              "(default: none).", show_default=False)] = None,
     max_growth: Annotated[float, typer.Option(help="With --rewrite: " + MAX_GROWTH_HELP)] = MAX_GROWTH,
     verify: Annotated[VerifyMode, typer.Option(help="With --rewrite: " + VERIFY_HELP)] = VerifyMode.site,
-    pricing: Annotated[PricingMode, typer.Option(help="With --rewrite: " + PRICING_HELP)] = PricingMode.lazy,
+    pricing: Annotated[PricingMode, typer.Option(help="With --rewrite: " + PRICING_HELP)] = PricingMode.reuse,
     time_limit: Annotated[Optional[float], typer.Option(
         "--time-limit", help="Stop the search after this many seconds with the best plan found by then and, for "
                              "exact and auto, its proven gap (default: none; a time-limited result depends on the "

@@ -56,7 +56,7 @@ def rewrite(
              "rounds (docs/rewrite.md).")] = 30,
     timing_threads: Annotated[int, typer.Option(help="Latency objective: onnxruntime threads of those runs.")] = 1,
     verify: Annotated[VerifyMode, typer.Option(help=VERIFY_HELP)] = VerifyMode.site,
-    pricing: Annotated[PricingMode, typer.Option(help=PRICING_HELP)] = PricingMode.lazy,
+    pricing: Annotated[PricingMode, typer.Option(help=PRICING_HELP)] = PricingMode.reuse,
     bytes_per_element: HardwareBytesPerElementOpt = None,
     hardware: HardwareOpt = None,
     input_shape: InputShapeOpt = None,

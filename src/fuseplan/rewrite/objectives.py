@@ -11,8 +11,8 @@ import json
 import weakref
 from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,6 +173,28 @@ class _Expansion:
     index: dict[int, int]  # id of an onnx-ir node -> its operator's index
     cost: float  # the expanded graph's own total DRAM (what :func:`total_dram` gives for it)
     cuts: dict[str, list[int]]  # order name -> where its optimal interval plans cut (:func:`optimal_cuts`)
+    vertices: dict[str, list[int]]  # order name -> its operators' indices in that order
+    alone: int  # DRAM of the expanded graph's unfuseable operators run alone
+    places: dict[str, dict[int, int]] = field(default_factory=dict)  # order name -> operator -> its position
+
+    def place(self, name: str) -> dict[int, int]:
+        """Where each operator stands in the order ``name`` (found the first time it is asked)."""
+        found = self.places.get(name)
+        if found is None:
+            found = self.places[name] = {v: k for k, v in enumerate(self.vertices[name])}
+        return found
+
+
+@dataclass(frozen=True)
+class WindowDeltas:
+    """What a substitution did to the estimate of :meth:`DramObjective.estimate_near`, apart from the graph it
+    was applied to: each order's narrowed optimum (:func:`window_dp`) minus that order's optimum in the
+    expanded graph, and the unfuseable operators' DRAM alone minus the expanded graph's. The same substitution
+    on another graph whose windows read the same (:meth:`DramObjective.window_context`) has the same
+    deltas, so its estimate is that graph's optima plus these (:meth:`DramObjective.estimate_from`)."""
+
+    orders: tuple[tuple[str, float], ...]
+    alone: int
 
 
 def _relabel(reading: IrReading, parent: _Expansion, changed: Collection[int]) -> set[int] | None:
@@ -267,6 +289,26 @@ class Objective(ABC):
         """:meth:`price_ir` of the onnx-ir ``model`` that ``expansion`` (:meth:`expansion`) was made from."""
         return self.price_ir(model)
 
+    def site_context(self, expansion: Any, touched: Sequence[int]) -> Hashable | None:
+        """What, besides the substitution itself, decides how it changes :meth:`estimate_near` when it is
+        applied at the onnx-ir nodes ``touched`` (their ids) of the graph ``expansion`` was made from: the
+        same substitution with the same context on another graph changes the estimate by the same deltas
+        (:meth:`estimate_near_deltas`, :meth:`estimate_from_deltas`). ``None``: no such context (here: the
+        objective keeps none)."""
+        return None
+
+    def estimate_near_deltas(self, expansion: Any, model: Any,
+                             changed: Collection[int] = ()) -> tuple[float, bool, Any]:
+        """:meth:`estimate_near` and what the substitution changed of it, for :meth:`estimate_from_deltas`
+        (``None``: nothing to reuse)."""
+        value, exact = self.estimate_near(expansion, model, changed)
+        return value, exact, None
+
+    def estimate_from_deltas(self, expansion: Any, deltas: Any) -> float:
+        """The estimate of a substitution applied to the graph ``expansion`` was made from, given the
+        ``deltas`` it made on another graph where its :meth:`site_context` was the same."""
+        raise NotImplementedError(f"the {self.name} objective keeps no deltas")
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "unit": self.unit}
 
@@ -312,7 +354,8 @@ class DramObjective(Objective):
         problem, marked = self._problem(reading.graph, labels)
         tables: dict[tuple[int, ...], IntervalTables] = {}
         orders = {}
-        for name, order in named_orders(problem).items():
+        vertices = named_orders(problem)
+        for name, order in vertices.items():
             key = tuple(order)
             if key not in tables:
                 tables[key] = interval_tables(problem, order)
@@ -321,7 +364,8 @@ class DramObjective(Objective):
         fused = min(order_tables.best for _, order_tables in orders.values()) if problem.fuseable else 0
         return _Expansion(orders, memo, reading, dict(zip(reading.node_ids, labels)),
                           {i: v for v, i in enumerate(reading.node_ids)}, float(int(fused) + alone),
-                          {name: optimal_cuts(order_tables) for name, (_, order_tables) in orders.items()})
+                          {name: optimal_cuts(order_tables) for name, (_, order_tables) in orders.items()},
+                          vertices, alone)
 
     def expanded_cost(self, expansion: _Expansion | None, model: Any) -> float:
         """The expanded graph's total DRAM, which its interval tables already hold."""
@@ -343,15 +387,67 @@ class DramObjective(Objective):
         with the unfuseable operators run alone as :func:`total_dram` counts them. Never below
         :func:`total_dram`; equal wherever an optimal plan of ``model`` cuts there too. Whether it is
         :func:`total_dram` for certain (no order narrowed)."""
+        return self._window_price(expansion, model, changed, narrow=True)[:2]
+
+    def estimate_near_deltas(self, expansion: _Expansion | None, model: Any,
+                             changed: Collection[int] = ()) -> tuple[float, bool, WindowDeltas | None]:
+        """:meth:`estimate_near`, with what the substitution changed of each order's optimum and of the DRAM
+        of the operators run alone (:class:`WindowDeltas`), where the expanded graph's tables were used."""
         return self._window_price(expansion, model, changed, narrow=True)
 
+    def site_context(self, expansion: _Expansion | None, touched: Sequence[int]) -> Hashable | None:
+        """For each order: the labels of the window :meth:`estimate_near` re-solves for a substitution at the
+        nodes ``touched`` (the optimal cuts of the expanded graph at least :attr:`estimate_margin` operators
+        before and after the operators sharing a tensor with them), and within it, the parent tables'
+        optima up to and from each place, relative to the window's ends, and the earliest start of a run
+        reaching each place (any start before the window's is the same to it). That is everything :func:`window_dp` reads of the expanded graph when the
+        substitution changes the order inside the window only; a substitution that reorders operators
+        outside it (a Kahn order taking another turn) prices differently with the same context, which
+        the search's reuse accepts as an estimate (measured in ``benchmarks/bench_rewrite_reuse.py``)."""
+        if expansion is None or not touched:
+            return None
+        index, graph = expansion.index, expansion.reading.graph
+        near: set[int] = set()
+        for node_id in touched:
+            v = index.get(node_id)
+            if v is None:
+                return None
+            near.add(v)
+            node = graph.nodes[v]
+            for t in (*node.inputs, *node.outputs):
+                tensor = graph.tensors[t]
+                if tensor.producer is not None:
+                    near.add(tensor.producer)
+                near.update(tensor.consumers)
+        margin = self.estimate_margin
+        context = []
+        for name, (labels, tables) in expansion.orders.items():
+            place = expansion.place(name)
+            spots = [place[v] for v in near]
+            cuts = expansion.cuts[name]
+            first = cuts[max(0, bisect_right(cuts, min(spots) - margin) - 1)]
+            last = cuts[min(len(cuts) - 1, bisect_left(cuts, max(spots) + 1 + margin))]
+            forward, backward, reaching = tables.forward, tables.backward, tables.first_reaching
+            context.append((name, first == 0, last == len(labels), tuple(labels[first:last]),
+                            tuple(forward[k] - forward[first] for k in range(first, last + 1)),
+                            tuple(backward[k] - backward[last] for k in range(first, last + 1)),
+                            tuple(max(reaching[k] - first, -1) for k in range(first, last + 1))))
+        return tuple(context)
+
+    def estimate_from_deltas(self, expansion: _Expansion, deltas: WindowDeltas) -> float:
+        """Each order's optimum in the expanded graph plus the substitution's delta to it, the least of those,
+        plus the DRAM alone with its delta."""
+        orders = expansion.orders
+        fused = min(orders[name][1].best + delta for name, delta in deltas.orders)
+        return float(int(fused) + expansion.alone + deltas.alone)
+
     def _window_price(self, expansion: _Expansion | None, model: Any, changed: Collection[int],
-                      narrow: bool) -> tuple[float, bool]:
+                      narrow: bool) -> tuple[float, bool, WindowDeltas | None]:
         from fuseplan.rewrite.ir_graph import read_ir
 
         reading = None if expansion is None else read_ir(model, memo=expansion.memo, changed=changed)
         if reading is None:
-            return self.price_ir(model), True
+            return self.price_ir(model), True, None
         graph = reading.graph
         relabel = _relabel(reading, expansion, changed)
         if relabel is None:
@@ -362,9 +458,10 @@ class DramObjective(Objective):
         problem, marked = self._problem(graph, labels)
         alone = self._alone(problem, marked)
         if not problem.fuseable:
-            return float(alone), True
+            return float(alone), True, None
         best = INF
         exact = True
+        deltas: list[tuple[str, float]] | None = []  # None once an order has no plan: nothing to reuse
         for name, order in candidate_orders(problem).items():
             parent_labels, tables = expansion.orders[name]
             prefix, suffix = _common_ends([marked[v] for v in order], parent_labels)
@@ -377,9 +474,12 @@ class DramObjective(Objective):
             first = cuts[max(0, bisect_right(cuts, prefix - margin) - 1)]  # optimal cuts before the edit
             last = cuts[min(len(cuts) - 1, bisect_left(cuts, n_parent - suffix + margin))]  # and after it
             exact = exact and first <= tables.first_reaching[prefix] and last == n_parent
-            best = min(best, window_dp(problem, order, tables, prefix, suffix,
-                                       first=first, last=last - (n_parent - len(order))))
-        return float(int(best) + alone), exact
+            value = window_dp(problem, order, tables, prefix, suffix, first=first, last=last - (n_parent - len(order)))
+            if deltas is not None:
+                deltas = deltas + [(name, value - tables.best)] if value < INF and tables.best < INF else None
+            best = min(best, value)
+        found = WindowDeltas(tuple(deltas), alone - expansion.alone) if narrow and deltas else None
+        return float(int(best) + alone), exact, found
 
     def _problem(self, graph: CompGraph, labels: list[int]) -> tuple[FusionProblem, list[int]]:
         """The fusion problem of ``graph`` with shared group prices, its operators labelled ``labels``, and

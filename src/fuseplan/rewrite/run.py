@@ -82,7 +82,7 @@ def rewrite_model(model: onnx.ModelProto, name: str, *, objective: str = "dram",
                   stoppable: Callable[[], ContextManager[Any]] = nullcontext, max_growth: float = MAX_GROWTH,
                   timing_rounds: int = 30, timing_threads: int = 1,
                   on_progress: Callable[[dict[str, Any]], None] | None = None, verify: str = "site",
-                  pricing: str = "lazy", judge_dram: bool = True, **objective_options: Any) -> Rewritten:
+                  pricing: str = "reuse", judge_dram: bool = True, **objective_options: Any) -> Rewritten:
     """Prepare ``model`` (default passes), search for its best rewrite and measure it against the original.
 
     ``time_limit`` (seconds) stops the whole search, greedy phase included, and keeps the best verified

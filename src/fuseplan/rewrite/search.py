@@ -66,9 +66,10 @@ MAX_GROWTH = 1.5
 #: how a graph is verified: whole, each one the search uses, or its last substitution alone (once per signature)
 VERIFY_MODES = ("each", "site")
 
-#: how a candidate is priced when generated: exactly, or by an upper bound (a real plan's cost) that is made exact
-#: when the candidate is expanded or returned (:meth:`Objective.estimate_near`)
-PRICINGS = ("lazy", "exact")
+#: how a candidate is priced when generated: by an upper bound (a real plan's cost) that is made exact when the
+#: candidate is expanded or returned (:meth:`Objective.estimate_near`), that bound with the deltas of the same
+#: substitution in the same context reused from an earlier expansion (:meth:`Objective.site_context`), or exactly
+PRICINGS = ("reuse", "lazy", "exact")
 
 
 @dataclass
@@ -97,8 +98,11 @@ class RewriteResult:
     budget_spent: float = 0.0  # expansions, a relaxed one counted as its sites over the original's
     max_operators: int = 0  # the relaxed phase's bound on a graph's operators
     site_checks: dict[str, int] | None = None  # verify="site": distinct site signatures run, and lookups
-    estimated: int = 0  # candidates priced by an estimate that was not exact (pricing="lazy")
+    estimated: int = 0  # candidates priced by an estimate that was not exact (pricing="lazy" or "reuse")
     exact_pricings: int = 0  # graphs priced exactly: the original, candidates priced exactly, expanded graphs
+    reused: int = 0  # candidates priced by an earlier expansion's deltas, neither built nor hashed (pricing="reuse")
+    reuse_checks: int = 0  # with check_reuse: candidates whose reused estimate was compared with the one computed
+    reuse_mismatches: int = 0  # ... and how many of them differed
 
     @property
     def cut_by_time(self) -> bool:
@@ -112,7 +116,8 @@ class RewriteResult:
                 "undoing": self.undoing, "budget_spent": round(self.budget_spent, 3),
                 "max_operators": self.max_operators, "site_checks": self.site_checks, "verified": self.verified,
                 "verification_failures": self.verification_failures, "max_error": self.max_error,
-                "estimated": self.estimated, "exact_pricings": self.exact_pricings,
+                "estimated": self.estimated, "exact_pricings": self.exact_pricings, "reused": self.reused,
+                "reuse_checks": self.reuse_checks, "reuse_mismatches": self.reuse_mismatches,
                 "wall_seconds": round(self.wall_seconds, 3), "interrupted": self.interrupted,
                 "interrupted_in": self.interrupted_in, "timed_out": self.timed_out, "greedy": self.greedy}
 
@@ -124,7 +129,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
                         max_growth: float = MAX_GROWTH,
                         on_progress: Callable[[dict[str, Any]], None] | None = None,
                         verify: str = "site", clock: Callable[[], float] = time.perf_counter,
-                        pricing: str = "lazy") -> RewriteResult:
+                        pricing: str = "reuse", check_reuse: bool = False) -> RewriteResult:
     """Search for the cheapest verified rewrite of the prepared ``model`` under ``objective``.
 
     With ``alpha > 1`` the search first runs the greedy search (``alpha =
@@ -182,6 +187,21 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     is above its exact cost is queued later than exact pricing would queue
     it, or not at all, so the two may find different graphs.
 
+    ``pricing="reuse"`` is lazy pricing that remembers, for each
+    substitution (rule and site) and the context the objective reads of
+    the graph around it (:meth:`Objective.site_context`: for ``dram``, the
+    window the estimate re-solves), how the substitution changed the
+    estimate (:meth:`Objective.estimate_near_deltas`). When a later
+    expansion meets the same substitution in the same context, the
+    candidate is priced from those deltas (:meth:`Objective.estimate_from_deltas`)
+    without being built, hashed or read: most of an expansion's candidates
+    are its parent's, one substitution further on. Such a candidate is
+    hashed only if it is popped (a graph already seen is then skipped as a
+    duplicate) and always priced exactly then. ``check_reuse`` (for
+    measurement) computes every reused estimate too, searches with the
+    computed one and counts how often the two differ (``reuse_checks``,
+    ``reuse_mismatches``), so the search is the lazy one.
+
     ``clock`` (seconds, :func:`time.perf_counter` by default) is what the
     time limits and the wall time are read from; a test gives its own to
     cross a limit at a chosen expansion, whatever the machine's speed.
@@ -205,7 +225,9 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     start = clock()
     try:
         search = _Search(model, objective, [(name, registry[name]) for name in names], seed, on_expand, max_growth)
-        search.lazy = pricing == "lazy"
+        search.lazy = pricing in ("lazy", "reuse")
+        search.reuse = pricing == "reuse"
+        search.check_reuse = check_reuse
         search.on_progress = on_progress
         search.clock = clock
         search.site_verifier = SiteVerifier(seed) if verify == "site" else None
@@ -279,7 +301,7 @@ def _to_ir(model: onnx.ModelProto) -> Any:
 
 
 _COUNTERS = ("expanded", "generated", "duplicates", "refused", "unpriced", "oversized", "undoing", "verified",
-             "verification_failures", "estimated", "exact_pricings")
+             "verification_failures", "estimated", "exact_pricings", "reused", "reuse_checks", "reuse_mismatches")
 
 
 @dataclass(frozen=True)
@@ -320,6 +342,10 @@ class _Search:
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
         self.estimates: dict[str, float] = {}  # structural hash -> the objective's estimate, where not priced exactly
         self.lazy = True
+        self.reuse = True
+        self.check_reuse = False
+        # (rule, site, the objective's context there) -> (operators the substitution added, its deltas)
+        self.deltas: dict[tuple[str, tuple[str, ...], Any], tuple[int, Any]] = {}
         self.priced_now: list[tuple[dict[str, float], str]] = []  # prices kept while the current graph expands
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
@@ -396,24 +422,25 @@ class _Search:
             self.counters["exact_pricings"] += 1
         return self.costs[digest]
 
-    def price_near(self, expansion: Any, model: Any, digest: str, changed: frozenset[int]) -> tuple[float, bool]:
-        """The cost of a candidate (the expanded graph edited in place) and whether it is exact: with lazy
-        pricing the objective's estimate unless the candidate was priced exactly before."""
+    def price_near(self, expansion: Any, model: Any, digest: str,
+                   changed: frozenset[int]) -> tuple[float, bool, Any]:
+        """The cost of a candidate (the expanded graph edited in place), whether it is exact, and the deltas
+        the objective found pricing it (``None`` if it did not price it now): with lazy pricing the
+        objective's estimate unless the candidate was priced exactly before."""
         if digest in self.costs:
-            return self.costs[digest], True
+            return self.costs[digest], True, None
         if not self.lazy:
             cost = self.priced_exactly(digest, lambda: self.objective.price_near(expansion, model, changed))
             self.priced_now.append((self.costs, digest))
-            return cost, True
+            return cost, True, None
         if digest not in self.estimates:
-            value, exact = self.objective.estimate_near(expansion, model, changed)
+            value, exact, deltas = self.objective.estimate_near_deltas(expansion, model, changed)
             self.counters["exact_pricings" if exact else "estimated"] += 1
             store = self.costs if exact else self.estimates
             store[digest] = value
             self.priced_now.append((store, digest))
-            if exact:
-                return value, True
-        return self.estimates[digest], False
+            return value, exact, deltas
+        return self.estimates[digest], False, None
 
     def exact_cost(self, model: Any, digest: str) -> tuple[Any, float]:
         """What the objective keeps of a graph popped to be expanded (its onnx-ir ``model``) and its exact
@@ -466,7 +493,7 @@ class _Search:
         while queue and spent < budget and not self.out_of_time(deadline):
             cost, _, _, steps, digest, verified, exact = heapq.heappop(queue)
             producers: dict[str, str] = {}
-            expansion = None
+            expansion = hashed = None
             if not verified and self.site_verifier is not None:  # check the last substitution alone
                 checked = []
 
@@ -476,6 +503,13 @@ class _Search:
                     return checked[0].passed
 
                 working = self.rebuild(steps, producers if bounded else None, check_last)
+                if working is not None and digest is None:  # priced from reused deltas: hashed only now
+                    hashed = HashState.of(working.graph)
+                    digest = model_digest(working, hashed)
+                    if digest in seen:
+                        counters["duplicates"] += 1
+                        continue
+                    seen.add(digest)
                 if working is not None and not exact:
                     expansion, cost = self.exact_cost(working, digest)
                 if not self.judge(cost, steps, working, checked[0], whole=False):
@@ -483,6 +517,13 @@ class _Search:
                 verified = True
             else:
                 working = self.rebuild(steps, producers if bounded else None)
+                if digest is None:
+                    hashed = HashState.of(working.graph)
+                    digest = model_digest(working, hashed)
+                    if digest in seen:
+                        counters["duplicates"] += 1
+                        continue
+                    seen.add(digest)
                 if not exact:
                     expansion, cost = self.exact_cost(working, digest)
             if not verified and not self.overlap_verification:
@@ -497,18 +538,22 @@ class _Search:
             added_seen: list[str] = []
             self.priced_now = []
             added_tried: list[frozenset] = []
+            added_deltas: list[tuple] = []
             pushes = []
             sites = [(name, rule, site) for name, rule in self.rules for site in rule.sites(working)]
             charge = max(1.0, len(sites) / self.original_sites) if bounded else 1.0
             spent += charge
             self.budget_spent += charge
             counters["expanded"] += 1
-            hashed = HashState.of(working.graph)
+            if hashed is None:
+                hashed = HashState.of(working.graph)
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
             if expansion is None:
                 expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
+            reusing = self.lazy and self.reuse and expansion is not None
+            size = len(working.graph)
             for name, rule, site in sites:
                 if self.out_of_time(deadline):
                     break
@@ -522,27 +567,52 @@ class _Search:
                     continue
                 tried.add(key)
                 added_tried.append(key)
-                undo = trials.start(site)
-                added = None
-                try:
-                    try:
-                        added = apply_in_place(working, name, site, trials.index)
-                    except FuseplanError:  # the site vanished or a check failed
-                        counters["refused"] += 1
-                        continue
+                reuse_key = known = None
+                if reusing:
+                    context = self.objective.site_context(expansion, [id(node) for node in trials.touched(site)])
+                    if context is not None:
+                        reuse_key = (name, tuple(site), context)
+                        known = self.deltas.get(reuse_key)
+                if known is not None and not self.check_reuse:  # priced from the deltas, neither built nor hashed
+                    growth, deltas = known
                     counters["generated"] += 1
-                    if bounded and len(working.graph) > self.max_operators:
+                    counters["reused"] += 1
+                    if bounded and size + growth > self.max_operators:
                         counters["oversized"] += 1
                         continue
-                    digest = model_digest(working, hashed.digest_after(undo.touched, undo.neighbourhood, added))
-                    if digest in seen:
-                        counters["duplicates"] += 1
-                        continue
-                    seen.add(digest)
-                    added_seen.append(digest)
-                    candidate_cost, candidate_exact = self.price_near(expansion, working, digest, undo.changed)
-                finally:
-                    undo(added)  # the expanded graph again, for the next site
+                    candidate_cost, candidate_exact, digest = (
+                        self.objective.estimate_from_deltas(expansion, deltas), False, None)
+                else:
+                    undo = trials.start(site)
+                    added = None
+                    try:
+                        try:
+                            added = apply_in_place(working, name, site, trials.index)
+                        except FuseplanError:  # the site vanished or a check failed
+                            counters["refused"] += 1
+                            continue
+                        counters["generated"] += 1
+                        if bounded and len(working.graph) > self.max_operators:
+                            counters["oversized"] += 1
+                            continue
+                        digest = model_digest(working, hashed.digest_after(undo.touched, undo.neighbourhood, added))
+                        if digest in seen:
+                            counters["duplicates"] += 1
+                            continue
+                        seen.add(digest)
+                        added_seen.append(digest)
+                        candidate_cost, candidate_exact, deltas = self.price_near(expansion, working, digest,
+                                                                                  undo.changed)
+                        if reuse_key is not None and deltas is not None:
+                            if known is None:
+                                self.deltas[reuse_key] = (len(working.graph) - size, deltas)
+                                added_deltas.append(reuse_key)
+                            else:  # check_reuse: what the reused deltas would have said
+                                counters["reuse_checks"] += 1
+                                if self.objective.estimate_from_deltas(expansion, known[1]) != candidate_cost:
+                                    counters["reuse_mismatches"] += 1
+                    finally:
+                        undo(added)  # the expanded graph again, for the next site
                 if candidate_cost == float("inf"):  # the objective cannot price it (an operator it cannot measure)
                     counters["unpriced"] += 1
                     continue
@@ -560,6 +630,8 @@ class _Search:
                     for store, priced in self.priced_now:  # as if never priced
                         del store[priced]
                     tried.difference_update(added_tried)
+                    for reuse_key in added_deltas:
+                        del self.deltas[reuse_key]
                 self.judge(cost, steps, working, verification)
                 if not verification.passed:
                     continue
@@ -608,7 +680,11 @@ class _Search:
             cost, _, _, steps, digest, verified, exact = heapq.heappop(queue)
             graph = None
             if not exact:  # an estimate: the graph's exact cost is at most this, so it is below the best too
+                from fuseplan.passes.ir_hashing import HashState, model_digest
+
                 graph = self.rebuild(steps)
+                if digest is None:  # priced from reused deltas, never hashed
+                    digest = model_digest(graph, HashState.of(graph.graph))
                 cost = self.priced_exactly(digest, lambda: self.objective.price_ir(graph))
             if verified or self.verify(cost, steps, graph):
                 break

@@ -58,12 +58,15 @@ class Trials:
         # per-node shape inference fills in whatever has no shape yet
         self.unshaped = {id(v): v for node in self.nodes for v in node.outputs if v.shape is None or v.type is None}
 
+    def touched(self, site: Sequence[str]) -> list[ir.Node]:
+        """The nodes computing the values of ``site``, in graph order (what a substitution there matched)."""
+        producers, place = self.index.producers, self.index.position
+        return sorted({id(producers[name]): producers[name] for name in site if name in producers}.values(),
+                      key=lambda node: place[id(node)])
+
     def start(self, site: Sequence[str]) -> Undo:
         """Record the state a substitution at ``site`` may change (the sites' nodes found in the index)."""
-        producers, place = self.index.producers, self.index.position
-        touched = sorted({id(producers[name]): producers[name] for name in site if name in producers}.values(),
-                         key=lambda node: place[id(node)])
-        return Undo(self, touched)
+        return Undo(self, self.touched(site))
 
 
 class Undo:

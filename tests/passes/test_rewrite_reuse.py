@@ -1,0 +1,46 @@
+"""Reused deltas: a substitution met again in the same context is priced from what it changed before, without
+being built, and the search finds what lazy pricing finds."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnx_ir", reason="the rewrite extra is not installed")
+pytest.importorskip("onnxruntime", reason="the rewrite extra is not installed")
+
+from fuseplan.graph.onnx_import import model_path, prepare_model, read_model  # noqa: E402
+from fuseplan.rewrite import backtracking_search, make_objective  # noqa: E402
+
+_SAME = ("steps", "initial_cost", "cost", "expanded", "generated", "refused", "unpriced", "oversized", "undoing",
+         "budget_spent", "verified", "verification_failures")
+
+
+def _prepared(name: str):
+    path, label = model_path(name)
+    return prepare_model(read_model(path), label)[0]
+
+
+def _search(model, scheme: str, alpha: float, budget: int, pricing: str, check: bool = False):
+    objective = make_objective("dram", scheme=scheme, buffer_bytes=256 * 1024)
+    return backtracking_search(model, objective, alpha=alpha, budget=budget, seed=0, pricing=pricing,
+                               check_reuse=check)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source,scheme,alpha", [("resnet18", "lbdf", 1.05), ("squeezenet", "brr", 1.05),
+                                                 ("mobilenet_v2", "lbdf", 1.0)])
+def test_reused_deltas_give_the_estimate_computed_afresh(source, scheme, alpha):
+    checked = _search(_prepared(source), scheme, alpha, 12, "reuse", check=True)
+    assert checked.reuse_checks > 50 and checked.reused == 0
+    assert checked.reuse_mismatches == 0
+
+
+@pytest.mark.parametrize("source,scheme", [("resnet18", "lbdf"), ("squeezenet", "brr")])
+def test_reuse_finds_what_lazy_pricing_finds_and_builds_fewer_candidates(source, scheme):
+    model = _prepared(source)
+    lazy = _search(model, scheme, 1.05, 8, "lazy")
+    reused = _search(model, scheme, 1.05, 8, "reuse")
+    assert {k: getattr(reused, k) for k in _SAME} == {k: getattr(lazy, k) for k in _SAME}
+    assert reused.reused > 0 and lazy.reused == 0
+    # a reused candidate is neither built nor priced afresh
+    assert reused.estimated + reused.exact_pricings < lazy.estimated + lazy.exact_pricings
