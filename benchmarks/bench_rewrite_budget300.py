@@ -9,7 +9,9 @@ holds the cost found (``cost``, re-priced afresh from the returned model under t
 ``fresh_cost``), the change from the original, the steps, the counters (expansions, candidates,
 estimates, exact pricings) and the load average before and after: the machine is shared, so compare CPU
 seconds beside wall seconds. ``--time-limit`` stops a search (both phases; 0: none) and the row says
-``finished: false``. ``probe`` is the 17-operator probe (``tests/passes/probe.py``). The latency objective
+``finished: false``. ``reuse-check`` is the lazy search with every reused estimate computed afresh as well
+(``check_reuse``): ``reuse_checks`` and ``reuse_mismatches`` count how often the deltas were compared and
+differed. ``probe`` is the 17-operator probe (``tests/passes/probe.py``). The latency objective
 reads a copy of ``--latency-cache``, so configurations measured before are not measured again; it has
 no scheme and runs once per model and pricing. The file is rewritten after every search. Run::
 
@@ -53,7 +55,8 @@ limit = None if float(limit) <= 0 else float(limit)
 load_before = os.getloadavg()[0]
 wall, cpu = time.perf_counter(), time.process_time()
 result = backtracking_search(model, objective, alpha=float(alpha), budget=int(budget), seed=int(seed),
-                             time_limit=limit, greedy_time_limit=limit, pricing=pricing)
+                             time_limit=limit, greedy_time_limit=limit, pricing=pricing.removesuffix("-check"),
+                             check_reuse=pricing.endswith("-check"))
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 if hasattr(objective, "save"):
     objective.save()
@@ -69,6 +72,7 @@ print(json.dumps({
     "rules": sorted({step["rule"] for step in result.steps}), "expanded": result.expanded,
     "budget_spent": round(result.budget_spent, 2), "generated": result.generated,
     "estimated": result.estimated, "exact_pricings": result.exact_pricings, "reused": result.reused,
+    "reuse_checks": result.reuse_checks, "reuse_mismatches": result.reuse_mismatches,
     "cpu_ms_per_candidate": round(1000 * cpu / max(result.generated, 1), 2),
     "verification_failures": result.verification_failures,
     "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}), flush=True)
@@ -93,7 +97,7 @@ def main(argv=None) -> None:
                             models=[*zoo.names(), "probe"])
     parser.add_argument("--schemes", nargs="*", default=["lbdf", "brr"])
     parser.add_argument("--objectives", nargs="*", default=["dram", "latency"], choices=["dram", "latency"])
-    parser.add_argument("--pricings", nargs="*", default=["reuse", "lazy"], choices=["reuse", "lazy", "exact"])
+    parser.add_argument("--pricings", nargs="*", default=["reuse", "lazy"], choices=["reuse", "reuse-check", "lazy", "exact"])
     parser.add_argument("--buffer-kb", type=int, default=256)
     parser.add_argument("--alpha", type=float, default=1.05)
     parser.add_argument("--budget", type=int, default=300)
