@@ -44,3 +44,21 @@ def test_reuse_finds_what_lazy_pricing_finds_and_builds_fewer_candidates(source,
     assert reused.reused > 0 and lazy.reused == 0
     # a reused candidate is neither built nor priced afresh
     assert reused.estimated + reused.exact_pricings < lazy.estimated + lazy.exact_pricings
+
+
+def test_latency_deltas_are_reused_and_agree(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    cache = tmp_path / "latency.json"  # the benchmarks' cache holds every resnet18 configuration: nothing is timed
+    shutil.copyfile(Path(__file__).parents[2] / "benchmarks" / "results" / "rewrite_latency_cache.json", cache)
+    model = _prepared("resnet18")
+    results = []
+    for pricing, check in (("reuse", True), ("reuse", False)):
+        objective = make_objective("latency", cache=cache, seed=0)
+        results.append(backtracking_search(model, objective, alpha=1.05, budget=6, seed=0, pricing=pricing,
+                                           check_reuse=check))
+        assert objective.measured == 0
+    checked, reused = results
+    assert checked.reuse_checks > 50 and checked.reuse_mismatches == 0
+    assert reused.reused > 50 and reused.steps == checked.steps and reused.cost == checked.cost

@@ -289,9 +289,9 @@ class Objective(ABC):
         """:meth:`price_ir` of the onnx-ir ``model`` that ``expansion`` (:meth:`expansion`) was made from."""
         return self.price_ir(model)
 
-    def site_context(self, expansion: Any, touched: Sequence[int]) -> Hashable | None:
+    def site_context(self, expansion: Any, touched: Sequence[Any]) -> Hashable | None:
         """What, besides the substitution itself, decides how it changes :meth:`estimate_near` when it is
-        applied at the onnx-ir nodes ``touched`` (their ids) of the graph ``expansion`` was made from: the
+        applied at the onnx-ir nodes ``touched`` of the graph ``expansion`` was made from: the
         same substitution with the same context on another graph changes the estimate by the same deltas
         (:meth:`estimate_near_deltas`, :meth:`estimate_from_deltas`). ``None``: no such context (here: the
         objective keeps none)."""
@@ -395,7 +395,7 @@ class DramObjective(Objective):
         of the operators run alone (:class:`WindowDeltas`), where the expanded graph's tables were used."""
         return self._window_price(expansion, model, changed, narrow=True)
 
-    def site_context(self, expansion: _Expansion | None, touched: Sequence[int]) -> Hashable | None:
+    def site_context(self, expansion: _Expansion | None, touched: Sequence[Any]) -> Hashable | None:
         """For each order: the labels of the window :meth:`estimate_near` re-solves for a substitution at the
         nodes ``touched`` (the optimal cuts of the expanded graph at least :attr:`estimate_margin` operators
         before and after the operators sharing a tensor with them), and within it, the parent tables'
@@ -408,13 +408,13 @@ class DramObjective(Objective):
             return None
         index, graph = expansion.index, expansion.reading.graph
         near: set[int] = set()
-        for node_id in touched:
-            v = index.get(node_id)
+        for node in touched:
+            v = index.get(id(node))
             if v is None:
                 return None
             near.add(v)
-            node = graph.nodes[v]
-            for t in (*node.inputs, *node.outputs):
+            operator = graph.nodes[v]
+            for t in (*operator.inputs, *operator.outputs):
                 tensor = graph.tensors[t]
                 if tensor.producer is not None:
                     near.add(tensor.producer)
@@ -563,6 +563,13 @@ def default_latency_cache() -> Path:
     return Path.home() / ".cache" / "fuseplan" / "operator-latency.json"
 
 
+@dataclass(frozen=True)
+class _Total:
+    """What an objective that sums per-operator figures keeps of an expanded graph: its sum."""
+
+    cost: float
+
+
 class LatencyObjective(Objective):
     """The sum of per-operator CPU times under onnxruntime (one thread), each operator configuration measured
     once and kept in a cache file, as TASO does.
@@ -627,6 +634,37 @@ class LatencyObjective(Objective):
         single = with_random_weights(helper.make_model(graph, opset_imports=model.opset_import,
                                                        ir_version=model.ir_version), self.seed)
         return measure_latency(single, random_inputs(single, self.seed), self.repeats)
+
+    def expansion(self, model: Any) -> _Total:
+        """The expanded graph's sum of per-operator times, which its candidates' deltas are added to."""
+        return _Total(self.price_ir(model))
+
+    def expanded_cost(self, expansion: _Total, model: Any) -> float:
+        return expansion.cost
+
+    def site_context(self, expansion: _Total, touched: Sequence[Any]) -> Hashable | None:
+        """The configurations (type, attributes, input and output shapes and types) of the nodes ``touched``
+        and of the nodes reading their outputs: a substitution there replaces operators whose times those
+        decide with operators built from them, so it changes the sum by the same time wherever they match."""
+        if not touched:
+            return None
+        nodes = {id(node): node for node in touched}
+        for node in touched:
+            for value in node.outputs:
+                for use in value.uses():
+                    nodes.setdefault(id(use.node), use.node)
+        return tuple((node.op_type, node.domain, repr(sorted((k, repr(a.value)) for k, a in node.attributes.items())),
+                      tuple(None if v is None else (str(v.shape), str(v.type), v.is_initializer()) for v in node.inputs),
+                      tuple((str(v.shape), str(v.type)) for v in node.outputs))
+                     for node in nodes.values())
+
+    def estimate_near_deltas(self, expansion: _Total, model: Any,
+                             changed: Collection[int] = ()) -> tuple[float, bool, float | None]:
+        value = self.price_near(expansion, model, changed)
+        return value, True, (value - expansion.cost if value < float("inf") else None)
+
+    def estimate_from_deltas(self, expansion: _Total, deltas: float) -> float:
+        return expansion.cost + deltas
 
     def save(self) -> None:
         """Write the cache back (atomically), if anything new was measured."""

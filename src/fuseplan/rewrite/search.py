@@ -552,7 +552,7 @@ class _Search:
             if expansion is None:
                 expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
-            reusing = self.lazy and self.reuse and expansion is not None
+            reusing = self.lazy and self.reuse
             size = len(working.graph)
             for name, rule, site in sites:
                 if self.out_of_time(deadline):
@@ -569,7 +569,7 @@ class _Search:
                 added_tried.append(key)
                 reuse_key = known = None
                 if reusing:
-                    context = self.objective.site_context(expansion, [id(node) for node in trials.touched(site)])
+                    context = self.objective.site_context(expansion, trials.touched(site))
                     if context is not None:
                         reuse_key = (name, tuple(site), context)
                         known = self.deltas.get(reuse_key)
