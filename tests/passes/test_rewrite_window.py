@@ -132,7 +132,7 @@ def test_windowed_prices_hold_two_substitutions_deep(scheme):
 class _Afresh(DramObjective):
     """The dram objective pricing every candidate from scratch (no window)."""
 
-    def expansion(self, model):
+    def expansion(self, model, near=None):
         return None
 
 
@@ -241,3 +241,22 @@ def test_remembered_epilogue_choices_are_the_ones_each_graph_makes(source, buffe
     # operators carrying an epilogue were met, and their answers were looked up far more often than worked out
     assert any(len(chain) < len(graph_on) for _, chain, graph_on in asked)
     assert 0 < len(objective.epilogues) < len(asked)
+
+
+@pytest.mark.parametrize("source,scheme", [("squeezenet", "brr"), ("resnet18", "lbdf"),
+                                           pytest.param("every-rule", "brr", marks=pytest.mark.slow),
+                                           pytest.param("mobilenet_v2", "lbdf", marks=pytest.mark.slow)])
+def test_an_expansion_built_from_its_parents_tables_is_the_one_built_afresh(source, scheme):
+    objective = DramObjective(scheme=scheme, buffer_bytes=64 * 1024)
+    working = ir.from_proto(_every_rule_but_identity() if source == "every-rule" else _prepared(source))
+    parent = objective.expansion(working)
+    checked = 0
+    for _, _, candidate in _candidates(working, per_rule=4):
+        afresh, near = objective.expansion(candidate), objective.expansion(candidate, near=parent)
+        assert afresh.cost == near.cost and afresh.orders.keys() == near.orders.keys()
+        for name, (labels, tables) in afresh.orders.items():
+            near_labels, near_tables = near.orders[name]
+            assert labels == near_labels
+            assert vars(tables) == vars(near_tables), name
+        checked += 1
+    assert checked >= 4

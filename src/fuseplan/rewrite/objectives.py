@@ -269,9 +269,10 @@ class Objective(ABC):
 
         return self(ir.to_proto(model))
 
-    def expansion(self, model: Any) -> Any:
+    def expansion(self, model: Any, near: Any = None) -> Any:
         """What pricing the graphs one substitution away from the onnx-ir ``model`` can reuse
-        (:meth:`price_near`); ``None``: nothing."""
+        (:meth:`price_near`); ``None``: nothing. ``near``, what this returned for a graph ``model`` is
+        one substitution away from, if at hand, may make it sooner (the same answer)."""
         return None
 
     def price_near(self, expansion: Any, model: Any, changed: Collection[int] = ()) -> float:
@@ -341,9 +342,11 @@ class DramObjective(Objective):
             return super().price_ir(model)
         return float(graph_dram(graph, self.scheme, self.buffer_bytes, self.bytes_per_element, self.prices))
 
-    def expansion(self, model: Any) -> _Expansion | None:
+    def expansion(self, model: Any, near: _Expansion | None = None) -> _Expansion | None:
         """For each named order of ``model``'s graph: its operators' labels and its interval tables; and
-        what each node of ``model`` reads as (:func:`read_ir`'s memo) and is labelled."""
+        what each node of ``model`` reads as (:func:`read_ir`'s memo) and is labelled. With ``near`` (the
+        expansion of a graph one substitution away), each order's tables start from that graph's, which
+        keep the runs of every start whose scan lies in the ends both orders share (:func:`interval_tables`)."""
         from fuseplan.rewrite.ir_graph import IrMemo, read_ir
 
         memo = IrMemo()
@@ -357,9 +360,15 @@ class DramObjective(Objective):
         vertices = named_orders(problem)
         for name, order in vertices.items():
             key = tuple(order)
+            order_labels = [marked[v] for v in order]
             if key not in tables:
-                tables[key] = interval_tables(problem, order)
-            orders[name] = ([marked[v] for v in order], tables[key])
+                if near is not None and name in near.orders:
+                    near_labels, near_tables = near.orders[name]
+                    prefix, suffix = _common_ends(order_labels, near_labels)
+                    tables[key] = interval_tables(problem, order, near_tables, prefix, suffix)
+                else:
+                    tables[key] = interval_tables(problem, order)
+            orders[name] = (order_labels, tables[key])
         alone = self._alone(problem, marked)
         fused = min(order_tables.best for _, order_tables in orders.values()) if problem.fuseable else 0
         return _Expansion(orders, memo, reading, dict(zip(reading.node_ids, labels)),
@@ -635,7 +644,7 @@ class LatencyObjective(Objective):
                                                        ir_version=model.ir_version), self.seed)
         return measure_latency(single, random_inputs(single, self.seed), self.repeats)
 
-    def expansion(self, model: Any) -> _Total:
+    def expansion(self, model: Any, near: Any = None) -> _Total:
         """The expanded graph's sum of per-operator times, which its candidates' deltas are added to."""
         return _Total(self.price_ir(model))
 

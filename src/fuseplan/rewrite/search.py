@@ -315,6 +315,15 @@ class _Best:
     whole: bool = True  # verified as a whole graph (False: only its last substitution alone, verify="site")
 
 
+#: expansions whose tables a child's expansion may start from: a popped graph is most often a child of one of the
+#: last few graphs expanded
+_RECENT_EXPANSIONS = 8
+
+
+def _path(steps: Sequence[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple((step["rule"], tuple(step["site"])) for step in steps)
+
+
 def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
     return frozenset((step["rule"], tuple(step["site"])) for step in steps)
 
@@ -346,6 +355,7 @@ class _Search:
         self.check_reuse = False
         # (rule, site, the objective's context there) -> (operators the substitution added, its deltas)
         self.deltas: dict[tuple[str, tuple[str, ...], Any], tuple[int, Any]] = {}
+        self.recent: dict[tuple, Any] = {}  # the substitutions of the graphs expanded last -> what the objective kept
         self.priced_now: list[tuple[dict[str, float], str]] = []  # prices kept while the current graph expands
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
@@ -442,11 +452,22 @@ class _Search:
             return value, exact, deltas
         return self.estimates[digest], False, None
 
-    def exact_cost(self, model: Any, digest: str) -> tuple[Any, float]:
+    def expand(self, model: Any, steps: list[dict[str, Any]]) -> Any:
+        """What the objective keeps of the graph ``steps`` make (its onnx-ir ``model``), built from what it
+        kept of the graph one step before where that was expanded lately; kept in turn for its children."""
+        recent = self.recent
+        expansion = self.objective.expansion(model, near=recent.get(_path(steps[:-1])) if steps else None)
+        if expansion is not None:
+            recent[_path(steps)] = expansion
+            while len(recent) > _RECENT_EXPANSIONS:
+                del recent[next(iter(recent))]
+        return expansion
+
+    def exact_cost(self, model: Any, digest: str, steps: list[dict[str, Any]]) -> tuple[Any, float]:
         """What the objective keeps of a graph popped to be expanded (its onnx-ir ``model``) and its exact
         cost, which that holds, before the graph can become the best. Its estimate was never below the
         exact cost, so the graph is still the cheapest queued; the bound follows the exact cost."""
-        expansion = self.objective.expansion(model)
+        expansion = self.expand(model, steps)
         cost = self.priced_exactly(digest, lambda: self.objective.expanded_cost(expansion, model))
         self.bound = min(self.bound, cost)
         return expansion, cost
@@ -511,7 +532,7 @@ class _Search:
                         continue
                     seen.add(digest)
                 if working is not None and not exact:
-                    expansion, cost = self.exact_cost(working, digest)
+                    expansion, cost = self.exact_cost(working, digest, steps)
                 if not self.judge(cost, steps, working, checked[0], whole=False):
                     continue
                 verified = True
@@ -525,7 +546,7 @@ class _Search:
                         continue
                     seen.add(digest)
                 if not exact:
-                    expansion, cost = self.exact_cost(working, digest)
+                    expansion, cost = self.exact_cost(working, digest, steps)
             if not verified and not self.overlap_verification:
                 if not self.verify(cost, steps, working):
                     continue
@@ -550,7 +571,7 @@ class _Search:
             if model_digest(working, hashed) != digest:
                 raise RuntimeError(f"replaying {steps} gave another graph than the one priced")
             if expansion is None:
-                expansion = self.objective.expansion(working)  # what pricing its candidates can reuse
+                expansion = self.expand(working, steps)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
             reusing = self.lazy and self.reuse
             size = len(working.graph)

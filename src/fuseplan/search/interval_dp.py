@@ -363,18 +363,38 @@ class IntervalTables:
     backward: list[float]
     first_reaching: list[int]
     runs: list[list[tuple[int, float]]]
+    reach: list[int]  # the last position the scan from each start looked at
 
     @property
     def best(self) -> float:
         return self.forward[-1]
 
 
-def interval_tables(problem: FusionProblem, order: list[int]) -> IntervalTables:
-    """The :class:`IntervalTables` of ``order``; ``forward[-1]`` is :func:`interval_dp`'s optimum."""
+def interval_tables(problem: FusionProblem, order: list[int], parent: IntervalTables | None = None,
+                    prefix: int = 0, suffix: int = 0) -> IntervalTables:
+    """The :class:`IntervalTables` of ``order``; ``forward[-1]`` is :func:`interval_dp`'s optimum.
+
+    With ``parent``, the tables of an order whose first ``prefix`` and last ``suffix`` operators are the
+    same as ``order``'s (as for :func:`window_dp`), a start whose scan there stayed inside the prefix, or
+    that lies inside the suffix, keeps the parent's runs (a suffix start's shifted to its place); only the
+    other starts are scanned. The tables are the same as without ``parent``; the cheap sums over the runs
+    are redone whole."""
     n = len(order)
     excluded = set(problem.excluded)
     neighbours, evaluate, beta = problem.graph.neighbours, problem.cost.evaluate, problem.buffer_bytes
-    scans = [_runs(order, i, excluded, neighbours, evaluate, beta) for i in range(n)]
+    if parent is None:
+        scans = [_runs(order, i, excluded, neighbours, evaluate, beta) for i in range(n)]
+    else:
+        shift = len(parent.forward) - 1 - n
+        scans = []
+        for i in range(n):
+            if i < prefix and parent.reach[i] < prefix:
+                scans.append((parent.runs[i], parent.reach[i]))
+            elif i >= n - suffix:
+                scans.append(([(end - shift, dram) for end, dram in parent.runs[i + shift]],
+                              parent.reach[i + shift] - shift))
+            else:
+                scans.append(_runs(order, i, excluded, neighbours, evaluate, beta))
     forward = [INF] * (n + 1)
     forward[0] = 0.0
     for i, (runs, _) in enumerate(scans):
@@ -393,7 +413,7 @@ def interval_tables(problem: FusionProblem, order: list[int]) -> IntervalTables:
         for p in range(start + 1, reach + 1):
             if first_reaching[p] > start:
                 first_reaching[p] = start
-    return IntervalTables(forward, backward, first_reaching, [runs for runs, _ in scans])
+    return IntervalTables(forward, backward, first_reaching, [runs for runs, _ in scans], [reach for _, reach in scans])
 
 
 def optimal_cuts(tables: IntervalTables) -> list[int]:
