@@ -190,16 +190,16 @@ def test_pricing_is_a_choice_of_rewrite_and_plan_rewrite_with_one_line_errors(cl
         assert_one_line_error(cli(*command, "--pricing", "guess"), "--pricing")
     for command in ("rewrite", "plan"):
         help_text = " ".join(re.sub("[│╭╮╰╯─]", " ", cli(command, "--help").stdout).split())  # the box undrawn
-        assert "--pricing" in help_text and "lazy" in help_text and "exact" in help_text
+        assert "--pricing" in help_text and all(mode in help_text for mode in ("reuse", "lazy", "exact"))
         assert "2 SqueezeNet BRR candidates of 2,254" in help_text  # the measured miss of lazy pricing
 
 
-@pytest.mark.slow  # four rewrite searches and four plans: about 30 s
+@pytest.mark.slow  # six rewrite searches and six plans: about 45 s
 def test_pricing_reaches_the_search_of_rewrite_and_plan_rewrite(cli, tmp_path):
     pytest.importorskip("onnx_ir")
     pytest.importorskip("onnxruntime")
     searches = {}
-    for pricing in ("lazy", "exact"):
+    for pricing in ("reuse", "lazy", "exact"):
         result = cli("rewrite", "squeezenet", "-o", tmp_path / f"{pricing}.onnx", "--scheme", "brr",
                      "--budget", "2", "--pricing", pricing, "--json")
         assert result.returncode == 0, result.stderr
@@ -210,7 +210,10 @@ def test_pricing_reaches_the_search_of_rewrite_and_plan_rewrite(cli, tmp_path):
     assert searches["lazy"]["estimated"] > 0 and searches["exact"]["estimated"] == 0
     assert searches["exact"]["exact_pricings"] > searches["lazy"]["exact_pricings"]
     assert searches["lazy"]["generated"] == searches["exact"]["generated"]
-    for pricing in ("lazy", "exact"):
+    # reuse (the default): the second expansion meets candidates of the first again and prices them from deltas
+    assert searches["reuse"]["reused"] > 0 and searches["lazy"]["reused"] == searches["exact"]["reused"] == 0
+    assert searches["reuse"]["generated"] == searches["lazy"]["generated"]
+    for pricing in ("reuse", "lazy", "exact"):
         result = cli("plan", "squeezenet", "--rewrite", "--rewrite-budget", "1", "--pricing", pricing, "--json")
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["rewrite"]["pricing"] == pricing
