@@ -430,14 +430,14 @@ class DramObjective(Objective):
                 near.update(tensor.consumers)
         margin = self.estimate_margin
         context = []
-        for name, (labels, tables) in expansion.orders.items():
+        for name, (labels, tables) in expansion.orders.items():  # the same names in the same order every time
             place = expansion.place(name)
             spots = [place[v] for v in near]
             cuts = expansion.cuts[name]
             first = cuts[max(0, bisect_right(cuts, min(spots) - margin) - 1)]
             last = cuts[min(len(cuts) - 1, bisect_left(cuts, max(spots) + 1 + margin))]
             forward, backward, reaching = tables.forward, tables.backward, tables.first_reaching
-            context.append((name, first == 0, last == len(labels), tuple(labels[first:last]),
+            context.append((first == 0, last == len(labels), tuple(labels[first:last]),
                             tuple(forward[k] - forward[first] for k in range(first, last + 1)),
                             tuple(backward[k] - backward[last] for k in range(first, last + 1)),
                             tuple(max(reaching[k] - first, -1) for k in range(first, last + 1))))

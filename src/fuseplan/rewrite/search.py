@@ -317,7 +317,7 @@ class _Best:
 
 #: expansions whose tables a child's expansion may start from: a popped graph is most often a child of one of the
 #: last few graphs expanded
-_RECENT_EXPANSIONS = 8
+_RECENT_EXPANSIONS = 4
 
 
 def _path(steps: Sequence[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -353,8 +353,12 @@ class _Search:
         self.lazy = True
         self.reuse = True
         self.check_reuse = False
-        # (rule, site, the objective's context there) -> (operators the substitution added, its deltas)
-        self.deltas: dict[tuple[str, tuple[str, ...], Any], tuple[int, Any]] = {}
+        # (rule, site, hash of the objective's context there) -> (operators the substitution added, its deltas).
+        # A context spans the estimate's window (hundreds of integers): kept whole, the contexts of a deep
+        # model's budget-300 search took hundreds of megabytes. Two contexts that differ share a 64-bit hash
+        # with odds of about one in 10^9 over 10^5 candidates; such a candidate would be mispriced by its
+        # estimate only, and priced exactly if popped.
+        self.deltas: dict[tuple[str, tuple[str, ...], int], tuple[int, Any]] = {}
         self.recent: dict[tuple, Any] = {}  # the substitutions of the graphs expanded last -> what the objective kept
         self.priced_now: list[tuple[dict[str, float], str]] = []  # prices kept while the current graph expands
         self.counters = dict.fromkeys(_COUNTERS, 0)
@@ -592,7 +596,7 @@ class _Search:
                 if reusing:
                     context = self.objective.site_context(expansion, trials.touched(site))
                     if context is not None:
-                        reuse_key = (name, tuple(site), context)
+                        reuse_key = (name, tuple(site), hash(context))
                         known = self.deltas.get(reuse_key)
                 if known is not None and not self.check_reuse:  # priced from the deltas, neither built nor hashed
                     growth, deltas = known
