@@ -515,6 +515,18 @@ class _Search:
         heapq.heapify(queue)
         bounded = alpha > 1
         spent = 0.0
+
+        def hash_popped(graph: Any) -> tuple[Any, str] | None:
+            """A graph priced from reused deltas is hashed only once popped: its hash state and digest, or
+            ``None`` (counted as a duplicate) where another path reached the same graph first."""
+            state = HashState.of(graph.graph)
+            found = model_digest(graph, state)
+            if found in seen:
+                counters["duplicates"] += 1
+                return None
+            seen.add(found)
+            return state, found
+
         while queue and spent < budget and not self.out_of_time(deadline):
             cost, _, _, steps, digest, verified, exact = heapq.heappop(queue)
             producers: dict[str, str] = {}
@@ -528,13 +540,11 @@ class _Search:
                     return checked[0].passed
 
                 working = self.rebuild(steps, producers if bounded else None, check_last)
-                if working is not None and digest is None:  # priced from reused deltas: hashed only now
-                    hashed = HashState.of(working.graph)
-                    digest = model_digest(working, hashed)
-                    if digest in seen:
-                        counters["duplicates"] += 1
+                if working is not None and digest is None:
+                    first = hash_popped(working)
+                    if first is None:
                         continue
-                    seen.add(digest)
+                    hashed, digest = first
                 if working is not None and not exact:
                     expansion, cost = self.exact_cost(working, digest, steps)
                 if not self.judge(cost, steps, working, checked[0], whole=False):
@@ -543,12 +553,10 @@ class _Search:
             else:
                 working = self.rebuild(steps, producers if bounded else None)
                 if digest is None:
-                    hashed = HashState.of(working.graph)
-                    digest = model_digest(working, hashed)
-                    if digest in seen:
-                        counters["duplicates"] += 1
+                    first = hash_popped(working)
+                    if first is None:
                         continue
-                    seen.add(digest)
+                    hashed, digest = first
                 if not exact:
                     expansion, cost = self.exact_cost(working, digest, steps)
             if not verified and not self.overlap_verification:
