@@ -35,7 +35,8 @@ def test_reused_deltas_give_the_estimate_computed_afresh(source, scheme, alpha):
     assert checked.reuse_mismatches == 0
 
 
-@pytest.mark.parametrize("source,scheme", [("resnet18", "lbdf"), ("squeezenet", "brr")])
+@pytest.mark.parametrize("source,scheme", [("resnet18", "lbdf"),
+                                           pytest.param("squeezenet", "brr", marks=pytest.mark.slow)])
 def test_reuse_finds_what_lazy_pricing_finds_and_builds_fewer_candidates(source, scheme):
     model = _prepared(source)
     lazy = _search(model, scheme, 1.05, 8, "lazy")
