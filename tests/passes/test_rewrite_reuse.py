@@ -47,6 +47,7 @@ def test_reuse_finds_what_lazy_pricing_finds_and_builds_fewer_candidates(source,
     assert reused.estimated + reused.exact_pricings < lazy.estimated + lazy.exact_pricings
 
 
+@pytest.mark.slow
 def test_latency_deltas_are_reused_and_agree(tmp_path):
     import shutil
     from pathlib import Path
