@@ -69,7 +69,8 @@ print(json.dumps({
     "initial_cost": result.initial_cost, "cost": result.cost, "fresh_cost": fresh,
     "change_percent": round(100 * (result.cost - result.initial_cost) / result.initial_cost, 4),
     "greedy_cost": result.greedy.get("cost"), "steps": len(result.steps),
-    "rules": sorted({step["rule"] for step in result.steps}), "expanded": result.expanded,
+    "rules": sorted({step["rule"] for step in result.steps}), "substitutions": result.steps,
+    "expanded": result.expanded,
     "budget_spent": round(result.budget_spent, 2), "generated": result.generated,
     "estimated": result.estimated, "exact_pricings": result.exact_pricings, "reused": result.reused,
     "reuse_checks": result.reuse_checks, "reuse_mismatches": result.reuse_mismatches,
@@ -118,7 +119,8 @@ def main(argv=None) -> None:
         named = run.progress(configurations, label=lambda c: " ".join(filter(None, c)))
         for model, objective, scheme, pricing in named:
             rows.append(search(model, objective, scheme, pricing, args, cache))
-            print(json.dumps({k: v for k, v in rows[-1].items() if k != "rules"}), file=sys.stderr, flush=True)
+            print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("rules", "substitutions")}),
+                  file=sys.stderr, flush=True)
             run.write({"rows": rows})
     run.write({"rows": rows})
 

@@ -8,6 +8,9 @@ both plans' schedules with the simulator (``fuseplan.simulate``, seeded weights,
 row records the search's objective before and after, both plans' total DRAM (every operator), what the
 simulator moved, how many schedules agreed with their prices, and the outputs' error against onnxruntime.
 
+A ``bench_rewrite_budget300.py`` results file (rows with their ``substitutions``) serves as well: its dram
+rows that changed the graph are taken, whatever ``--alpha``.
+
     python benchmarks/bench_rewrite_planned.py [--steps-from benchmarks/results/rewrite_greedy_v9.json]
     python benchmarks/bench_rewrite_planned.py --models squeezenet --schemes brr -o /tmp/x.json  # small
 """
@@ -56,6 +59,17 @@ def planned_and_run(source: str, steps: list, scheme: str, buffer_kb: int, seed:
             "seconds": {"plan": round(planned - start, 2), "simulate": round(time.perf_counter() - planned, 2)}}
 
 
+def recorded_runs(grid: dict, alpha: float) -> list[dict]:
+    """The dram searches of a results file that changed the graph, as ``bench_rewrite.py`` records them: its
+    own runs at ``alpha``, or a ``bench_rewrite_budget300.py`` file's rows (their substitutions, its buffer)."""
+    if "runs" in grid:
+        return [r for r in grid["runs"] if r["objective"] == "dram" and r["alpha"] == alpha and r["steps"]]
+    buffer_kb = grid["arguments"]["buffer_kb"]
+    return [{"model": r["model"], "scheme": r["scheme"], "buffer_kb": buffer_kb, "steps": r["substitutions"],
+             "rules_used": r["rules"], "initial_cost": r["initial_cost"], "cost": r["cost"]}
+            for r in grid["rows"] if r.get("objective") == "dram" and r.get("substitutions")]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = harness.parser(__doc__, out=harness.RESULTS / "rewrite_planned.json", seed=0)
     parser.add_argument("--steps-from", type=Path, default=harness.RESULTS / "rewrite_greedy_v9.json",
@@ -65,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alpha", type=float, default=1.0, help="which runs of the file (default: the greedy ones)")
     args = parser.parse_args(argv)
     grid = json.loads(args.steps_from.read_text())
-    recorded = [r for r in grid["runs"] if r["objective"] == "dram" and r["alpha"] == args.alpha and r["steps"]
-                and (args.models is None or r["model"] in args.models)
+    recorded = [r for r in recorded_runs(grid, args.alpha)
+                if (args.models is None or r["model"] in args.models)
                 and (args.schemes is None or r["scheme"] in args.schemes)]
     run = harness.Run("rewrite_planned", args)
     rows = []
