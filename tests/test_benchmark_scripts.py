@@ -191,3 +191,21 @@ def test_demand_tiles_counts_sampled_candidates_by_phase(tmp_path):
     assert row["sampled"] == 60 and row["streamed"] > 0
     assert row["reads_as_priced"] + row["reads_fewer"] + row["reads_more"] + row["not_runnable"] == row["streamed"]
     assert row["fits"] + row["over_one_row"] + row["over_more"] + row["not_runnable"] == row["streamed"]
+
+
+@pytest.mark.slow  # two plans and two simulations of resnet18
+def test_rewrite_planned_takes_the_substitutions_of_a_budget_300_file(tmp_path):
+    planned = load_script("bench_rewrite_planned")
+    recorded = json.loads((BENCHMARKS / "results" / "rewrite_budget300_steps_2.json").read_text())
+    runs = planned.recorded_runs(recorded, alpha=1.0)
+    changed = [row for row in recorded["rows"] if row["objective"] == "dram" and row["substitutions"]]
+    assert [(r["model"], r["scheme"], len(r["steps"])) for r in runs] == \
+        [(row["model"], row["scheme"], row["steps"]) for row in changed]
+    assert all(r["buffer_kb"] == recorded["arguments"]["buffer_kb"] for r in runs)
+    out = tmp_path / "planned.json"
+    planned.main(["--steps-from", str(BENCHMARKS / "results" / "rewrite_budget300_steps_2.json"),
+                  "--models", "resnet18", "--schemes", "brr", "-o", str(out)])
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["steps"] == len(next(r["steps"] for r in runs if r["model"] == "resnet18" and r["scheme"] == "brr"))
+    for side in ("original", "rewritten"):
+        assert row[side]["agree"] == row[side]["run"] > 0 and row[side]["output_error"] < 1e-4
