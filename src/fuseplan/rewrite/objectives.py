@@ -190,8 +190,8 @@ class WindowDeltas:
     """What a substitution did to the estimate of :meth:`DramObjective.estimate_near`, apart from the graph it
     was applied to: each order's narrowed optimum (:func:`window_dp`) minus that order's optimum in the
     expanded graph, and the unfuseable operators' DRAM alone minus the expanded graph's. The same substitution
-    on another graph whose windows read the same (:meth:`DramObjective.window_context`) has the same
-    deltas, so its estimate is that graph's optima plus these (:meth:`DramObjective.estimate_from`)."""
+    on another graph whose windows read the same (:meth:`DramObjective.site_context`) has the same
+    deltas, so its estimate is that graph's optima plus these (:meth:`DramObjective.estimate_from_deltas`)."""
 
     orders: tuple[tuple[str, float], ...]
     alone: int
@@ -215,14 +215,29 @@ def _relabel(reading: IrReading, parent: _Expansion, changed: Collection[int]) -
     relabel: set[int] = set()
     for graph, ids, operators in ((reading.graph, reading.node_ids, reading.fresh),
                                   (parent.reading.graph, parent.reading.node_ids, edited)):
-        nodes, tensors = graph.nodes, graph.tensors
-        for v in operators:
-            for t in (*nodes[v].inputs, *nodes[v].outputs):
-                tensor = tensors[t]
-                if tensor.producer is not None:
-                    relabel.add(ids[tensor.producer])
-                relabel.update(ids[c] for c in tensor.consumers)
+        relabel.update(ids[u] for u in _sharing_a_tensor(graph, operators))
     return relabel
+
+
+def _sharing_a_tensor(graph: CompGraph, operators: Collection[int]) -> set[int]:
+    """The operators of ``graph`` that produce or read a tensor one of ``operators`` produces or reads."""
+    nodes, tensors = graph.nodes, graph.tensors
+    found: set[int] = set()
+    for v in operators:
+        for t in (*nodes[v].inputs, *nodes[v].outputs):
+            tensor = tensors[t]
+            if tensor.producer is not None:
+                found.add(tensor.producer)
+            found.update(tensor.consumers)
+    return found
+
+
+def _window_ends(cuts: list[int], start: int, end: int, margin: int) -> tuple[int, int]:
+    """The optimal cuts a narrowed window runs between for an edit of positions ``start`` to ``end``: the last
+    at least ``margin`` operators before it and the first at least ``margin`` after it (the ends if none)."""
+    first = cuts[max(0, bisect_right(cuts, start - margin) - 1)]
+    last = cuts[min(len(cuts) - 1, bisect_left(cuts, end + margin))]
+    return first, last
 
 
 def _common_ends(a: list[int], b: list[int]) -> tuple[int, int]:
@@ -417,27 +432,15 @@ class DramObjective(Objective):
         44,379 reused estimates on the zoo)."""
         if expansion is None or not touched:
             return None
-        index, graph = expansion.index, expansion.reading.graph
-        near: set[int] = set()
-        for node in touched:
-            v = index.get(id(node))
-            if v is None:
-                return None
-            near.add(v)
-            operator = graph.nodes[v]
-            for t in (*operator.inputs, *operator.outputs):
-                tensor = graph.tensors[t]
-                if tensor.producer is not None:
-                    near.add(tensor.producer)
-                near.update(tensor.consumers)
-        margin = self.estimate_margin
+        matched = [expansion.index.get(id(node)) for node in touched]
+        if None in matched:
+            return None
+        near = _sharing_a_tensor(expansion.reading.graph, matched).union(matched)
         context = []
         for name, (labels, tables) in expansion.orders.items():  # the same names in the same order every time
             place = expansion.place(name)
             spots = [place[v] for v in near]
-            cuts = expansion.cuts[name]
-            first = cuts[max(0, bisect_right(cuts, min(spots) - margin) - 1)]
-            last = cuts[min(len(cuts) - 1, bisect_left(cuts, max(spots) + 1 + margin))]
+            first, last = _window_ends(expansion.cuts[name], min(spots), max(spots) + 1, self.estimate_margin)
             forward, backward, reaching = tables.forward, tables.backward, tables.first_reaching
             context.append((first == 0, last == len(labels), tuple(labels[first:last]),
                             tuple(forward[k] - forward[first] for k in range(first, last + 1)),
@@ -479,15 +482,14 @@ class DramObjective(Objective):
             if not narrow:
                 best = min(best, window_dp(problem, order, tables, prefix, suffix))
                 continue
-            cuts = expansion.cuts[name]
             n_parent = len(parent_labels)
-            margin = self.estimate_margin
-            first = cuts[max(0, bisect_right(cuts, prefix - margin) - 1)]  # optimal cuts before the edit
-            last = cuts[min(len(cuts) - 1, bisect_left(cuts, n_parent - suffix + margin))]  # and after it
+            first, last = _window_ends(expansion.cuts[name], prefix, n_parent - suffix, self.estimate_margin)
             exact = exact and first <= tables.first_reaching[prefix] and last == n_parent
             value = window_dp(problem, order, tables, prefix, suffix, first=first, last=last - (n_parent - len(order)))
-            if deltas is not None:
-                deltas = deltas + [(name, value - tables.best)] if value < INF and tables.best < INF else None
+            if deltas is not None and value < INF and tables.best < INF:
+                deltas.append((name, value - tables.best))
+            else:
+                deltas = None
             best = min(best, value)
         found = WindowDeltas(tuple(deltas), alone - expansion.alone) if narrow and deltas else None
         return float(int(best) + alone), exact, found
@@ -664,6 +666,7 @@ class LatencyObjective(Objective):
             for value in node.outputs:
                 for use in value.uses():
                     nodes.setdefault(id(use.node), use.node)
+
         def configuration(node: Any) -> tuple:
             attributes = repr(sorted((name, repr(attribute.value)) for name, attribute in node.attributes.items()))
             inputs = tuple(None if v is None else (str(v.shape), str(v.type), v.is_initializer()) for v in node.inputs)

@@ -321,11 +321,13 @@ _RECENT_EXPANSIONS = 4
 
 
 def _path(steps: Sequence[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The substitutions ``steps`` make, in order, as a key."""
     return tuple((step["rule"], tuple(step["site"])) for step in steps)
 
 
 def _step_key(steps: Sequence[dict[str, Any]]) -> frozenset[tuple[str, tuple[str, ...]]]:
-    return frozenset((step["rule"], tuple(step["site"])) for step in steps)
+    """The substitutions ``steps`` make, in whatever order."""
+    return frozenset(_path(steps))
 
 
 class _Search:
@@ -351,7 +353,7 @@ class _Search:
         self.costs: dict[str, float] = {}  # structural hash -> objective, so the relaxed phase prices nothing twice
         self.estimates: dict[str, float] = {}  # structural hash -> the objective's estimate, where not priced exactly
         self.lazy = True
-        self.reuse = True
+        self.reuse = True  # pricing "reuse": lazy pricing with deltas reused (only ever set with lazy)
         self.check_reuse = False
         # (rule, site, hash of the objective's context there) -> (operators the substitution added, its deltas).
         # A context spans the estimate's window (hundreds of integers): kept whole, the contexts of a deep
@@ -585,7 +587,6 @@ class _Search:
             if expansion is None:
                 expansion = self.expand(working, steps)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
-            reusing = self.lazy and self.reuse
             size = len(working.graph)
             for name, rule, site in sites:
                 if self.out_of_time(deadline):
@@ -601,7 +602,7 @@ class _Search:
                 tried.add(key)
                 added_tried.append(key)
                 reuse_key = known = None
-                if reusing:
+                if self.reuse:
                     context = self.objective.site_context(expansion, trials.touched(site))
                     if context is not None:
                         reuse_key = (name, tuple(site), hash(context))
