@@ -76,6 +76,9 @@ print(json.dumps({
     "reuse_checks": result.reuse_checks, "reuse_mismatches": result.reuse_mismatches,
     "cpu_ms_per_candidate": round(1000 * cpu / max(result.generated, 1), 2),
     "verification_failures": result.verification_failures,
+    **({"group_prices": {"kept": len(objective.prices), "capacity": objective.prices.capacity,
+                         "dropped": objective.prices.dropped, "priced": objective.prices.misses}}
+       if hasattr(objective, "prices") else {}),
     "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}), flush=True)
 """
 

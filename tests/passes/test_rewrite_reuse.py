@@ -64,3 +64,36 @@ def test_latency_deltas_are_reused_and_agree(tmp_path):
     checked, reused = results
     assert checked.reuse_checks > 50 and checked.reuse_mismatches == 0
     assert reused.reused > 50 and reused.steps == checked.steps and reused.cost == checked.cost
+
+
+def test_a_bounded_group_price_table_gives_the_same_search():
+    from fuseplan.rewrite import GroupPrices
+
+    model = _prepared("resnet18")
+    results = []
+    for capacity in (None, 500):
+        objective = make_objective("dram", scheme="lbdf", buffer_bytes=256 * 1024)
+        if capacity is not None:
+            objective.prices = GroupPrices(capacity)
+        result = backtracking_search(model, objective, alpha=1.05, budget=8, seed=0)
+        results.append(({k: getattr(result, k) for k in _SAME}, objective.prices))
+    (unbounded, full), (bounded, small) = results
+    assert bounded == unbounded
+    assert full.dropped == 0 and len(full) > 2_000  # the search priced far more groups than the bound holds
+    assert small.dropped > 0 and len(small) <= 500
+    assert small.misses > full.misses  # dropped prices were priced again
+
+
+def test_group_price_table_generations():
+    from fuseplan.rewrite import GroupPrices
+
+    table = GroupPrices(4)
+    for key in range(3):
+        table._store((key,), (key, key))
+    assert len(table) == 3 and table.dropped == 0 and set(table.older) == {(0,), (1,)}
+    table._store((3,), (3, 3))  # the recent generation is full again: it becomes the older, the older goes
+    assert table.dropped == 2 and set(table.older) == {(2,), (3,)} and not table.prices
+    table._store((4,), (4, 4))
+    assert len(table) == 3 and set(table.prices) == {(4,)}
+    with pytest.raises(ValueError, match="at least 2"):
+        GroupPrices(1)
