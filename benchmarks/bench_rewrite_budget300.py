@@ -40,7 +40,7 @@ from pathlib import Path
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective, total_dram
 
-source, objective_name, scheme, buffer_kb, pricing, budget, alpha, seed, limit, cache = sys.argv[1:11]
+source, objective_name, scheme, buffer_kb, pricing, budget, alpha, seed, limit, cache, capacity = sys.argv[1:12]
 if source == "probe":
     from tests.passes.probe import probe_model
     model, name = prepare_model(probe_model(), "probe17")[0], "probe"
@@ -49,6 +49,9 @@ else:
     model = prepare_model(read_model(path), name)[0]
 if objective_name == "dram":
     objective = make_objective("dram", scheme=scheme, buffer_bytes=int(buffer_kb) * 1024)
+    if int(capacity) > 0:
+        from fuseplan.rewrite import GroupPrices
+        objective.prices = GroupPrices(int(capacity))
 else:
     objective = make_objective("latency", cache=Path(cache), seed=int(seed))
 limit = None if float(limit) <= 0 else float(limit)
@@ -88,7 +91,7 @@ def search(source: str, objective: str, scheme: str | None, pricing: str, args, 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(harness.ROOT / "src"), str(harness.ROOT)])}
     done = subprocess.run([sys.executable, "-c", CHILD, source, objective, scheme or "lbdf", str(args.buffer_kb),
                            pricing, str(args.budget), str(args.alpha), str(args.seed), str(args.time_limit),
-                           str(cache)], capture_output=True, text=True, env=env)
+                           str(cache), str(args.group_prices_capacity)], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         return {"model": source, "objective": objective, "scheme": scheme, "pricing": pricing,
@@ -106,6 +109,8 @@ def main(argv=None) -> None:
     parser.add_argument("--alpha", type=float, default=1.05)
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--time-limit", type=float, default=0.0, help="seconds per search, both phases; 0: none")
+    parser.add_argument("--group-prices-capacity", type=int, default=0,
+                        help="dram searches: prices the shared group-price table keeps at most (0: the default)")
     parser.add_argument("--latency-cache", type=Path, default=harness.RESULTS / "rewrite_latency_cache.json")
     args = parser.parse_args(argv)
     run = harness.Run("rewrite_budget300", args)
