@@ -20,7 +20,7 @@ from fuseplan.files import external_data_files
 from fuseplan.graph import CompGraph, load_graph, parse_input_shape
 from fuseplan.hardware import MAX_BYTES_PER_ELEMENT, template_names
 from fuseplan.passes import FixInputShapes, Pass
-from fuseplan.rewrite.search import PRICINGS, VERIFY_MODES
+from fuseplan.rewrite.modes import PRICINGS, VERIFY_MODES
 from fuseplan.units import format_bytes
 
 
@@ -31,6 +31,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _commands() -> None:
+    # A group even where the console script has loaded one command module (fuseplan.cli.load_commands):
+    # without a callback Typer runs a lone command as the whole program and takes its name for an argument.
+    pass
 
 
 class UserTextConsole(Console):

@@ -36,15 +36,27 @@ def _reader_gone() -> int:
 
 
 @functools.cache
-def _command() -> typer.core.TyperGroup:
-    """The app as the command Typer runs. Calling the app builds it again from every command's signature and
-    type hints (about 30 ms of CPU), so it is built once per process: the tests run the command line hundreds of
-    times in one process. (Calling the app would also install Typer's exception hook, which does nothing while
-    the app's pretty exceptions are off.)"""
+def _command(modules: tuple[str, ...]) -> typer.core.TyperGroup:
+    """The app as the command Typer runs, with the commands of ``modules`` loaded. Calling the app builds it
+    again from every command's signature and type hints (about 30 ms of CPU), so it is built once per process
+    and set of commands: the tests run the command line hundreds of times in one process. (Calling the app
+    would also install Typer's exception hook, which does nothing while the app's pretty exceptions are
+    off.)"""
     return typer.main.get_command(app)
 
 
-def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
+def _modules_for(args: Sequence[str]) -> tuple[str, ...]:
+    """The command modules a command line needs: the one of the command it names first, or all of them (for
+    ``--help``, a mistyped command and anything else the app answers by listing its commands)."""
+    from fuseplan.cli import COMMAND_MODULE, COMMAND_MODULES
+
+    first = next((arg for arg in args if not arg.startswith("-")), None)
+    if first is None or first != args[0] or first not in COMMAND_MODULE:
+        return COMMAND_MODULES
+    return (COMMAND_MODULE[first],)
+
+
+def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True, only_needed: bool = False) -> int:
     """Run the command line on ``argv`` and return its exit status; every expected failure is one line.
 
     The Typer app runs with ``standalone_mode=False``, so instead of printing
@@ -60,9 +72,13 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
     With ``restore_signals=False`` (the console script, which exits next),
     signals that arrive after the command has finished are ignored rather
     than handed back to Python's default handler, which would turn a late
-    Ctrl-C into a traceback during shutdown.
+    Ctrl-C into a traceback during shutdown. With ``only_needed`` (the console
+    script) only the module of the command ``argv`` names is imported.
     """
+    from fuseplan.cli import COMMAND_MODULES, load_commands
+
     args = list(sys.argv[1:] if argv is None else argv)
+    loaded = load_commands(_modules_for(args) if only_needed else COMMAND_MODULES)
     groups = [group.name for group in app.registered_groups]
     if not args or (len(args) == 1 and args[0] in groups):  # usage is an error: stderr, status 2, never stdout
         command = " ".join(["fuseplan", *args])
@@ -76,7 +92,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
             previous[signum] = signal.signal(signum, guard.handle)
     install_guard(guard)
     try:
-        status = _command().main(args=args, prog_name="fuseplan", standalone_mode=False)
+        status = _command(loaded).main(args=args, prog_name="fuseplan", standalone_mode=False)
         if status == 130 and guard.received:  # Typer turns KeyboardInterrupt into exit status 130
             return _interrupted(guard)
         return status if isinstance(status, int) else 0
@@ -117,7 +133,7 @@ def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> i
 
 def main() -> None:
     """Console-script entry point."""
-    status = run(restore_signals=False)
+    status = run(restore_signals=False, only_needed=True)
     if threading.current_thread() is threading.main_thread():
         # While the interpreter shuts down it resets Python-level handlers to the default action,
         # which would let a late signal kill a run that has already succeeded; ignored stays ignored.

@@ -19,7 +19,7 @@ from fuseplan.documents import dumps_json
 from fuseplan.files import check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
 from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
-from fuseplan.rewrite.search import MAX_GROWTH
+from fuseplan.rewrite.modes import MAX_GROWTH
 from fuseplan.search import ALGORITHMS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes

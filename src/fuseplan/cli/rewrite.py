@@ -18,8 +18,8 @@ from fuseplan.documents import dumps_json
 from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
+from fuseplan.rewrite.modes import MAX_GROWTH
 from fuseplan.rewrite.objectives import OBJECTIVES, PLAN_BUDGET, planned_dram
-from fuseplan.rewrite.search import MAX_GROWTH
 from fuseplan.units import format_bytes
 
 

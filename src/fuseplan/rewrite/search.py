@@ -57,19 +57,8 @@ import onnx
 from fuseplan.errors import FuseplanError, shown
 from fuseplan.passes.rewrite import apply_in_place, load_rules
 from fuseplan.passes.verify import SiteVerifier, Verifier
+from fuseplan.rewrite.modes import MAX_GROWTH, PRICINGS, VERIFY_MODES
 from fuseplan.rewrite.objectives import Objective
-
-
-#: the relaxed phase's bound on a graph's operators, as a multiple of the original's
-MAX_GROWTH = 1.5
-
-#: how a graph is verified: whole, each one the search uses, or its last substitution alone (once per signature)
-VERIFY_MODES = ("each", "site")
-
-#: how a candidate is priced when generated: by an upper bound (a real plan's cost) that is made exact when the
-#: candidate is expanded or returned (:meth:`Objective.estimate_near`), that bound with the deltas of the same
-#: substitution in the same context reused from an earlier expansion (:meth:`Objective.site_context`), or exactly
-PRICINGS = ("reuse", "lazy", "exact")
 
 
 @dataclass
