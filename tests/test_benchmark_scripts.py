@@ -209,3 +209,18 @@ def test_rewrite_planned_takes_the_substitutions_of_a_budget_300_file(tmp_path):
     assert row["steps"] == len(next(r["steps"] for r in runs if r["model"] == "resnet18" and r["scheme"] == "brr"))
     for side in ("original", "rewritten"):
         assert row[side]["agree"] == row[side]["run"] > 0 and row[side]["output_error"] < 1e-4
+
+
+def test_optima_puts_auto_beside_the_optimum_of_a_complete_enumeration(tmp_path):
+    optima = load_script("bench_optima")
+    out = tmp_path / "optima.json"
+    optima.main(["--schemes", "lbdf", "--buffers", "64", "128", "-o", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["scheme"], r["buffer_kb"]) for r in rows] == [("lbdf", 64), ("lbdf", 128)]
+    for row in rows:  # auto proves these two itself: its plan is the optimum and its bound meets it
+        assert row["exact"]["optimal"] and row["auto"]["optimal"]
+        assert row["auto"]["dram_bytes"] == row["exact"]["optimum_bytes"]
+        assert row["auto_above_optimum"] == 0 and row["bound_below_optimum"] == 0
+    optima.main(["--schemes", "lbdf", "--buffers", "64", "--max-seconds", "0.001", "-o", str(out)])
+    rows = json.loads(out.read_text())["rows"]  # the rerun row replaces its set-up's and keeps the other
+    assert [(r["buffer_kb"], r["exact"].get("stopped")) for r in rows] == [(128, None), (64, "over 0.001 s")]
