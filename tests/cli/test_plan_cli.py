@@ -160,3 +160,25 @@ def test_inspect_reports_totals_with_unfuseable_operators():
     assert report["excluded_dram_bytes"] == alone > 0
     assert report["total_unfused_dram_bytes"] == report["unfused_dram_bytes"] + alone
     assert report["total_dram_lower_bound_bytes"] == report["dram_lower_bound_bytes"] + alone
+
+
+def test_max_sets_limits_the_enumeration_and_is_recorded(tmp_path):
+    for limit, proven in ((60, False), (5000, True)):  # squeezenet BRR 256KB visits about 1,000 sets
+        out = tmp_path / f"plan{limit}.json"
+        result = fuseplan("plan", "squeezenet", "--scheme", "brr", "--buffer", "256KB", "--max-sets", limit,
+                          "-o", out)
+        assert result.returncode == 0, result.stderr
+        search = json.loads(out.read_text())["search"]
+        assert search["exact"]["max_sets"] == limit
+        assert search["exact"]["candidates_complete"] is proven and search["optimal"] is proven
+        if not proven:  # "about" the limit: a seed's last set's growths are still counted
+            assert search["exact"]["sets_visited"] < 2 * limit
+
+
+def test_max_sets_is_refused_out_of_range_and_for_other_searches(tmp_path):
+    out = tmp_path / "plan.json"
+    assert_one_line_error(fuseplan("plan", "squeezenet", "--max-sets", "0", "-o", out), "--max-sets must be 1 to")
+    assert_one_line_error(fuseplan("plan", "squeezenet", "--max-sets", "20000000", "-o", out), "10,000,000")
+    assert_one_line_error(fuseplan("plan", "squeezenet", "--search", "ls", "--max-sets", "10", "-o", out),
+                          "--max-sets applies to --search exact and auto")
+    assert not out.exists()

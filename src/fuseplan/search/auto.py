@@ -59,7 +59,7 @@ class Auto(SearchAlgorithm):
         optimal = self.outcome.optimal or (best is not None and best.objective <= bound)
         objective = self._ctx.problem.objective.name if self._ctx is not None else "dram"
         return {"optimal": optimal, **bound_record(bound, objective, self.outcome.bound_source),
-                "exact": {"method": self.outcome.method, **self.outcome.stats}}
+                "exact": {"method": self.outcome.method, "max_sets": self.max_sets, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:
         self._ctx = ctx

@@ -538,7 +538,7 @@ class Exact(SearchAlgorithm):
             return {}
         return {"optimal": self.outcome.optimal,
                 **bound_record(self.outcome.lower_bound, self._objective, self.outcome.bound_source),
-                "exact": {"method": self.outcome.method, **self.outcome.stats}}
+                "exact": {"method": self.outcome.method, "max_sets": self.max_sets, **self.outcome.stats}}
 
     def run(self, ctx: SearchContext) -> None:
         self._objective = ctx.problem.objective.name
