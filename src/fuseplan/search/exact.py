@@ -54,6 +54,7 @@ from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, MaskUnion, bits, enumerate_candidates, predecessor_masks
+from fuseplan.search.columns import MAX_OPERATORS as COLUMNS_MAX_OPERATORS, grow_columns
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.dominance import undominated
 from fuseplan.search.interval_dp import IntervalDP, candidate_orders
@@ -408,6 +409,10 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     if objective.follows_dram and not out_of_time():
         candidates = undominated(candidates)
     stats["dominated"] = enumerated - len(candidates)
+    if (not candidates.complete and objective.follows_dram and len(problem.fuseable) <= COLUMNS_MAX_OPERATORS
+            and not out_of_time()):  # the large groups a cut-short list lacks, by reduced cost
+        candidates, stats["columns"] = grow_columns(problem, candidates, deadline=deadline)
+        report(f"{stats['columns']['added']} groups grown by reduced cost", None, None)
     # over candidates cut short the relaxation proves nothing
     if relax and candidates.complete and objective.follows_dram:
         relaxation = linear_relaxation(problem, candidates, _positions(candidates, hint))
