@@ -66,6 +66,7 @@ def test_latency_deltas_are_reused_and_agree(tmp_path):
     assert reused.reused > 50 and reused.steps == checked.steps and reused.cost == checked.cost
 
 
+@pytest.mark.slow  # two searches: about 3 s
 def test_a_bounded_group_price_table_gives_the_same_search():
     from fuseplan.rewrite import GroupPrices
 
