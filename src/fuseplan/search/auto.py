@@ -3,7 +3,8 @@
 ``auto`` first runs :func:`~fuseplan.search.exact.solve_exact` with limits
 that keep it to seconds. When it proves a plan optimal, that plan is the
 answer. Otherwise (very large or wide networks) it proposes the solver's
-incumbent, if any, and the interval DP's plan, if the DP stays within its
+incumbent, if any (the best plan over candidates that a cut-short enumeration
+left, grown by reduced cost: :mod:`fuseplan.search.columns`), and the interval DP's plan, if the DP stays within its
 work limit, and refines the best by local search for the rest of the
 budget. Either way the result carries the best proven lower bound, so the
 gap to the optimum is known. All limits are deterministic (sets, states,
