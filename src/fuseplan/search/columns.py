@@ -125,7 +125,8 @@ def _grow(seed: int, charge: list[int], beam: int, cost, beta: int, neighbours: 
                 if priced.buffer >= beta:
                     continue
                 reduced = priced.dram - charged - charge[u]
-                grown.append((reduced, bigger, group, gd, ga, charged + charge[u], (frontier | neighbours[u]) & ~bigger))
+                outside = (frontier | neighbours[u]) & ~bigger
+                grown.append((reduced, bigger, group, gd, ga, charged + charge[u], outside))
                 if reduced < 0 and bigger not in known:
                     found[bigger] = priced.dram
         grown.sort(key=lambda item: (item[0], item[1]))
