@@ -45,6 +45,6 @@ def make_search(name: str, *, max_sets: int | None = None) -> SearchAlgorithm:
 
 
 __all__ = ["ALGORITHMS", "MAX_SETS_CAP", "Auto", "BudgetExhausted", "Candidates", "Exact", "ExactOutcome",
-           "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch", "SearchAlgorithm", "SearchContext", "SearchResult", "candidate_orders",
-           "enumerate_candidates", "interval_dp", "is_interval_plan", "make_search", "minimize", "reference_record",
-           "solve_exact"]
+           "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch", "SearchAlgorithm", "SearchContext", "SearchResult",
+           "candidate_orders", "enumerate_candidates", "interval_dp", "is_interval_plan", "make_search", "minimize",
+           "reference_record", "solve_exact"]
