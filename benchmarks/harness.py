@@ -19,7 +19,7 @@ importable beside it)::
 The results file holds the benchmark's own keys and, beside them, the envelope (:meth:`Run.envelope`):
 ``benchmark``, ``arguments``, ``machine`` (Python, processor, cores), ``load_average`` at the start and at the
 end (the machine is shared: wall times depend on it), ``versions`` of the libraries, ``fuseplan_commit`` and
-whether ``src/`` had uncommitted changes, and ``cost_model_versions`` per scheme. A benchmark's own key of
+whether ``src/`` had uncommitted changes (of the fuseplan the process imports: :func:`commit`), and ``cost_model_versions`` per scheme. A benchmark's own key of
 the same name wins, so files that summaries already read keep their shape. JSON is strict (``NaN`` and
 ``Infinity`` are refused, not written) and renamed into place whole (:func:`fuseplan.files.write_text`).
 """
@@ -116,11 +116,20 @@ def installed_versions(names: Iterable[str]) -> dict[str, str | None]:
 
 
 def commit() -> dict[str, Any]:
-    """fuseplan's commit and whether ``src/`` had uncommitted changes."""
-    head = subprocess.run(["git", "-C", str(HERE), "rev-parse", "HEAD"], capture_output=True, text=True)
-    changed = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--", "../src"],
+    """The commit of the fuseplan this process imports and whether its ``src/`` had uncommitted changes; and,
+    where that is not this checkout's ``src/``, which it is (``fuseplan_src``). A benchmark run from another
+    work tree imports the installed checkout's fuseplan unless ``PYTHONPATH`` names its own ``src/``: the
+    record then says whose code ran, not whose script."""
+    import fuseplan
+
+    src = Path(fuseplan.__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True)
+    changed = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."],
                              capture_output=True, text=True)
-    return {"fuseplan_commit": head.stdout.strip() or None, "fuseplan_src_modified": bool(changed.stdout.strip())}
+    found = {"fuseplan_commit": head.stdout.strip() or None, "fuseplan_src_modified": bool(changed.stdout.strip())}
+    if src != ROOT / "src":
+        found["fuseplan_src"] = str(src)
+    return found
 
 
 def provenance() -> dict[str, Any]:

@@ -224,3 +224,17 @@ def test_optima_puts_auto_beside_the_optimum_of_a_complete_enumeration(tmp_path)
     optima.main(["--schemes", "lbdf", "--buffers", "64", "--max-seconds", "0.001", "-o", str(out)])
     rows = json.loads(out.read_text())["rows"]  # the rerun row replaces its set-up's and keeps the other
     assert [(r["buffer_kb"], r["exact"].get("stopped")) for r in rows] == [(128, None), (64, "over 0.001 s")]
+
+
+def test_the_recorded_commit_is_the_one_whose_code_runs():
+    import subprocess
+    from pathlib import Path
+
+    import fuseplan
+
+    harness = load_script("harness")
+    recorded = harness.commit()
+    src = Path(fuseplan.__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert recorded["fuseplan_commit"] == (head or None)
+    assert ("fuseplan_src" in recorded) == (src != harness.ROOT / "src")
