@@ -19,9 +19,10 @@ importable beside it)::
 The results file holds the benchmark's own keys and, beside them, the envelope (:meth:`Run.envelope`):
 ``benchmark``, ``arguments``, ``machine`` (Python, processor, cores), ``load_average`` at the start and at the
 end (the machine is shared: wall times depend on it), ``versions`` of the libraries, ``fuseplan_commit`` and
-whether ``src/`` had uncommitted changes (of the fuseplan the process imports: :func:`commit`), and ``cost_model_versions`` per scheme. A benchmark's own key of
-the same name wins, so files that summaries already read keep their shape. JSON is strict (``NaN`` and
-``Infinity`` are refused, not written) and renamed into place whole (:func:`fuseplan.files.write_text`).
+whether ``src/`` had uncommitted changes (of the fuseplan the process imports: :func:`commit`), and
+``cost_model_versions`` per scheme. A benchmark's own key of the same name wins, so files that summaries
+already read keep their shape. JSON is strict (``NaN`` and ``Infinity`` are refused, not written) and
+renamed into place whole (:func:`fuseplan.files.write_text`).
 """
 
 from __future__ import annotations
