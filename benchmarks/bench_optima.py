@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     for scheme, kb in run.progress(setups, label=lambda s: f"{s[0]} {s[1]}KB"):
         auto = auto_row(graph, scheme, kb, args.budget)
         exact = optimum_row(scheme, kb, args.max_seconds, args.max_gb)
-        row = {"model": graph.name, "scheme": scheme, "buffer_kb": kb, "exact": exact,
+        row = {"model": graph.name, "scheme": scheme, "buffer_kb": kb, "commit": harness.commit()["fuseplan_commit"],
+               "exact": exact,
                "auto": {name: auto[name] for name in ("dram_bytes", "lower_bound_bytes", "bound_source", "gap",
                                                       "optimal", "seconds", "cpu_seconds", "candidates",
                                                       "candidates_complete", "load_average_at_start")}}
