@@ -14,8 +14,8 @@ solvers run over the grown list.
 
 The added groups are real candidates (connected, convex, priced, fitting), so every plan over them is
 valid and the best one is never worse than over the list before; nothing here is a proof (the list stays
-cut short, and a beam misses groups). On GoogLeNet it brought auto's plan to the optimum under BRR at
-256KB, and 0.09% to 2.2% lower at 2MB (LBDF) and 512KB to 2MB (BRR), for 2.5 to 8 s more CPU
+cut short, and a beam misses groups). On GoogLeNet it brought auto's plans to the optimum under BRR at
+256KB and 2MB, and 0.66% to 2.2% lower at 2MB (LBDF) and 512KB and 1MB (BRR), for 2.5 to 8 s more CPU
 (docs/search.md). Only for lists of a few hundred operators (:data:`MAX_OPERATORS`): on a generated
 network of 1,005 operators four rounds took 30 s of CPU and found no better plan.
 """
