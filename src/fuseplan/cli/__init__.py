@@ -8,6 +8,7 @@ themselves on the shared app when imported (:func:`load_commands`); their import
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from typing import Any
 
@@ -27,8 +28,6 @@ __all__ = ["COMMAND_MODULE", "COMMAND_MODULES", "load_commands", "main", "run"]
 def load_commands(modules: tuple[str, ...] = COMMAND_MODULES) -> tuple[str, ...]:
     """Import the command ``modules`` (each registers its commands once); all by default. The modules loaded
     so far, in :data:`COMMAND_MODULES` order."""
-    import sys
-
     for name in modules:
         import_module(f"{__name__}.{name}")
     return tuple(name for name in COMMAND_MODULES if f"{__name__}.{name}" in sys.modules)

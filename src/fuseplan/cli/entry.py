@@ -50,10 +50,8 @@ def _modules_for(args: Sequence[str]) -> tuple[str, ...]:
     ``--help``, a mistyped command and anything else the app answers by listing its commands)."""
     from fuseplan.cli import COMMAND_MODULE, COMMAND_MODULES
 
-    first = next((arg for arg in args if not arg.startswith("-")), None)
-    if first is None or first != args[0] or first not in COMMAND_MODULE:
-        return COMMAND_MODULES
-    return (COMMAND_MODULE[first],)
+    module = COMMAND_MODULE.get(args[0]) if args else None  # an option first (--help) names no command
+    return COMMAND_MODULES if module is None else (module,)
 
 
 def run(argv: Sequence[str] | None = None, *, restore_signals: bool = True, only_needed: bool = False) -> int:

@@ -16,12 +16,13 @@ from fuseplan.cli.common import (
 from fuseplan.cli.signals import searching
 from fuseplan.cost import make_cost_model
 from fuseplan.documents import dumps_json
-from fuseplan.errors import FuseplanError
 from fuseplan.files import check_outputs, external_data_files, external_data_output, save_onnx
 from fuseplan.graph import model_path, parse_input_shape
 from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
 from fuseplan.rewrite.modes import MAX_GROWTH
-from fuseplan.search import ALGORITHMS, MAX_SETS_CAP
+from fuseplan.search import ALGORITHMS, MAX_SETS_CAP, check_max_sets
+from fuseplan.search.auto import AUTO_MAX_SETS
+from fuseplan.search.exact import MAX_SETS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes
 
@@ -76,8 +77,9 @@ def plan(
     pricing: Annotated[PricingMode, typer.Option(help="With --rewrite: " + PRICING_HELP)] = PricingMode.reuse,
     max_sets: Annotated[Optional[int], typer.Option(
         "--max-sets", help="exact and auto: connected convex sets the candidate enumeration may visit before it "
-                           "stops short, as far as its proof goes (default: 400,000 for exact, 150,000 for auto; at "
-                           "most 10,000,000; about 1 GB of memory per million).", show_default=False)] = None,
+                           f"stops short, as far as its proof goes (default: {MAX_SETS:,} for exact, "
+                           f"{AUTO_MAX_SETS:,} for auto; at most {MAX_SETS_CAP:,}; about 1 GB of memory per "
+                           "million).", show_default=False)] = None,
     time_limit: Annotated[Optional[float], typer.Option(
         "--time-limit", help="Stop the search after this many seconds with the best plan found by then and, for "
                              "exact and auto, its proven gap (default: none; a time-limited result depends on the "
@@ -99,11 +101,7 @@ def plan(
     outputs = [("plan", output), ("annotated model", onnx_out), ("report", report)]
     check_outputs(outputs, named_inputs(model, hardware))  # before the export and the search
     if max_sets is not None:  # said before any work
-        if search.value not in ("exact", "auto"):
-            raise FuseplanError(f"--max-sets applies to --search exact and auto, not {search.value}")
-        if not 1 <= max_sets <= MAX_SETS_CAP:
-            raise FuseplanError(f"--max-sets must be 1 to {MAX_SETS_CAP:,} (about 1 GB of memory per million sets), "
-                                f"got {max_sets:,}")
+        check_max_sets(search.value, max_sets)
     source, _ = model_path(model)
     repair = make_splitter(splitter.value, refine=refine)
     rewritten = None

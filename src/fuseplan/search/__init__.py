@@ -36,15 +36,22 @@ def make_search(name: str, *, max_sets: int | None = None) -> SearchAlgorithm:
     except KeyError:
         raise FuseplanError(f"unknown search {name!r}; choose one of {', '.join(ALGORITHMS)}") from None
     if max_sets is not None:
-        if not isinstance(algorithm, (Exact, Auto)):
-            raise ValueError(f"a limit on enumerated sets applies to the exact and auto searches, not {name}")
-        if not 1 <= max_sets <= MAX_SETS_CAP:
-            raise ValueError(f"the limit on enumerated sets must be 1 to {MAX_SETS_CAP:,}, got {max_sets:,}")
+        check_max_sets(name, max_sets)
         algorithm.max_sets = max_sets
     return algorithm
 
 
+def check_max_sets(name: str, max_sets: int) -> None:
+    """Refuse a limit on enumerated sets (``--max-sets``) for a search that enumerates none, or outside 1 to
+    :data:`MAX_SETS_CAP`: the command line asks before any work, :func:`make_search` again."""
+    if ALGORITHMS.get(name.lower()) not in (Exact, Auto):
+        raise FuseplanError(f"--max-sets applies to --search exact and auto, not {name}")
+    if not 1 <= max_sets <= MAX_SETS_CAP:
+        raise FuseplanError(f"--max-sets must be 1 to {MAX_SETS_CAP:,} (about 1 GB of memory per million sets), "
+                            f"got {max_sets:,}")
+
+
 __all__ = ["ALGORITHMS", "MAX_SETS_CAP", "Auto", "BudgetExhausted", "Candidates", "Exact", "ExactOutcome",
            "IntervalDP", "LocalSearch", "NSGA2", "RandomSearch", "SearchAlgorithm", "SearchContext", "SearchResult",
-           "candidate_orders", "enumerate_candidates", "interval_dp", "is_interval_plan", "make_search", "minimize",
-           "reference_record", "solve_exact"]
+           "candidate_orders", "check_max_sets", "enumerate_candidates", "interval_dp", "is_interval_plan",
+           "make_search", "minimize", "reference_record", "solve_exact"]

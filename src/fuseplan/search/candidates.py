@@ -107,6 +107,19 @@ class MaskUnion:
         return found
 
 
+def fuseable_neighbour_masks(problem: FusionProblem) -> list[int]:
+    """Per fuseable operator, its fuseable neighbours (producers and readers) as a bitmask (0 for the others)."""
+    fuseable_mask = 0
+    for v in problem.fuseable:
+        fuseable_mask |= 1 << v
+    masks = [0] * len(problem.graph)
+    for v in problem.fuseable:
+        for u in problem.graph.neighbours[v]:
+            masks[v] |= 1 << u
+        masks[v] &= fuseable_mask
+    return masks
+
+
 def predecessor_masks(problem: FusionProblem) -> list[int]:
     """Per operator, its direct predecessors as a bitmask."""
     masks = [0] * len(problem.graph)
@@ -289,18 +302,14 @@ def enumerate_candidates(problem: FusionProblem, max_sets: int | None = None,
     stage below takes that growth shifted, and a set inside a run of repeated stages takes the price of
     its copy a stage below.
     """
-    graph, cost = problem.graph, problem.cost
+    cost = problem.cost
     beta = problem.buffer_bytes
     reach = Reachability.of(problem)
     desc, anc = reach.descendants, reach.ancestors
     fuseable_mask = 0
     for v in problem.fuseable:
         fuseable_mask |= 1 << v
-    neighbour_mask = [0] * len(graph)
-    for v in problem.fuseable:
-        for u in graph.neighbours[v]:
-            neighbour_mask[v] |= 1 << u
-        neighbour_mask[v] &= fuseable_mask
+    neighbour_mask = fuseable_neighbour_masks(problem)
     pred = predecessor_masks(problem)
     floor = GrowingFloor(problem)
     terms, by_max, row_gains = floor.terms, floor.by_max, floor.row_gains

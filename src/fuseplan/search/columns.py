@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from fuseplan.plan.problem import FusionProblem
-from fuseplan.search.candidates import Candidates, Reachability, predecessors_outside
+from fuseplan.search.candidates import Candidates, Reachability, fuseable_neighbour_masks, predecessors_outside
 from fuseplan.search.relaxation import linear_relaxation
 
 #: Rounds of relaxation and growth at most (on GoogLeNet two left LBDF 512KB 0.09% above the optimum that
@@ -51,11 +51,7 @@ def grow_columns(problem: FusionProblem, candidates: Candidates, *, rounds: int 
     reach = Reachability.of(problem)
     desc, anc = reach.descendants, reach.ancestors
     fuseable = problem.fuseable
-    neighbours = [0] * len(problem.graph)
-    for v in fuseable:
-        for u in problem.graph.neighbours[v]:
-            if u in fuseable:
-                neighbours[v] |= 1 << u
+    neighbours = fuseable_neighbour_masks(problem)
     known = set(candidates.masks)
     masks, drams = list(candidates.masks), list(candidates.dram)
     outside = list(candidates.outside_predecessors(problem))
@@ -65,12 +61,14 @@ def grow_columns(problem: FusionProblem, candidates: Candidates, *, rounds: int 
     def out_of_time() -> bool:
         return deadline is not None and time.perf_counter() > deadline
 
+    def grown() -> Candidates:
+        return Candidates(tuple(masks), tuple(drams), {s: tuple(p) for s, p in by_min.items()},
+                          candidates.sets_visited, False, tuple(outside))
+
     for _ in range(rounds):
         if out_of_time():
             break
-        current = Candidates(tuple(masks), tuple(drams), {s: tuple(p) for s, p in by_min.items()},
-                             candidates.sets_visited, False, tuple(outside))
-        relaxation = linear_relaxation(problem, current)
+        relaxation = linear_relaxation(problem, grown())
         if relaxation is None:  # no OR-Tools
             break
         charge = relaxation.charges
@@ -92,9 +90,7 @@ def grow_columns(problem: FusionProblem, candidates: Candidates, *, rounds: int 
             outside.append(predecessors_outside(problem, mask))
         stats["added"] += len(found)
     stats["seconds"] = round(time.perf_counter() - started, 3)
-    grown = Candidates(tuple(masks), tuple(drams), {s: tuple(p) for s, p in by_min.items()},
-                       candidates.sets_visited, False, tuple(outside))
-    return grown, stats
+    return grown(), stats
 
 
 def _grow(seed: int, charge: list[int], beam: int, cost, beta: int, neighbours: list[int], desc, anc,
