@@ -49,7 +49,7 @@ def test_googlenet_at_64kb_splits_into_parts_with_the_joint_optimum():
     parts = independent_parts(problem, candidates)
     assert len(parts) > 1
     assert_parts_partition_the_operators(problem, candidates, parts)
-    outcome = solve_exact(problem)
+    outcome = solve_exact(problem, by_cells=False)
     assert outcome.method == "downset by parts" and outcome.optimal
     assert outcome.stats["decomposition"]["parts"] == len(parts)
     joint = downset_search(problem, candidates)

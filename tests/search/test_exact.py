@@ -175,7 +175,7 @@ def test_resnet50_lbdf_512kb_optimum_lies_outside_the_interval_plans(zoo_graphs)
 def test_state_limit_falls_back_to_set_partitioning(zoo_graphs):
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 128 * KB))
     optimum = solve_exact(problem).dram
-    outcome = solve_exact(problem, max_states=5)
+    outcome = solve_exact(problem, max_states=5, by_cells=False)
     assert outcome.method == "partition" and outcome.optimal and outcome.dram == optimum
     assert outcome.stats["downset"]["stopped"] == "state limit"
 

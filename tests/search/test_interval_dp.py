@@ -195,17 +195,20 @@ def test_dp_over_known_prices_is_the_dp_that_prices(graph, scheme, buffer):
                                                ("squeezenet", "brr", 64)])
 def test_the_reference_of_a_proven_plan_is_the_dp_that_prices(zoo_graphs, model, scheme, kb):
     # `exact` and `auto` hand plan.json the interval reference over their candidates' prices; it is the
-    # reference that pricing the DP's groups gives (reference_record computes that one for other searches).
+    # reference that pricing the DP's groups gives (reference_record computes that one for other searches,
+    # and for a plan found cell by cell, which lists no candidates crossing articulation tensors).
     from fuseplan.search import make_search, minimize, reference_record
     from fuseplan.split import make_splitter
 
     problem = FusionProblem(make_cost_model(scheme, zoo_graphs[model], kb * 1024))
     for search in ("auto", "exact"):
         result = minimize(problem, make_search(search), make_splitter("random"), budget=10, seed=0)
-        assert result.details["optimal"] and result.reference is not None
+        by_cells = result.details["exact"]["method"] == "cells"
+        assert result.details["optimal"] and (result.reference is None) == by_cells
         fields = ("order", "dram_by_order")
         dp = IntervalDP()
         dp.solve(problem)
-        assert {k: result.reference[k] for k in fields} == {k: dp.reference()[k] for k in fields}
+        if not by_cells:
+            assert {k: result.reference[k] for k in fields} == {k: dp.reference()[k] for k in fields}
         record = reference_record(problem, result)
         assert record["dram_bytes"] == min(dp.reference()["dram_by_order"].values())

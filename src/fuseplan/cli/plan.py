@@ -268,7 +268,8 @@ def _search_line(search: dict, evaluated: int, budget: int, interrupted: bool) -
         return f"search             interval DP, exact over interval plans (--budget unused){stopped}\n"
     if exact is None:
         return f"plans evaluated    {evaluated} of {budget}{stopped}\n"
-    work = [f"{exact[key]:,} {label}" for key, label in (("candidates", "candidate groups"),
+    work = [f"{exact[key]:,} {label}" for key, label in (("cells", "cells"), ("pieces", "pieces"),
+                                                         ("candidates", "candidate groups"),
                                                          ("sets_visited", "sets visited"), ("states", "states"),
                                                          ("rounds", "solver rounds")) if key in exact]
     line = (f"exact search       {exact['method']}: {', '.join(work) or 'no work needed'}"

@@ -398,6 +398,16 @@ class CostModel(ABC):
         if growths > 1 and group in self._states:
             self._shared[group] = growths - 1
 
+    def articulation_share(self, group: Group, entering: int | None, leaving: int | None) -> GroupCost | None:
+        """``group``'s share of the price of a larger group that it belongs to, where that group continues
+        across articulation tensors: ``entering`` (made outside ``group`` by the larger group, ``group`` holding
+        readers of it) and ``leaving`` (made in ``group``, read only by the part of the larger group after
+        it). An articulation tensor is the only tensor passing between the operators up to its producer and the
+        operators after it (:func:`fuseplan.search.cells.articulation_tensors`). Where a scheme's price of every
+        such group is the sum of its parts' shares, the exact search may plan cell by cell between articulation
+        tensors (:mod:`fuseplan.search.cells`). ``None``: the scheme's prices do not add so (the default)."""
+        return None
+
     def buffer(self, group: Iterable[int]) -> int:
         """``F_beta``: on-chip bytes needed to execute ``group``."""
         return self.evaluate(group).buffer

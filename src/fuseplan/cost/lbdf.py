@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from fuseplan.cost.base import CostModel, Group, GroupCost
+from fuseplan.cost.base import CostModel, Group, GroupCost, read_numel
 from fuseplan.cost.streaming import StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
 from fuseplan.schedule import IN_PLACE, ROWS, WHOLE, Schedule, TensorUse, WeightUse
@@ -46,6 +46,39 @@ class LBDFCostModel(CostModel):
             buffer=b * (fp.weights + fp.features),
             dram=b * (fp.weights + fp.inputs + fp.outputs),
         )
+
+    def articulation_share(self, group: Group, entering: int | None, leaving: int | None) -> GroupCost | None:
+        """:meth:`CostModel.articulation_share`: LBDF's price adds across a articulation tensor.
+
+        Across a articulation tensor ``t`` the streaming analysis of a group ``L | R``
+        (``L`` up to ``t``'s producer, ``R`` after it) is that of ``L`` and of
+        ``R`` apart, but for ``t`` itself: ``L`` alone writes ``t`` back (all
+        of it, through one staging row), ``R`` alone reads what its readers
+        touch of it; together ``t`` moves only where something outside reads
+        it, and holds the rows its readers in ``R`` keep when it is made on
+        chip (none where an in-place reader overwrites it). Weights and every
+        other tensor keep their rows and traffic, since every position in
+        ``R`` follows from ``t``'s alone. Tested against whole groups on the
+        zoo (``tests/search/test_cells.py``).
+        """
+        group = frozenset(group)
+        buffer, dram = self.evaluate(group)
+        b = self.bytes_per_element
+        tensors = self.graph.tensors
+        if leaving is not None:
+            buffer -= b * tensors[leaving].row_numel
+            dram -= b * tensors[leaving].numel
+        if entering is not None:
+            tensor = tensors[entering]
+            dram -= b * read_numel(self.tables, entering, group)
+            if tensor.is_model_output or not set(tensor.consumers) <= group:
+                dram += b * tensor.numel
+            alone: dict[int, int] = {}
+            joined: dict[int, int] = {}
+            footprint(self.tables, group, alone, self.in_place, touched_reads=True)
+            footprint(self.tables, group | {tensor.producer}, joined, self.in_place, touched_reads=True)
+            buffer += b * (joined[entering] - alone[entering]) * tensor.row_numel
+        return GroupCost(buffer=buffer, dram=dram)
 
     def schedule(self, group: Group) -> Schedule:
         """The schedule :meth:`price` prices: every weight resident, features streamed by rows (``stream``).

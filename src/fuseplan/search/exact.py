@@ -55,6 +55,7 @@ from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, MaskUnion, bits, enumerate_candidates, predecessor_masks
 from fuseplan.search.columns import MAX_OPERATORS as COLUMNS_MAX_OPERATORS, grow_columns
+from fuseplan.search.cells import MAX_PIECE_SETS as CELLS_MAX_SETS, cell_search
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.dominance import undominated
 from fuseplan.search.interval_dp import IntervalDP, candidate_orders
@@ -356,7 +357,7 @@ def partition_search(problem: FusionProblem, candidates: Candidates, time_limit:
 
 def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
                 solver_time: float = SOLVER_TIME, seed: int = 0, hint: Plan | None = None,
-                relax: bool = True,
+                relax: bool = True, by_cells: bool = True,
                 on_status: Callable[[str, float | None, float | None], None] | None = None,
                 deadline: float | None = None) -> ExactOutcome:
     """The optimum if the limits allow, else the best proven bound and the best plan found.
@@ -378,7 +379,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     ``bound_source`` says which bound was the best. ``on_status`` hears after
     each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
     ``time.perf_counter()`` time) the enumeration and the searches stop as at
-    their limits, and the outcome is what they had by then.
+    their limits, and the outcome is what they had by then. Before all this, with ``by_cells``, where the
+    scheme's prices add across the graph's articulation tensors the optimum is found cell by cell between them
+    (:mod:`fuseplan.search.cells`), with no list of the groups that cross them.
     """
     def report(stage: str, incumbent: float | None, bound: float | None) -> None:
         if on_status is not None:
@@ -388,6 +391,12 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         return deadline is not None and time.perf_counter() > deadline
 
     start_time = time.perf_counter()
+    solved = _solve_by_cells(problem, max_sets, deadline) if by_cells else None
+    if solved is not None:
+        report(f"optimal cell by cell ({solved.stats['cells']} cells)", solved.dram, solved.lower_bound)
+        solved.stats = {**solved.stats, "bound_source": "optimum",
+                        "seconds_total": round(time.perf_counter() - start_time, 3)}
+        return solved
     candidates = enumerate_candidates(problem, max_sets=max_sets,
                                       orders=list(candidate_orders(problem).values()), deadline=deadline)
     prices = dict(zip(candidates.masks, candidates.dram)) if candidates.complete else None
@@ -481,6 +490,23 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
                      "seconds_total": round(time.perf_counter() - start_time, 3)}
     outcome.prices = prices
     return outcome
+
+
+def _solve_by_cells(problem: FusionProblem, max_sets: int | None, deadline: float | None) -> ExactOutcome | None:
+    """The optimum found cell by cell between articulation tensors (:mod:`fuseplan.search.cells`), where the
+    scheme's prices add across them and the cells' pieces stay within the limits (``max_sets`` of them at
+    most); ``None`` otherwise. The plan is priced again group by group and checked (valid, acyclic, moving
+    what the cells' search found) before it is taken for the optimum."""
+    limit = CELLS_MAX_SETS if max_sets is None else min(max_sets, CELLS_MAX_SETS)
+    found = cell_search(problem, max_sets=limit, deadline=deadline)
+    if found is None:
+        return None
+    plan = found["plan"]
+    priced = problem.evaluate(plan)
+    if priced.invalid_groups or priced.dram != found["dram"] or not problem.is_acyclic(plan):
+        return None  # cannot happen (tests/search/test_cells.py): the search over the whole graph decides
+    return ExactOutcome(plan, priced.objective, priced.objective, True, "cells", found["stats"],
+                        bound_source="optimum")
 
 
 def _positions(candidates: Candidates, plan: Plan | None) -> list[int]:
