@@ -22,6 +22,7 @@ from fuseplan.plan.objectives import OBJECTIVES as PLAN_OBJECTIVES
 from fuseplan.rewrite.modes import MAX_GROWTH
 from fuseplan.search import ALGORITHMS, MAX_SETS_CAP, check_max_sets
 from fuseplan.search.auto import AUTO_MAX_SETS
+from fuseplan.search.cells import MAX_PIECE_SETS as CELLS_MAX_SETS
 from fuseplan.search.exact import MAX_SETS
 from fuseplan.split import SPLITTERS
 from fuseplan.units import format_bytes
@@ -79,7 +80,9 @@ def plan(
         "--max-sets", help="exact and auto: connected convex sets the candidate enumeration may visit before it "
                            f"stops short, as far as its proof goes (default: {MAX_SETS:,} for exact, "
                            f"{AUTO_MAX_SETS:,} for auto; at most {MAX_SETS_CAP:,}; about 1 GB of memory per "
-                           "million).", show_default=False)] = None,
+                           "million). Under LBDF it also limits the sets the search cell by cell visits (at most "
+                           f"{CELLS_MAX_SETS:,}), past which the search over the whole graph runs.",
+        show_default=False)] = None,
     time_limit: Annotated[Optional[float], typer.Option(
         "--time-limit", help="Stop the search after this many seconds with the best plan found by then and, for "
                              "exact and auto, its proven gap (default: none; a time-limited result depends on the "

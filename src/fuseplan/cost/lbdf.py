@@ -57,9 +57,13 @@ class LBDFCostModel(CostModel):
         touch of it; together ``t`` moves only where something outside reads
         it, and holds the rows its readers in ``R`` keep when it is made on
         chip (none where an in-place reader overwrites it). Weights and every
-        other tensor keep their rows and traffic, since every position in
-        ``R`` follows from ``t``'s alone. Tested against whole groups on the
-        zoo (``tests/search/test_cells.py``).
+        other tensor keep their rows and traffic: a convex group holding the
+        producer reads nothing else made outside it after the producer (that
+        tensor's producer would lie on a path leaving the group and coming
+        back), so every position in ``R`` is its position alone shifted by
+        ``t``'s (over the strides between), and so is the lowest row its
+        readers need. Tested against whole groups on the zoo
+        (``tests/search/test_cells.py``).
         """
         group = frozenset(group)
         buffer, dram = self.evaluate(group)
