@@ -99,6 +99,9 @@ def auto_row(graph, scheme: str, kb: int, budget: int) -> dict:
         "packing_bound_bytes": packing.get("bound_bytes"), "packing_seconds": packing.get("seconds"),
         "reread_bound_bytes": exact.get("reread_bound_bytes"),
         "parts": exact.get("decomposition", {}).get("parts", 1),
+        # planned cell by cell (method "cells"): the cells, the articulation tensors between them, the pieces
+        "cells": exact.get("cells"), "articulation_tensors": exact.get("articulation_tensors"),
+        "pieces": exact.get("pieces"),
         "commit": harness.commit()["fuseplan_commit"], "cost_model": str(COST_MODEL_VERSION),
     }
 
