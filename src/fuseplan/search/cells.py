@@ -111,7 +111,8 @@ class _Cell:
     mask: int
     entering: Articulation | None  # the articulation tensor read in the cell, made before it
     leaving: Articulation | None  # the articulation tensor made by the cell's last operator, read after it
-    inner: dict[int, list[tuple[int, int]]]  # smallest member -> (group, DRAM): fitting groups inside the cell
+    # smallest member -> (group, DRAM, the operators outside it that it reads from): fitting groups inside the cell
+    inner: dict[int, list[tuple[int, int, int]]]
     closing: list[tuple[int, int, int]]  # (piece, F_beta share, DRAM share): entering pieces that end the group
     leaving_pieces: list[tuple[int, int, int]]  # (piece, F_beta share, DRAM share): pieces holding the last operator
     through: tuple[int, int] | None  # the whole cell's shares, entering and leaving
@@ -163,6 +164,7 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
     reach = Reachability.of(problem)
     desc, anc = reach.descendants, reach.ancestors
     neighbours = fuseable_neighbour_masks(problem)
+    pred = predecessor_masks(problem)
     fuseable = problem.fuseable
     visits = 0
 
@@ -212,14 +214,17 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
                 fuse_mask |= 1 << v
         entering = articulations[k - 1] if k > 0 and articulations[k - 1].producer in fuseable else None
         leaving = articulations[k] if k < len(articulations) and high in fuseable else None
-        inner: dict[int, list[tuple[int, int]]] = {}
+        inner: dict[int, list[tuple[int, int, int]]] = {}
         leaving_pieces = []
         for seed in bits(fuse_mask):
             for piece in grow(seed, fuse_mask):
                 members = frozenset(bits(piece))
                 buffer, dram = cost.evaluate(members)
                 if buffer < beta:
-                    inner.setdefault(seed, []).append((piece, dram))
+                    outside = 0
+                    for v in members:
+                        outside |= pred[v]
+                    inner.setdefault(seed, []).append((piece, dram, outside & ~piece))
                 if leaving is not None and piece >> high & 1:
                     share = cost.articulation_share(members, None, leaving.tensor)
                     if share.buffer < beta:
@@ -302,13 +307,8 @@ def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int,
             for r in bits(cell.mask & ~state & ~excluded):
                 if pred[r] & ~(state | before):
                     continue  # not ready
-                for group, dram in cell.inner.get(r, ()):
-                    if group & state:
-                        continue
-                    outside = 0
-                    for v in bits(group):
-                        outside |= pred[v]
-                    if outside & ~group & ~(state | before):
+                for group, dram, outside in cell.inner.get(r, ()):
+                    if group & state or outside & ~(state | before):
                         continue
                     grown = settle(state | group)
                     if grown in best:
