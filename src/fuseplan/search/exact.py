@@ -39,7 +39,10 @@ exactly.
 
 :class:`Exact` runs the shortest path first and falls back to set
 partitioning when its state limit is reached (wide graphs, where the number
-of downsets grows with the product of branch lengths).
+of downsets grows with the product of branch lengths). Before either, where
+the scheme's prices add across the graph's articulation tensors (LBDF), the
+optimum is found cell by cell between them (:mod:`fuseplan.search.cells`),
+with no list of the groups that cross them.
 """
 
 from __future__ import annotations
