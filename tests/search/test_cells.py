@@ -23,6 +23,7 @@ from tests.search.test_exact import brute_force
 KB = 1024
 REPO = Path(__file__).parents[2]
 GOOGLENET = str(REPO / "tests" / "data" / "googlenet_opset13.onnx")
+SHUFFLENET = str(REPO / "tests" / "data" / "shufflenet_v2_x0_5_opset11_bn.onnx")  # channel splits and shuffles
 
 
 def lbdf(model, buffer_bytes: int) -> FusionProblem:
@@ -131,7 +132,7 @@ ZOO_FAST = [("resnet18", 64), ("squeezenet", 256), ("mobilenet_v2", 256), ("effi
 ZOO_SLOW = [(m, kb) for m in ["resnet50", "resnet101", "resnet152", "vgg16", "mobilenet_v3_small",
                               "mobilenet_v3_large", "efficientnet_b3", "deeplabv3_mobilenet_v3_large",
                               "bert_encoder", "resnet18", "squeezenet", "mobilenet_v2", "efficientnet_b0"]
-            for kb in (64, 256, 1024)] + [(GOOGLENET, 128), (GOOGLENET, 256)]
+            for kb in (64, 256, 1024)] + [(GOOGLENET, 128), (GOOGLENET, 256), (SHUFFLENET, 64)]
 
 
 def assert_same_optimum_as_the_whole_graph(model, kb):
