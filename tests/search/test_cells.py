@@ -107,11 +107,61 @@ def test_shares_add_up_to_the_price_of_every_crossing_candidate(model, kb):
     assert crossing > 20
 
 
-def test_brr_prices_do_not_add_so_its_search_is_the_whole_graphs():
-    problem = FusionProblem(make_cost_model("brr", load_graph("resnet18"), 256 * KB))
-    assert problem.cost.articulation_share(frozenset({0}), None, None) is None
-    assert cell_search(problem) is None
-    assert solve_exact(problem).method != "cells"
+def brr(model, buffer_bytes: int) -> FusionProblem:
+    graph = model if not isinstance(model, str) else load_graph(model)
+    return FusionProblem(make_cost_model("brr", graph, buffer_bytes))
+
+
+def test_brr_prices_closed_groups_whole_not_by_shares():
+    problem = brr("resnet18", 256 * KB)
+    assert problem.cost.articulation_share(frozenset({0}), None, None) is None and problem.cost.prices_open_groups
+    outcome = solve_exact(problem)
+    assert outcome.method == "cells" and outcome.optimal
+
+
+@pytest.mark.parametrize("model, kb", [("resnet18", 256), ("mobilenet_v2", 64), ("squeezenet", 1024)])
+def test_a_brr_closing_priced_from_records_is_its_price(model, kb):
+    """Every group crossing one articulation tensor, priced from an open group's record and the delta of the
+    cheapest (here: the first) open group of the same key, is the cost model's price of the group."""
+    problem = brr(model, kb * KB)
+    cost = problem.cost
+    articulations = {a.producer: a for a in articulation_tensors(problem) if cost.groups_cross(a.producer, a.tensor)}
+    by_cut: dict[tuple, list] = {}
+    for mask in enumerate_candidates(problem).masks:
+        for p, articulation in articulations.items():
+            if not mask >> p & 1 or not mask >> (p + 1):
+                continue
+            left, right = mask & ((1 << (p + 1)) - 1), mask >> (p + 1) << (p + 1)
+            if right >> (next((a for a in sorted(articulations) if a > p), len(problem.graph)) + 1):
+                continue  # crosses a second one: left for the search's own test
+            state = cost.new_state()
+            for v in bits(left):
+                state.add(v)
+            state.members = frozenset(bits(left))
+            key, _vector, record = cost.open_record(state, articulation.tensor)
+            by_cut.setdefault((p, key, right), []).append((left, state, record))
+    checked = 0
+    for (p, key, right), lefts in by_cut.items():
+        first_left, first_state, _ = lefts[0]
+        delta, price = cost.close_delta(first_state, frozenset(bits(first_left)), frozenset(bits(right)))
+        assert price == cost.evaluate(frozenset(bits(first_left | right)))
+        for left, _state, record in lefts[1:]:
+            assert cost.price_closed(key, record, delta) == cost.evaluate(frozenset(bits(left | right)))
+            checked += 1
+    assert checked > 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_dags(min_nodes=2, max_nodes=8, activations=True),
+       st.sampled_from([2 * KB, 3 * KB, 6 * KB, 12 * KB, 24 * KB]))
+def test_brr_cell_search_agrees_with_brute_force(graph, buffer_bytes):
+    problem = brr(graph, buffer_bytes)
+    found = cell_search(problem)
+    if found is None:
+        return
+    assert found["dram"] == brute_force(problem)
+    assert problem.check(found["plan"]) == []
+    assert problem.evaluate(found["plan"]).dram == found["dram"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -135,9 +185,10 @@ ZOO_SLOW = [(m, kb) for m in ["resnet50", "resnet101", "resnet152", "vgg16", "mo
             for kb in (64, 256, 1024)] + [(GOOGLENET, 128), (GOOGLENET, 256), (SHUFFLENET, 64)]
 
 
-def assert_same_optimum_as_the_whole_graph(model, kb):
-    found = cell_search(lbdf(model, kb * KB))
-    whole = solve_exact(lbdf(model, kb * KB), by_cells=False)
+def assert_same_optimum_as_the_whole_graph(model, kb, scheme="lbdf"):
+    problem = lbdf if scheme == "lbdf" else brr
+    found = cell_search(problem(model, kb * KB))
+    whole = solve_exact(problem(model, kb * KB), by_cells=False)
     assert whole.optimal
     if found is None:  # bert_encoder at 64KB: nothing crosses
         return
@@ -149,21 +200,49 @@ def test_cell_search_agrees_with_the_whole_graph_search(model, kb):
     assert_same_optimum_as_the_whole_graph(model, kb)
 
 
+@pytest.mark.parametrize("model, kb", [("resnet18", 64), ("squeezenet", 256), ("mobilenet_v2", 1024)])
+def test_brr_cell_search_agrees_with_the_whole_graph_search(model, kb):
+    assert_same_optimum_as_the_whole_graph(model, kb, "brr")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model, kb", ZOO_SLOW)
 def test_cell_search_agrees_with_the_whole_graph_search_on_the_zoo(model, kb):
     assert_same_optimum_as_the_whole_graph(model, kb)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("model, kb", ZOO_SLOW)
+def test_brr_cell_search_agrees_with_the_whole_graph_search_on_the_zoo(model, kb):
+    assert_same_optimum_as_the_whole_graph(model, kb, "brr")
+
+
+def recorded_googlenet_optima(scheme: str) -> dict[int, int]:
+    """The optima of complete enumerations (``benchmarks/bench_optima.py``: 14 s to 6.5 minutes each)."""
+    optima = {}
+    for name in ("googlenet_optima.json", "googlenet_optima_brr_1mb.json", "googlenet_optima_brr_2mb.json"):
+        recorded = json.loads((REPO / "benchmarks" / "results" / name).read_text())
+        optima.update({row["buffer_kb"]: row["exact"]["optimum_bytes"] for row in recorded["rows"]
+                       if row["scheme"] == scheme and row["exact"].get("optimal")})
+    return optima
+
+
 def test_cell_search_finds_the_recorded_googlenet_optima():
-    """The optima of complete enumerations (``benchmarks/bench_optima.py``: 14 to 97 s each)."""
-    recorded = json.loads((REPO / "benchmarks" / "results" / "googlenet_optima.json").read_text())
-    rows = [row for row in recorded["rows"] if row["scheme"] == "lbdf"]
-    assert {row["buffer_kb"] for row in rows} == {512, 1024, 2048}
+    optima = recorded_googlenet_optima("lbdf")
+    assert set(optima) == {512, 1024, 2048}
     graph = load_graph(GOOGLENET)
-    for row in rows:
-        found = cell_search(lbdf(graph, row["buffer_kb"] * KB))
-        assert found is not None and found["dram"] == row["exact"]["optimum_bytes"]
+    for kb, optimum in optima.items():
+        found = cell_search(lbdf(graph, kb * KB))
+        assert found is not None and found["dram"] == optimum
+
+
+@pytest.mark.slow  # 2.5 to 10 s each
+@pytest.mark.parametrize("kb", [64, 128, 256, 512, 1024, 2048])
+def test_brr_cell_search_finds_the_recorded_googlenet_optima(kb):
+    optima = recorded_googlenet_optima("brr")
+    assert set(optima) == {64, 128, 256, 512, 1024, 2048}
+    found = cell_search(brr(GOOGLENET, kb * KB))
+    assert found is not None and found["dram"] == optima[kb]
 
 
 def test_exact_and_auto_plan_cell_by_cell_under_lbdf():

@@ -11,7 +11,7 @@ from fuseplan.graph import load_graph
 from fuseplan.plan import FusionProblem
 from fuseplan.search import IntervalDP, make_search, minimize
 from fuseplan.search.candidates import bits, enumerate_candidates
-from fuseplan.search.exact import downset_search, partition_search, solve_exact
+from fuseplan.search.exact import Exact, downset_search, partition_search, solve_exact
 from fuseplan.search.relaxation import linear_relaxation
 from fuseplan.split import make_splitter
 from tests.dags import random_dags
@@ -78,10 +78,10 @@ def test_relaxation_bound_stays_below_the_zoo_optima(zoo_graphs, scheme):
 
 def test_plan_records_where_its_bound_comes_from(zoo_graphs):
     problem = FusionProblem(make_cost_model("brr", zoo_graphs["squeezenet"], 128 * KB))
-    result = minimize(problem, make_search("exact"), make_splitter("random"), budget=10, seed=0)
+    result = minimize(problem, Exact(by_cells=False), make_splitter("random"), budget=10, seed=0)
     assert result.details["optimal"] and result.details["lower_bound_source"] == "optimum"
     assert result.details["exact"]["relaxation"]["bound_bytes"] <= result.cost.dram
-    stopped = solve_exact(problem, max_states=2, solver_time=0.0)
+    stopped = solve_exact(problem, max_states=2, solver_time=0.0, by_cells=False)
     assert not stopped.optimal and stopped.bound_source in ("linear relaxation", "downset search")
     assert stopped.lower_bound >= stopped.stats["relaxation"]["bound_bytes"]
     assert stopped.lower_bound <= result.cost.dram

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fuseplan.cost import make_cost_model
 from fuseplan.plan import FusionProblem
 from fuseplan.search import Auto, IntervalDP, make_search, minimize
-from fuseplan.search.exact import status_line
+from fuseplan.search.exact import Exact, status_line
 from fuseplan.split import make_splitter
 from tests.dags import branchy_network
 
@@ -15,7 +15,7 @@ KB = 1024
 def test_exact_reports_each_stage_with_bounds_below_the_optimum(zoo_graphs):
     problem = FusionProblem(make_cost_model("brr", zoo_graphs["squeezenet"], 1024 * KB))
     heard = []
-    result = minimize(problem, make_search("exact"), make_splitter("random"), budget=10, seed=0,
+    result = minimize(problem, Exact(by_cells=False), make_splitter("random"), budget=10, seed=0,
                       on_status=lambda *status: heard.append(status))
     stages = [stage for stage, _, _ in heard]
     assert stages[0].endswith("candidates") and "linear relaxation" in stages and stages[-1] == "downset search"

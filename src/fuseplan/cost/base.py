@@ -408,6 +408,39 @@ class CostModel(ABC):
         tensors (:mod:`fuseplan.search.cells`). ``None``: the scheme's prices do not add so (the default)."""
         return None
 
+    #: Whether :meth:`price_state`, :meth:`open_record` and :meth:`price_closed` price groups open across
+    #: articulation tensors from their pricing states (the search cell by cell where the prices do not add;
+    #: BRR).
+    prices_open_groups: ClassVar[bool] = False
+
+    def price_state(self, state: Any, group: Group) -> GroupCost:
+        """:meth:`price` of ``group`` from its pricing state (every member added in label order)."""
+        raise NotImplementedError
+
+    def open_record(self, state: Any, tensor: int) -> tuple[tuple, tuple, tuple]:
+        """For a group open across articulation tensor ``tensor``: a key, a vector such that of two open
+        groups with the same key one no lower in any entry (and no cheaper) is never needed, and a record
+        that :meth:`price_closed` prices a closing from."""
+        raise NotImplementedError
+
+    def close_delta(self, state: Any, group: Group, piece: Group) -> tuple[tuple, GroupCost]:
+        """What closing open ``group`` with ``piece`` adds to its record, and the closed group's price."""
+        raise NotImplementedError
+
+    def price_closed(self, key: tuple, record: tuple, delta: tuple) -> GroupCost:
+        """The price of an open group closed by a piece, from its record and the piece's delta."""
+        raise NotImplementedError
+
+    def copy_state(self, state: Any) -> Any:
+        """A copy of a pricing state that grows apart from it."""
+        return _copy_state(state)
+
+    def groups_cross(self, producer: int, tensor: int) -> bool:
+        """Whether the search cell by cell may split cells at articulation tensor ``tensor`` (made by
+        ``producer``); a scheme says no where it could not price a group crossing it from its parts
+        (:mod:`fuseplan.search.cells`), and the cells either side are one."""
+        return True
+
     def buffer(self, group: Iterable[int]) -> int:
         """``F_beta``: on-chip bytes needed to execute ``group``."""
         return self.evaluate(group).buffer

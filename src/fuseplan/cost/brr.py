@@ -523,9 +523,13 @@ class BRRCostModel(CostModel):
         return tuple(too_big)
 
     def _row_tile_schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
+        return self._row_tile_costs(*self._tally(group))
+
+    def _row_tile_costs(self, fp: Footprint, block: int, once: int,
+                        savings: tuple[int, float, int, float] | None) -> list[tuple[str, GroupCost]]:
+        """The row-tile schedules' prices from a group's tally (:meth:`_tally`)."""
         b = self.bytes_per_element
         beta = self.buffer_bytes
-        fp, block, once, savings = self._tally(group)
         weights, reference = fp.weights, fp.reference_rows
         io = fp.inputs + fp.outputs
         if savings is None:
@@ -548,6 +552,100 @@ class BRRCostModel(CostModel):
             dram = b * ((weights - once) * tiles + once + io)
             found.append((name, GroupCost(buffer=buffer, dram=dram)))
         return found
+
+    prices_open_groups = True
+
+    def price_state(self, state: BRRState, group: Group) -> GroupCost:
+        """:meth:`price` of ``group`` from its pricing state (:meth:`new_state` with every member added in
+        label order): what the search cell by cell prices a group it closes with."""
+        beta = self.buffer_bytes
+        best: GroupCost | None = None
+        for _name, cost in self._row_tile_costs(state.footprint(), state.block, state.once, state.savings()):
+            best = cost if best is None else _better(cost, best, beta)
+        alone = self._alone(group)
+        if alone is not None:
+            b = self.bytes_per_element
+            cost = GroupCost(buffer=b * alone.on_chip, dram=b * alone.dram)
+            best = cost if best is None else _better(cost, best, beta)
+        assert best is not None
+        return best
+
+    def open_record(self, state: BRRState, tensor: int) -> tuple[tuple, tuple, tuple]:
+        """What a group open across articulation tensor ``tensor`` (its pricing state ``state``) hands on to
+        the groups it becomes: ``(key, vector, record)``.
+
+        The group it becomes, closed by a piece after ``tensor``, has the totals of the open group plus
+        terms that only the piece, the modes of ``tensor``'s producer and whether the open group holds a
+        blockable operator and a tensor of more channels than a block fix (the key, with the tallest
+        tensor it streams but ``tensor``): so of two open groups with the same key, one no higher in any
+        entry of ``vector`` (totals the price and the fit only grow with) and no cheaper is never needed,
+        and :meth:`close_delta` and :meth:`price_closed` price every closing from one state of the key.
+        ``record``: weights, weights read once, features, streamed elements, what channel blocks save of
+        the features and of the streamed elements under the full and the partial entry, the largest weight
+        block, inputs and outputs.
+        """
+        if state.dirty:
+            state.settle()
+        heights = dict(state.heights)
+        if state.counted.get(tensor, 0) & 2:  # streamed: the closing decides whether it still is
+            height = self.tables.tensor_rows[tensor]
+            heights[height] -= 1
+            if not heights[height]:
+                del heights[height]
+        producer = self.graph.tensors[tensor].producer
+        key = (max(heights, default=1), state.bits[producer], state.alternates, bool(state.held))
+        record = self._record(state)
+        weights, once, features, line, saved_full, line_full, saved_partial, line_partial, block, io = record
+        vector = (weights, -once, features, line, features - saved_full, features - saved_partial,
+                  line - line_full, line - line_partial, block, io)
+        return key, vector, record
+
+    @staticmethod
+    def _record(state: BRRState) -> tuple:
+        if state.dirty:
+            state.settle()
+        return (state.weights, state.once, state.features, state.line, state.saved_full,
+                sum(state.line_full.values()), state.saved_partial, sum(state.line_partial.values()), state.block,
+                state.inputs + state.outputs)
+
+    def close_delta(self, state: BRRState, group: Group, piece: Group) -> tuple[tuple, GroupCost]:
+        """What closing the open group ``group`` (pricing state ``state``) with ``piece`` (operators all after
+        it) adds to its record, with what fixes the rest (the piece's largest weight block, the tallest
+        tensor the closed group streams, whether the piece holds a blockable operator or adds a tensor of
+        more channels than a block), and the closed group's price."""
+        union = self.copy_state(state)
+        for v in sorted(piece):
+            union.add(v)
+        union.members = frozenset(group) | frozenset(piece)
+        before, after = self._record(state), self._record(union)
+        delta = tuple(a - b for a, b in zip(after, before))
+        blockable = self.blockable
+        return ((*delta, max(self._weight_block[v] for v in piece), max(union.heights, default=1),
+                 any(blockable[v] for v in piece), bool(union.held.keys() - state.held.keys())),
+                self.price_state(union, union.members))
+
+    def price_closed(self, key: tuple, record: tuple, delta: tuple) -> GroupCost:
+        """The price of an open group (``key`` and ``record`` of :meth:`open_record`) closed by a piece
+        (``delta`` of :meth:`close_delta`, found with an open group of the same key)."""
+        (weights, once, features, line, saved_full, line_full, saved_partial, line_partial, _block,
+         io) = (r + d for r, d in zip(record, delta))
+        block = max(record[8], delta[10])
+        reference = delta[11] if delta[11] >= 1 else 1
+        alternates, held = key[2] or delta[12], key[3] or delta[13]
+        savings = (saved_full, line_full, saved_partial, line_partial) if alternates and held else None
+        fp = Footprint(weights=weights, features=features, line=line / reference, reference_rows=reference,
+                       inputs=io, outputs=0)
+        beta = self.buffer_bytes
+        best: GroupCost | None = None
+        for _name, cost in self._row_tile_costs(fp, block, once, savings):
+            best = cost if best is None else _better(cost, best, beta)
+        assert best is not None
+        return best
+
+    def groups_cross(self, producer: int, tensor: int) -> bool:
+        """:meth:`CostModel.groups_cross`: not where a reader of ``tensor`` rides on its producer, whose lone
+        schedule a crossing group could take."""
+        return not any(c in self._may_carry[producer] for c in self.graph.tensors[tensor].consumers)
 
     def _alone(self, group: Group) -> Schedule | None:
         """The lone-operator schedule of ``group`` (:func:`fuseplan.schedule.lone.lone_schedule`), where the

@@ -34,8 +34,9 @@ class Auto(SearchAlgorithm):
     name = "auto"
 
     def __init__(self, population: int = 10, max_sets: int = AUTO_MAX_SETS, max_states: int = AUTO_MAX_STATES,
-                 solver_time: float = AUTO_SOLVER_TIME) -> None:
+                 solver_time: float = AUTO_SOLVER_TIME, by_cells: bool = True) -> None:
         self.population = population
+        self.by_cells = by_cells  # solve_exact's: plan cell by cell between articulation tensors first
         self.max_sets = max_sets
         self.max_states = max_states
         self.solver_time = solver_time
@@ -65,6 +66,7 @@ class Auto(SearchAlgorithm):
     def run(self, ctx: SearchContext) -> None:
         self._ctx = ctx
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
+                                   by_cells=self.by_cells,
                                    solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
                                    on_status=ctx.status, deadline=ctx.deadline)
         out_of_time = ctx.deadline is not None and time.perf_counter() > ctx.deadline

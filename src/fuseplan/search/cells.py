@@ -135,14 +135,19 @@ def cell_search(problem: FusionProblem, max_sets: int = MAX_PIECE_SETS, max_stat
         return None
     start_time = time.perf_counter()
     cost = problem.cost
-    if cost.articulation_share(frozenset((min(problem.fuseable),)), None, None) is None:
-        return None  # the scheme's prices do not add across articulation tensors
-    articulations = articulation_tensors(problem)
+    by_shares = cost.articulation_share(frozenset((min(problem.fuseable),)), None, None) is not None
+    if not by_shares and not cost.prices_open_groups:
+        return None  # neither shares nor open groups' states: no search cell by cell for this scheme
+    # a tensor across which the scheme cannot price a crossing group from its parts does not split cells
+    articulations = [a for a in articulation_tensors(problem) if cost.groups_cross(a.producer, a.tensor)]
     if not any(a.producer in problem.fuseable for a in articulations):
         return None  # no group can cross one: the search over the whole graph is no worse
     try:
-        cells, visits = _cells(problem, articulations, max_sets, deadline)
-        dram, groups, states = _shortest_path(problem, cells, max_states, deadline)
+        cells, visits = _cells(problem, articulations, max_sets, deadline, by_shares)
+        if by_shares:
+            dram, groups, states = _shortest_path(problem, cells, max_states, deadline)
+        else:
+            dram, groups, states = _shortest_path_by_states(problem, cells, max_states, deadline)
     except _GiveUp:
         return None
     plan = Plan.from_groups(bits(mask) for mask in groups)
@@ -150,13 +155,15 @@ def cell_search(problem: FusionProblem, max_sets: int = MAX_PIECE_SETS, max_stat
                  + (cell.through is not None) for cell in cells)
     stats = {"cells": len(cells), "articulation_tensors": len(articulations),
              "largest_cell": max(cell.high - cell.low + 1 for cell in cells), "pieces": pieces,
-             "sets_visited": visits, "states": states, "seconds": round(time.perf_counter() - start_time, 3)}
+             "sets_visited": visits, "states": states, "candidates_complete": True,
+             "seconds": round(time.perf_counter() - start_time, 3)}
     return {"plan": plan, "dram": dram, "stats": stats}
 
 
 def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: int,
-           deadline: float | None) -> tuple[list[_Cell], int]:
-    """The cells between ``articulations``, each with its pieces priced, and the sets visited to find them."""
+           deadline: float | None, by_shares: bool = True) -> tuple[list[_Cell], int]:
+    """The cells between ``articulations``, each with its pieces priced, and the sets visited to find them.
+    Without ``by_shares`` the crossing pieces carry no shares (0, 0): their groups are priced whole."""
     cost = problem.cost
     beta = problem.buffer_bytes
     graph = problem.graph
@@ -202,6 +209,7 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
                 queue.append(grown)
         return found
 
+    crossable = [a.producer in fuseable for a in articulations]
     bounds = [a.producer for a in articulations]
     lows = [0] + [p + 1 for p in bounds]
     highs = bounds + [n - 1]
@@ -212,8 +220,8 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
         for v in range(low, high + 1):
             if v in fuseable:
                 fuse_mask |= 1 << v
-        entering = articulations[k - 1] if k > 0 and articulations[k - 1].producer in fuseable else None
-        leaving = articulations[k] if k < len(articulations) and high in fuseable else None
+        entering = articulations[k - 1] if k > 0 and crossable[k - 1] else None
+        leaving = articulations[k] if k < len(articulations) and crossable[k] else None
         inner: dict[int, list[tuple[int, int, int]]] = {}
         leaving_pieces = []
         for seed in bits(fuse_mask):
@@ -226,6 +234,9 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
                         outside |= pred[v]
                     inner.setdefault(seed, []).append((piece, dram, outside & ~piece))
                 if leaving is not None and piece >> high & 1:
+                    if not by_shares:
+                        leaving_pieces.append((piece, 0, 0))
+                        continue
                     share = cost.articulation_share(members, None, leaving.tensor)
                     if share.buffer < beta:
                         leaving_pieces.append((piece, share.buffer, share.dram))
@@ -235,6 +246,11 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
             for grown in grow(entering.producer, fuse_mask | (1 << entering.producer)):
                 piece = grown & ~(1 << entering.producer)
                 if not piece:
+                    continue
+                if not by_shares:
+                    closing.append((piece, 0, 0))
+                    if leaving is not None and piece == mask:
+                        through = (0, 0)
                     continue
                 members = frozenset(bits(piece))
                 share = cost.articulation_share(members, entering.tensor, None)
@@ -248,76 +264,97 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
     return cells, visits
 
 
+def _settle(cell: _Cell, state: int, pred: list[int], excluded: int) -> int:
+    """``state`` (a downset of ``cell``) with every unfuseable operator of the cell that it makes ready."""
+    before = (1 << cell.low) - 1  # every earlier cell is done before this one starts
+    grown = True
+    while grown:
+        grown = False
+        for v in bits(cell.mask & excluded & ~state):
+            if pred[v] & ~(state | before) == 0:
+                state |= 1 << v
+                grown = True
+    return state
+
+
+def _downsets(cell: _Cell, sources: dict[int, tuple[int, Any]], pred: list[int], excluded: int,
+              settled: list[int], max_states: int, deadline: float | None) -> dict[int, tuple[int, Any]]:
+    """The least cost (and plan) of every downset of ``cell`` reached from ``sources`` (downset -> (cost,
+    plan)) by fitting groups inside the cell: Dijkstra. ``settled`` counts the downsets settled, all cells
+    together."""
+    before = (1 << cell.low) - 1
+    sources = dict(sources)
+    best: dict[int, tuple[int, Any]] = {}
+    heap = [(cost, state) for state, (cost, _plan) in sources.items()]
+    heapq.heapify(heap)
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if state in best:
+            continue
+        best[state] = (cost, sources[state][1])
+        settled[0] += 1
+        if settled[0] > max_states or (deadline is not None and not settled[0] & 255
+                                       and time.perf_counter() > deadline):
+            raise _GiveUp
+        plan = sources[state][1]
+        for r in bits(cell.mask & ~state & ~excluded):
+            if pred[r] & ~(state | before):
+                continue  # not ready
+            for group, dram, outside in cell.inner.get(r, ()):
+                if group & state or outside & ~(state | before):
+                    continue
+                grown = _settle(cell, state | group, pred, excluded)
+                if grown in best:
+                    continue
+                total = cost + dram
+                if grown not in sources or total < sources[grown][0]:
+                    sources[grown] = (total, (group, plan))
+                    heapq.heappush(heap, (total, grown))
+    return best
+
+
+def _offer(sources: dict[int, tuple[int, Any]], cell: _Cell, state: int, cost: int, plan: Any, pred: list[int],
+           excluded: int) -> None:
+    state = _settle(cell, state, pred, excluded)
+    if state not in sources or cost < sources[state][0]:
+        sources[state] = (cost, plan)
+
+
+def _unfold(closed: tuple[int, Any] | None, settled: int) -> tuple[int, list[int], int]:
+    """The cost, the groups and the downsets settled, from the last cell's (cost, plan as a linked list)."""
+    if closed is None:  # cannot happen: every fuseable operator fits alone
+        raise _GiveUp
+    groups = []
+    plan = closed[1]
+    while plan is not None:
+        groups.append(plan[0])
+        plan = plan[1]
+    return closed[0], groups[::-1], settled
+
+
 def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int,
                    deadline: float | None) -> tuple[int, list[int], int]:
     """The least DRAM over the cells (module docstring), the groups of a plan that moves it, and the downsets
-    settled."""
+    settled: groups crossing articulation tensors priced by their pieces' shares."""
     beta = problem.buffer_bytes
     pred = predecessor_masks(problem)
-    excluded = 0
-    for v in problem.excluded:
-        excluded |= 1 << v
+    excluded = _excluded_mask(problem)
     # A plan so far is a linked list of groups: (group, the rest) or None.
     closed: tuple[int, Any] | None = (0, None)  # (cost, plan) with no group open after the cell
     opened: list[tuple[int, int, Any, int]] = []  # Pareto list (F_beta so far, cost, plan, members), F_beta rising
-    settled = 0
+    settled = [0]
     for cell in cells:
-        before = (1 << cell.low) - 1  # every earlier cell is done before this one starts
-
-        def settle(state: int) -> int:
-            """``state`` with every unfuseable operator of the cell that it makes ready."""
-            grown = True
-            while grown:
-                grown = False
-                for v in bits(cell.mask & excluded & ~state):
-                    if pred[v] & ~(state | before) == 0:
-                        state |= 1 << v
-                        grown = True
-            return state
-
         sources: dict[int, tuple[int, Any]] = {}
-
-        def offer(state: int, cost: int, plan: Any) -> None:
-            state = settle(state)
-            if state not in sources or cost < sources[state][0]:
-                sources[state] = (cost, plan)
-
         if closed is not None:
-            offer(0, *closed)
+            _offer(sources, cell, 0, *closed, pred, excluded)
         if opened and cell.closing:
             sizes = [label[0] for label in opened]
             for piece, share_buffer, share_dram in cell.closing:
                 i = bisect_left(sizes, beta - share_buffer) - 1  # the cheapest open group it still fits beside
                 if i >= 0:
                     _, cost, plan, members = opened[i]
-                    offer(piece, cost + share_dram, (members | piece, plan))
-        best: dict[int, tuple[int, Any]] = {}
-        heap = [(cost, state) for state, (cost, _plan) in sources.items()]
-        heapq.heapify(heap)
-        while heap:
-            cost, state = heapq.heappop(heap)
-            if state in best:
-                continue
-            best[state] = (cost, sources[state][1])
-            settled += 1
-            if settled > max_states or (deadline is not None and not settled & 255
-                                        and time.perf_counter() > deadline):
-                raise _GiveUp
-            plan = sources[state][1]
-            for r in bits(cell.mask & ~state & ~excluded):
-                if pred[r] & ~(state | before):
-                    continue  # not ready
-                for group, dram, outside in cell.inner.get(r, ()):
-                    if group & state or outside & ~(state | before):
-                        continue
-                    grown = settle(state | group)
-                    if grown in best:
-                        continue
-                    total = cost + dram
-                    if grown not in sources or total < sources[grown][0]:
-                        sources[grown] = (total, (group, plan))
-                        heapq.heappush(heap, (total, grown))
-        done = best.get(cell.mask)
+                    _offer(sources, cell, piece, cost + share_dram, (members | piece, plan), pred, excluded)
+        best = _downsets(cell, sources, pred, excluded, settled, max_states, deadline)
         labels: list[tuple[int, int, Any, int]] = []
         for piece, share_buffer, share_dram in cell.leaving_pieces:
             reached = best.get(cell.mask & ~piece)
@@ -333,12 +370,89 @@ def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int,
         for label in labels:  # keep those cheaper than every smaller one
             if not opened or label[1] < opened[-1][1]:
                 opened.append(label)
-        closed = done
-    if closed is None:  # cannot happen: every fuseable operator fits alone
-        raise _GiveUp
-    groups = []
-    plan = closed[1]
-    while plan is not None:
-        groups.append(plan[0])
-        plan = plan[1]
-    return closed[0], groups[::-1], settled
+        closed = best.get(cell.mask)
+    return _unfold(closed, settled[0])
+
+
+def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_states: int,
+                             deadline: float | None) -> tuple[int, list[int], int]:
+    """As :func:`_shortest_path`, for a scheme whose prices do not add across articulation tensors (BRR).
+
+    Each open group keeps its pricing state and its record (:meth:`CostModel.open_record`). A closing piece
+    is added to the state of the cheapest open group of each key, which gives that group's closed price
+    and what the piece adds to the record of every open group of the key (:meth:`CostModel.close_delta`);
+    the others are priced from their records (:meth:`CostModel.price_closed`). Of the open groups at an
+    articulation tensor, those that another of the same key, no dearer, beats on every entry of the vector
+    are dropped.
+    """
+    cost_model = problem.cost
+    beta = problem.buffer_bytes
+    b = cost_model.bytes_per_element
+    pred = predecessor_masks(problem)
+    excluded = _excluded_mask(problem)
+    closed: tuple[int, Any] | None = (0, None)
+    # (cost, plan, members, pricing state, key, record), cheapest first
+    opened: list[tuple[int, Any, int, Any, tuple, tuple]] = []
+    settled = [0]
+
+    def grown(state: Any, members: int, piece: int) -> Any:
+        union = cost_model.copy_state(state)
+        for v in bits(piece):
+            union.add(v)
+        union.members = frozenset(bits(members | piece))
+        return union
+
+    for cell in cells:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _GiveUp
+        sources: dict[int, tuple[int, Any]] = {}
+        if closed is not None:
+            _offer(sources, cell, 0, *closed, pred, excluded)
+        for piece, _share_buffer, _share_dram in cell.closing if opened else ():
+            piece_members = frozenset(bits(piece))
+            deltas: dict[tuple, tuple] = {}
+            found: tuple[int, Any] | None = None
+            for cost, plan, members, state, key, record in opened:
+                if found is not None and cost >= found[0]:
+                    break  # prices are not negative: no later (dearer) open group does better
+                delta = deltas.get(key)
+                if delta is None:
+                    delta, price = cost_model.close_delta(state, frozenset(bits(members)), piece_members)
+                    deltas[key] = delta
+                else:
+                    if found is not None and cost + b * (record[0] + delta[0] + record[9] + delta[9]) >= found[0]:
+                        continue  # it moves its weights, inputs and outputs at least
+                    price = cost_model.price_closed(key, record, delta)
+                if price.buffer < beta and (found is None or cost + price.dram < found[0]):
+                    found = (cost + price.dram, (members | piece, plan))
+            if found is not None:
+                _offer(sources, cell, piece, *found, pred, excluded)
+        best = _downsets(cell, sources, pred, excluded, settled, max_states, deadline)
+        labels: list[tuple[int, Any, int, Any]] = []
+        for piece, _share_buffer, _share_dram in cell.leaving_pieces:
+            reached = best.get(cell.mask & ~piece)
+            if reached is not None:
+                labels.append((reached[0], reached[1], piece, grown(cost_model.new_state(), 0, piece)))
+        if cell.through is not None:
+            for cost, plan, members, state, _key, _record in opened:
+                if cost_model.buffer_floor(bits(members | cell.mask)) < beta:  # else no group holding it fits
+                    labels.append((cost, plan, members | cell.mask, grown(state, members, cell.mask)))
+        labels.sort(key=lambda label: label[0])
+        opened = []
+        kept: dict[tuple, list[tuple]] = {}
+        for cost, plan, members, state in labels:  # cheapest first: a kept one is never dearer than one it beats
+            key, vector, record = cost_model.open_record(state, cell.leaving.tensor)
+            beaten = kept.setdefault(key, [])
+            if any(all(a <= v for a, v in zip(other, vector)) for other in beaten):
+                continue
+            beaten.append(vector)
+            opened.append((cost, plan, members, state, key, record))
+        closed = best.get(cell.mask)
+    return _unfold(closed, settled[0])
+
+
+def _excluded_mask(problem: FusionProblem) -> int:
+    mask = 0
+    for v in problem.excluded:
+        mask |= 1 << v
+    return mask

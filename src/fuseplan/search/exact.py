@@ -554,8 +554,9 @@ class Exact(SearchAlgorithm):
     uses_budget = False
 
     def __init__(self, max_sets: int = MAX_SETS, max_states: int = MAX_STATES,
-                 solver_time: float = SOLVER_TIME) -> None:
+                 solver_time: float = SOLVER_TIME, by_cells: bool = True) -> None:
         self.max_sets = max_sets
+        self.by_cells = by_cells  # solve_exact's: plan cell by cell between articulation tensors first
         self.max_states = max_states
         self.solver_time = solver_time
         self.outcome: ExactOutcome | None = None
@@ -578,7 +579,7 @@ class Exact(SearchAlgorithm):
         self._objective = ctx.problem.objective.name
         self._problem = ctx.problem
         self.outcome = solve_exact(ctx.problem, max_sets=self.max_sets, max_states=self.max_states,
-                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31),
+                                   solver_time=self.solver_time, seed=ctx.rng.randrange(2**31), by_cells=self.by_cells,
                                    on_status=ctx.status, deadline=ctx.deadline)
         ctx.timed_out = ctx.deadline is not None and time.perf_counter() > ctx.deadline
         if self.outcome.plan is not None:
