@@ -211,8 +211,8 @@ def test_cell_search_agrees_with_the_whole_graph_search_on_the_zoo(model, kb):
     assert_same_optimum_as_the_whole_graph(model, kb)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model, kb", ZOO_SLOW)
+@pytest.mark.slow  # GoogLeNet: the whole-graph search proves nothing under BRR; the recorded optima below
+@pytest.mark.parametrize("model, kb", [(model, kb) for model, kb in ZOO_SLOW if model != GOOGLENET])
 def test_brr_cell_search_agrees_with_the_whole_graph_search_on_the_zoo(model, kb):
     assert_same_optimum_as_the_whole_graph(model, kb, "brr")
 
