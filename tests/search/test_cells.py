@@ -151,24 +151,11 @@ def test_a_brr_closing_priced_from_records_is_its_price(model, kb):
     assert checked > 10
 
 
-@settings(max_examples=60, deadline=None)
-@given(random_dags(min_nodes=2, max_nodes=8, activations=True),
+@settings(max_examples=120, deadline=None)
+@given(random_dags(min_nodes=2, max_nodes=8, activations=True), st.sampled_from(["lbdf", "brr"]),
        st.sampled_from([2 * KB, 3 * KB, 6 * KB, 12 * KB, 24 * KB]))
-def test_brr_cell_search_agrees_with_brute_force(graph, buffer_bytes):
-    problem = brr(graph, buffer_bytes)
-    found = cell_search(problem)
-    if found is None:
-        return
-    assert found["dram"] == brute_force(problem)
-    assert problem.check(found["plan"]) == []
-    assert problem.evaluate(found["plan"]).dram == found["dram"]
-
-
-@settings(max_examples=60, deadline=None)
-@given(random_dags(min_nodes=2, max_nodes=8, activations=True),
-       st.sampled_from([2 * KB, 3 * KB, 6 * KB, 12 * KB, 24 * KB]))
-def test_cell_search_agrees_with_brute_force(graph, buffer_bytes):
-    problem = lbdf(graph, buffer_bytes)
+def test_cell_search_agrees_with_brute_force(graph, scheme, buffer_bytes):
+    problem = (lbdf if scheme == "lbdf" else brr)(graph, buffer_bytes)
     found = cell_search(problem)
     if found is None:  # no group can cross an articulation tensor
         return
