@@ -80,7 +80,7 @@ def plan(
         "--max-sets", help="exact and auto: connected convex sets the candidate enumeration may visit before it "
                            f"stops short, as far as its proof goes (default: {MAX_SETS:,} for exact, "
                            f"{AUTO_MAX_SETS:,} for auto; at most {MAX_SETS_CAP:,}; about 1 GB of memory per "
-                           "million). Under LBDF it also limits the sets the search cell by cell visits (at most "
+                           "million). It also limits the sets the search cell by cell visits (at most "
                            f"{CELLS_MAX_SETS:,}), past which the search over the whole graph runs.",
         show_default=False)] = None,
     time_limit: Annotated[Optional[float], typer.Option(

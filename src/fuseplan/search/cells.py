@@ -39,6 +39,10 @@ million candidates, almost all crossing). The pieces of a cell are
 enumerated whole, pruned only by the buffer floor of the groups that would
 hold them (:meth:`CostModel.buffer_floor`), so nothing is missed; the search
 gives up (``None``) where the pieces or the downsets pass their limits.
+
+Where the price does not add (BRR), an open group keeps its pricing state and
+a record of its totals instead, and a group is priced whole when it closes
+(:func:`_shortest_path_by_states`).
 """
 
 from __future__ import annotations
@@ -126,8 +130,9 @@ def cell_search(problem: FusionProblem, max_sets: int = MAX_PIECE_SETS, max_stat
                 deadline: float | None = None) -> dict[str, Any] | None:
     """The optimal plan, found cell by cell between the articulation tensors, as ``{"plan", "dram", "stats"}``.
 
-    ``None`` where the scheme's prices do not add across articulation tensors, the objective does not follow
-    DRAM, no group can cross an articulation tensor, the pieces' enumeration visits more than ``max_sets``
+    ``None`` where the scheme prices open groups neither by shares nor by records
+    (:attr:`CostModel.prices_open_groups`), the objective does not follow DRAM, no group can cross an
+    articulation tensor, the pieces' enumeration visits more than ``max_sets``
     sets, the cells' searches settle more than ``max_states`` downsets, or the ``deadline`` (a
     ``time.perf_counter()`` time) passes.
     """
