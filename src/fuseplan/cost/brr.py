@@ -389,9 +389,13 @@ class BRRCostModel(CostModel):
         return features_full, line_full, features_partial, line_partial
 
     def price(self, group: Group) -> GroupCost:
+        return self._cheapest(self._schedules(group))
+
+    def _cheapest(self, schedules: list[tuple[str, GroupCost]]) -> GroupCost:
+        """The price :meth:`price` keeps of ``schedules`` (:func:`_better`, in their order)."""
         beta = self.buffer_bytes
         best: GroupCost | None = None
-        for _name, cost in self._schedules(group):
+        for _name, cost in schedules:
             best = cost if best is None else _better(cost, best, beta)
         assert best is not None
         return best
@@ -497,8 +501,9 @@ class BRRCostModel(CostModel):
         savings = self._held_savings(group, narrow, rows, streamed) if narrow else None
         return fp, block, once, savings
 
-    def _schedules(self, group: Group) -> list[tuple[str, GroupCost]]:
-        found = self._row_tile_schedules(group)
+    def _schedules(self, group: Group, tally: tuple | None = None) -> list[tuple[str, GroupCost]]:
+        """Every schedule's price, the row tiles' from ``tally`` (:meth:`_tally`'s, found when not given)."""
+        found = self._row_tile_costs(*(self._tally(group) if tally is None else tally))
         alone = self._alone(group)
         if alone is not None:
             b = self.bytes_per_element
@@ -558,17 +563,7 @@ class BRRCostModel(CostModel):
     def price_state(self, state: BRRState, group: Group) -> GroupCost:
         """:meth:`price` of ``group`` from its pricing state (:meth:`new_state` with every member added in
         label order): what the search cell by cell prices a group it closes with."""
-        beta = self.buffer_bytes
-        best: GroupCost | None = None
-        for _name, cost in self._row_tile_costs(state.footprint(), state.block, state.once, state.savings()):
-            best = cost if best is None else _better(cost, best, beta)
-        alone = self._alone(group)
-        if alone is not None:
-            b = self.bytes_per_element
-            cost = GroupCost(buffer=b * alone.on_chip, dram=b * alone.dram)
-            best = cost if best is None else _better(cost, best, beta)
-        assert best is not None
-        return best
+        return self._cheapest(self._schedules(group, (state.footprint(), state.block, state.once, state.savings())))
 
     def open_record(self, state: BRRState, tensor: int) -> tuple[tuple, tuple, tuple]:
         """What a group open across articulation tensor ``tensor`` (its pricing state ``state``) hands on to
@@ -584,8 +579,7 @@ class BRRCostModel(CostModel):
         the features and of the streamed elements under the full and the partial entry, the largest weight
         block, inputs and outputs.
         """
-        if state.dirty:
-            state.settle()
+        record = self._record(state)  # brings the state up to date
         heights = dict(state.heights)
         if state.counted.get(tensor, 0) & 2:  # streamed: the closing decides whether it still is
             height = self.tables.tensor_rows[tensor]
@@ -594,7 +588,6 @@ class BRRCostModel(CostModel):
                 del heights[height]
         producer = self.graph.tensors[tensor].producer
         key = (max(heights, default=1), state.bits[producer], state.alternates, bool(state.held))
-        record = self._record(state)
         weights, once, features, line, saved_full, line_full, saved_partial, line_partial, block, io = record
         vector = (weights, -once, features, line, features - saved_full, features - saved_partial,
                   line - line_full, line - line_partial, block, io)
@@ -635,12 +628,7 @@ class BRRCostModel(CostModel):
         savings = (saved_full, line_full, saved_partial, line_partial) if alternates and held else None
         fp = Footprint(weights=weights, features=features, line=line / reference, reference_rows=reference,
                        inputs=io, outputs=0)
-        beta = self.buffer_bytes
-        best: GroupCost | None = None
-        for _name, cost in self._row_tile_costs(fp, block, once, savings):
-            best = cost if best is None else _better(cost, best, beta)
-        assert best is not None
-        return best
+        return self._cheapest(self._row_tile_costs(fp, block, once, savings))
 
     def groups_cross(self, producer: int, tensor: int) -> bool:
         """:meth:`CostModel.groups_cross`: not where a reader of ``tensor`` rides on its producer, whose lone

@@ -48,9 +48,9 @@ class LBDFCostModel(CostModel):
         )
 
     def articulation_share(self, group: Group, entering: int | None, leaving: int | None) -> GroupCost | None:
-        """:meth:`CostModel.articulation_share`: LBDF's price adds across a articulation tensor.
+        """:meth:`CostModel.articulation_share`: LBDF's price adds across an articulation tensor.
 
-        Across a articulation tensor ``t`` the streaming analysis of a group ``L | R``
+        Across an articulation tensor ``t`` the streaming analysis of a group ``L | R``
         (``L`` up to ``t``'s producer, ``R`` after it) is that of ``L`` and of
         ``R`` apart, but for ``t`` itself: ``L`` alone writes ``t`` back (all
         of it, through one staging row), ``R`` alone reads what its readers

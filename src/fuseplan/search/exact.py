@@ -40,9 +40,10 @@ exactly.
 :class:`Exact` runs the shortest path first and falls back to set
 partitioning when its state limit is reached (wide graphs, where the number
 of downsets grows with the product of branch lengths). Before either, where
-the scheme's prices add across the graph's articulation tensors (LBDF), the
-optimum is found cell by cell between them (:mod:`fuseplan.search.cells`),
-with no list of the groups that cross them.
+the graph has articulation tensors, the optimum is found cell by cell
+between them (:mod:`fuseplan.search.cells`), with no list of the groups
+that cross them (under LBDF their prices add across them; under BRR they are
+priced whole from records of their totals).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.base import SearchAlgorithm, SearchContext
 from fuseplan.search.candidates import Candidates, MaskUnion, bits, enumerate_candidates, predecessor_masks
-from fuseplan.search.columns import MAX_OPERATORS as COLUMNS_MAX_OPERATORS, grow_columns
 from fuseplan.search.cells import MAX_PIECE_SETS as CELLS_MAX_SETS, cell_search
+from fuseplan.search.columns import MAX_OPERATORS as COLUMNS_MAX_OPERATORS, grow_columns
 from fuseplan.search.decompose import independent_parts, restrict
 from fuseplan.search.dominance import undominated
 from fuseplan.search.interval_dp import IntervalDP, candidate_orders
@@ -383,7 +384,7 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     each stage (see :meth:`SearchContext.status`). Past ``deadline`` (a
     ``time.perf_counter()`` time) the enumeration and the searches stop as at
     their limits, and the outcome is what they had by then. Before all this, with ``by_cells``, where the
-    scheme's prices add across the graph's articulation tensors the optimum is found cell by cell between them
+    graph has articulation tensors the optimum is found cell by cell between them
     (:mod:`fuseplan.search.cells`), with no list of the groups that cross them.
     """
     def report(stage: str, incumbent: float | None, bound: float | None) -> None:
@@ -497,9 +498,9 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
 
 def _solve_by_cells(problem: FusionProblem, max_sets: int | None, deadline: float | None) -> ExactOutcome | None:
     """The optimum found cell by cell between articulation tensors (:mod:`fuseplan.search.cells`), where the
-    scheme's prices add across them and the cells' pieces stay within the limits (``max_sets`` of them at
-    most); ``None`` otherwise. The plan is priced again group by group and checked (valid, acyclic, moving
-    what the cells' search found) before it is taken for the optimum."""
+    scheme prices the groups that cross them from their parts and the cells' pieces stay within the limits
+    (``max_sets`` of them at most); ``None`` otherwise. The plan is priced again group by group and checked
+    (valid, acyclic, moving what the cells' search found) before it is taken for the optimum."""
     limit = CELLS_MAX_SETS if max_sets is None else min(max_sets, CELLS_MAX_SETS)
     found = cell_search(problem, max_sets=limit, deadline=deadline)
     if found is None:
