@@ -122,3 +122,47 @@ def test_candidates_hold_every_fitting_group_of_a_random_sample(zoo_graphs, sche
         seen += 1
         assert sum(1 << v for v in group) in masks, sorted(graph.nodes[v].name for v in group)
     assert seen > 20
+
+
+def check_joined_floor(graph: CompGraph, cost, rng: random.Random, size: int, extra: int) -> bool:
+    """Split a grown group at a label into the operators before and after it and check that the floor joined
+    from the halves' parts never exceeds the union's (own terms and features, the lone floor aside); whether
+    the split was one :meth:`CostModel.join_floor` takes."""
+    group = grow_from(graph, grow_group(graph, rng, size), rng, extra)
+    labels = sorted(group)
+    if len(labels) < 2:
+        return False
+    cut = rng.randint(1, len(labels) - 1)
+    earlier, later = labels[:cut], labels[cut:]
+    read_first = {t for v in earlier for t in graph.nodes[v].inputs}
+    if any(t in read_first for v in later for t in graph.nodes[v].inputs if graph.tensors[t].producer not in later):
+        return False  # both halves read a tensor from outside the second: not a split the search joins
+    joined = cost.join_floor(cost.floor_parts(earlier), cost.floor_parts(later))
+    whole = cost.floor_parts(labels)
+    names = [graph.nodes[v].name for v in labels]
+    assert joined.own <= whole.own and joined.features <= whole.features + 1e-6, (
+        f"{cost!r}: the floor joined at {cut} of {names} exceeds the union's")
+    assert cost.floor_bytes(joined) <= cost.floor_bytes(whole)
+    return True
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(ZOO), scheme=st.sampled_from(sorted(SCHEMES)),
+       buffer_kb=st.sampled_from((64, *BUFFERS_KB)), seed=st.integers(0, 2**32 - 1))
+def test_a_floor_joined_from_two_halves_never_exceeds_the_unions_in_the_zoo(zoo_graphs, name, scheme, buffer_kb,
+                                                                            seed):
+    graph = zoo_graphs[name]
+    cost = make_cost_model(scheme, graph, buffer_kb * KB)
+    rng = random.Random(seed)
+    assert sum(check_joined_floor(graph, cost, rng, rng.randint(2, 12), 20) for _ in range(40)) >= 10
+
+
+@settings(max_examples=150, deadline=None)
+@given(graph=random_dags(min_nodes=2, max_nodes=14, activations=True), scheme=st.sampled_from(sorted(SCHEMES)),
+       buffer_kb=st.sampled_from((2, 8, 64)), seed=st.integers(0, 2**32 - 1))
+def test_a_floor_joined_from_two_halves_never_exceeds_the_unions_in_random_dags(graph, scheme, buffer_kb, seed):
+    cost = make_cost_model(scheme, graph, buffer_kb * KB)
+    rng = random.Random(seed)
+    for _ in range(6):
+        check_joined_floor(graph, cost, rng, rng.randint(2, 8), 6)
+

@@ -122,7 +122,8 @@ def test_brr_prices_closed_groups_whole_not_by_shares():
 @pytest.mark.parametrize("model, kb", [("resnet18", 256), ("mobilenet_v2", 64), ("squeezenet", 1024)])
 def test_a_brr_closing_priced_from_records_is_its_price(model, kb):
     """Every group crossing one articulation tensor, priced from an open group's record and the delta of the
-    cheapest (here: the first) open group of the same key, is the cost model's price of the group."""
+    cheapest (here: the first) open group of the same key, is the cost model's price of the group; the open
+    group's closing floor is never above that group's F_beta."""
     problem = brr(model, kb * KB)
     cost = problem.cost
     articulations = {a.producer: a for a in articulation_tensors(problem) if cost.groups_cross(a.producer, a.tensor)}
@@ -138,8 +139,9 @@ def test_a_brr_closing_priced_from_records_is_its_price(model, kb):
             for v in bits(left):
                 state.add(v)
             state.members = frozenset(bits(left))
-            key, _vector, record = cost.open_record(state, articulation.tensor)
+            key, vector, record = cost.open_record(state, articulation.tensor)
             by_cut.setdefault((p, key, right), []).append((left, state, record))
+            assert cost.closing_floor(vector) <= cost.evaluate(frozenset(bits(mask))).buffer
     checked = 0
     for (p, key, right), lefts in by_cut.items():
         first_left, first_state, _ = lefts[0]

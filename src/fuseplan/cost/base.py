@@ -55,6 +55,17 @@ class GroupCost(NamedTuple):
     dram: int  # F_D
 
 
+class FloorParts(NamedTuple):
+    """The parts of :meth:`CostModel.buffer_floor` of a group, in elements, without the lone floor: its
+    operators' terms combined (``own``), its feature floor (``features``), and the elements of one row of
+    each tensor it reads from outside itself (``outside``). :meth:`CostModel.join_floor` bounds the floor
+    of a union from the parts of its halves."""
+
+    own: float
+    features: float
+    outside: float
+
+
 @dataclass(frozen=True)
 class GraphTables:
     """Flat per-node and per-tensor arrays: the cost models' hot-path view of a graph.
@@ -423,6 +434,11 @@ class CostModel(ABC):
         that :meth:`price_closed` prices a closing from."""
         raise NotImplementedError
 
+    def closing_floor(self, vector: tuple) -> int:
+        """A lower bound on ``F_beta`` of every group that an open group (``vector`` of :meth:`open_record`)
+        closes into."""
+        return 0
+
     def close_delta(self, state: Any, group: Group, piece: Group) -> tuple[tuple, GroupCost]:
         """What closing open ``group`` with ``piece`` adds to its record, and the closed group's price."""
         raise NotImplementedError
@@ -497,6 +513,43 @@ class CostModel(ABC):
         if lone is not None and lone < elements:
             elements = lone
         return int(self.bytes_per_element * elements)
+
+    def floor_parts(self, group: Iterable[int]) -> FloorParts:
+        """``group``'s :class:`FloorParts`: :meth:`buffer_floor` is ``bytes_per_element * (own + features)``
+        unless the lone floor is lower."""
+        members = tuple(group)
+        terms = self.floor_terms()
+        values = [terms[v] for v in members]
+        own = max(values, default=0) if self.floor_combine == "max" else sum(values)
+        tensors, row_numel = self.graph.tensors, self.tables.tensor_row_numel
+        inside = set(members)
+        outside = sum(row_numel[t] for t in self.floor_rows(members)
+                      if (producer := tensors[t].producer) is None or producer not in inside)
+        return FloorParts(own, self.feature_floor(members), outside)
+
+    def join_floor(self, earlier: FloorParts, later: FloorParts) -> FloorParts:
+        """Lower bounds on the parts of the union of two groups, every member of the first (parts ``earlier``)
+        before every member of the second (``later``) in label order and none of the first reading a tensor
+        that the second reads from outside itself: what the search cell by cell prunes a group it extends
+        by a whole cell on, without pricing the union's floor afresh.
+
+        Why it is a lower bound. The first reads nothing the second makes, so the tensors both touch are
+        tensors the first makes (holding one row of each) and the second reads: the union holds each once
+        with the second's rows, so the sum of the halves' floors counts at most one row of each too many
+        (``later.outside``). What the union saves on channel blocks is at most what the halves save apart:
+        joining them only ties more operators' modes together, and the second's floor ties no tensor made
+        outside it to a mode. The floor never falls as a group grows, so neither half's floor is above the
+        union's either. The own terms combine as in :meth:`buffer_floor`. ``outside`` of the union is the
+        first's: the search never joins the union to an earlier group.
+        """
+        own = max(earlier.own, later.own) if self.floor_combine == "max" else earlier.own + later.own
+        features = max(earlier.features + later.features - later.outside, earlier.features, later.features)
+        return FloorParts(own, features, earlier.outside)
+
+    def floor_bytes(self, parts: FloorParts) -> int:
+        """The buffer floor that ``parts`` give, in bytes (the lone floor aside: never below
+        :meth:`buffer_floor` of a group with exactly these parts)."""
+        return int(self.bytes_per_element * (parts.own + parts.features))
 
     def feature_floor(self, group: Iterable[int]) -> float:
         """Feature elements every group holding ``group`` keeps on chip at the least.

@@ -593,6 +593,13 @@ class BRRCostModel(CostModel):
                   line - line_full, line - line_partial, block, io)
         return key, vector, record
 
+    def closing_floor(self, vector: tuple) -> int:
+        """:meth:`CostModel.closing_floor`: every row-tile schedule holds the features it keeps (less what
+        channel blocks save under either entry, where the closed group may alternate) and at least its
+        largest weight block, and a closing only adds to both (:meth:`open_record`); a group that crosses an
+        articulation tensor is never one operator with its riders, so it has no lone schedule."""
+        return self.bytes_per_element * (min(vector[2], vector[4], vector[5]) + vector[8])
+
     @staticmethod
     def _record(state: BRRState) -> tuple:
         if state.dirty:

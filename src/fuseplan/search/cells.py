@@ -53,6 +53,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
+from fuseplan.cost.base import FloorParts
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
 from fuseplan.search.candidates import Reachability, bits, fuseable_neighbour_masks, predecessor_masks
@@ -396,15 +397,16 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
     pred = predecessor_masks(problem)
     excluded = _excluded_mask(problem)
     closed: tuple[int, Any] | None = (0, None)
-    # (cost, plan, members, pricing state, key, record), cheapest first
-    opened: list[tuple[int, Any, int, Any, tuple, tuple]] = []
+    # (cost, plan, members, pricing state, key, record, floor parts), cheapest first
+    opened: list[tuple[int, Any, int, Any, tuple, tuple, FloorParts]] = []
     settled = [0]
 
-    def grown(state: Any, members: int, piece: int) -> Any:
+    def grown(state: Any, piece: int) -> Any:
         union = cost_model.copy_state(state)
-        for v in bits(piece):
+        added = bits(piece)
+        for v in added:
             union.add(v)
-        union.members = frozenset(bits(members | piece))
+        union.members = state.members | frozenset(added)
         return union
 
     for cell in cells:
@@ -417,12 +419,12 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
             piece_members = frozenset(bits(piece))
             deltas: dict[tuple, tuple] = {}
             found: tuple[int, Any] | None = None
-            for cost, plan, members, state, key, record in opened:
+            for cost, plan, members, state, key, record, _parts in opened:
                 if found is not None and cost >= found[0]:
                     break  # prices are not negative: no later (dearer) open group does better
                 delta = deltas.get(key)
                 if delta is None:
-                    delta, price = cost_model.close_delta(state, frozenset(bits(members)), piece_members)
+                    delta, price = cost_model.close_delta(state, state.members, piece_members)
                     deltas[key] = delta
                 else:
                     if found is not None and cost + b * (record[0] + delta[0] + record[9] + delta[9]) >= found[0]:
@@ -433,25 +435,35 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
             if found is not None:
                 _offer(sources, cell, piece, *found, pred, excluded)
         best = _downsets(cell, sources, pred, excluded, settled, max_states, deadline)
-        labels: list[tuple[int, Any, int, Any]] = []
+        labels: list[tuple[int, Any, int, Any, FloorParts]] = []
         for piece, _share_buffer, _share_dram in cell.leaving_pieces:
             reached = best.get(cell.mask & ~piece)
             if reached is not None:
-                labels.append((reached[0], reached[1], piece, grown(cost_model.new_state(), 0, piece)))
-        if cell.through is not None:
-            for cost, plan, members, state, _key, _record in opened:
-                if cost_model.buffer_floor(bits(members | cell.mask)) < beta:  # else no group holding it fits
-                    labels.append((cost, plan, members | cell.mask, grown(state, members, cell.mask)))
+                start = cost_model.new_state()
+                start.members = frozenset()
+                labels.append((reached[0], reached[1], piece, grown(start, piece), cost_model.floor_parts(bits(piece))))
+        if cell.through is not None and opened:
+            whole_cell = cost_model.floor_parts(bits(cell.mask))
+            for cost, plan, members, state, _key, _record, parts in opened:
+                # the floor of the open group with the whole cell, bounded from the parts' floors; priced afresh
+                # only where the bound says it no longer fits (a lone schedule may still hold next to nothing)
+                joined = cost_model.join_floor(parts, whole_cell)
+                if cost_model.floor_bytes(joined) >= beta:
+                    if cost_model.buffer_floor(bits(members | cell.mask)) >= beta:
+                        continue  # no group holding it fits
+                labels.append((cost, plan, members | cell.mask, grown(state, cell.mask), joined))
         labels.sort(key=lambda label: label[0])
         opened = []
         kept: dict[tuple, list[tuple]] = {}
-        for cost, plan, members, state in labels:  # cheapest first: a kept one is never dearer than one it beats
+        for cost, plan, members, state, parts in labels:  # cheapest first: a kept one is never dearer than one it beats
             key, vector, record = cost_model.open_record(state, cell.leaving.tensor)
+            if cost_model.closing_floor(vector) >= beta:
+                continue  # no group it closes into fits
             beaten = kept.setdefault(key, [])
             if any(all(a <= v for a, v in zip(other, vector)) for other in beaten):
                 continue
             beaten.append(vector)
-            opened.append((cost, plan, members, state, key, record))
+            opened.append((cost, plan, members, state, key, record, parts))
         closed = best.get(cell.mask)
     return _unfold(closed, settled[0])
 
