@@ -81,5 +81,5 @@ def make_cost_model(scheme: str, graph: CompGraph, buffer_bytes: int, bytes_per_
     return cls(graph, buffer_bytes, bytes_per_element)
 
 
-__all__ = ["BRRCostModel", "COST_MODEL_VERSION", "CostModel", "FloorParts", "GraphTables", "Group", "GroupCost", "LBDFCostModel",
-           "SCHEMES", "label_version", "make_cost_model", "scheme_version"]
+__all__ = ["BRRCostModel", "COST_MODEL_VERSION", "CostModel", "FloorParts", "GraphTables", "Group", "GroupCost",
+           "LBDFCostModel", "SCHEMES", "label_version", "make_cost_model", "scheme_version"]
