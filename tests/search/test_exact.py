@@ -245,9 +245,10 @@ def test_the_interval_reference_is_skipped_beyond_its_work_limit():
     from fuseplan.search import reference_record
 
     problem = FusionProblem(make_cost_model("lbdf", branchy_network(120, seed=4, channels=(16, 32)), 64 * KB))
-    # the exact search's own reference (over its candidates' prices) set aside: the DP prices its groups
+    # the exact search's own reference (over its candidates' prices) and its proof set aside: the DP prices
+    # its groups
     result = replace(minimize(problem, make_search("exact"), make_splitter("random"), budget=10, seed=0),
-                     reference=None)
+                     reference=None, details={})
     skipped = reference_record(problem, result, max_work=1000)
     assert "skipped" in skipped and "ratio" not in skipped
     assert skipped["lower_bound_bytes"] == problem.cost.dram_lower_bound()

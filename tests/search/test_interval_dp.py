@@ -196,7 +196,8 @@ def test_dp_over_known_prices_is_the_dp_that_prices(graph, scheme, buffer):
 def test_the_reference_of_a_proven_plan_is_the_dp_that_prices(zoo_graphs, model, scheme, kb):
     # `exact` and `auto` hand plan.json the interval reference over their candidates' prices; it is the
     # reference that pricing the DP's groups gives (reference_record computes that one for other searches,
-    # and for a plan found cell by cell, which lists no candidates crossing articulation tensors).
+    # and for a plan found cell by cell, which lists no candidates crossing articulation tensors, unless the
+    # proof gives it).
     from fuseplan.search import make_search, minimize, reference_record
     from fuseplan.split import make_splitter
 
@@ -211,4 +212,12 @@ def test_the_reference_of_a_proven_plan_is_the_dp_that_prices(zoo_graphs, model,
         if not by_cells:
             assert {k: result.reference[k] for k in fields} == {k: dp.reference()[k] for k in fields}
         record = reference_record(problem, result)
-        assert record["dram_bytes"] == min(dp.reference()["dram_by_order"].values())
+        dp_dram = min(dp.reference()["dram_by_order"].values())
+        assert record["dram_bytes"] == dp_dram and record["ratio"] == round(result.cost.dram / dp_dram, 6)
+        in_space = any(is_interval_plan(problem, result.plan, order) for order in candidate_orders(problem).values())
+        assert record["plan_in_interval_space"] == in_space
+        # the DP is not run where the proof already gives its optimum: a plan found cell by cell that is an
+        # interval plan (resnet50 BRR 1MB's), whose order is one the DP finds that optimum in
+        assert record.get("from_proof", False) == (by_cells and in_space)
+        if record.get("from_proof"):
+            assert dp.reference()["dram_by_order"][record["order"]] == dp_dram

@@ -329,4 +329,5 @@ def _reference_line(reference: dict) -> str:
     if reference["ratio"] is None:
         return "vs interval DP     its optimum moves 0 bytes"
     return (f"vs interval DP     {reference['ratio']:.4f} x its optimum ({format_bytes(reference['dram_bytes'])})"
-            + ("" if reference["plan_in_interval_space"] else "; this plan lies outside the DP's space"))
+            + ("" if reference["plan_in_interval_space"] else "; this plan lies outside the DP's space")
+            + ("; not run: this plan, proven optimal, is an interval plan" if reference.get("from_proof") else ""))
