@@ -401,8 +401,8 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
     opened: list[tuple[int, Any, int, Any, tuple, tuple, FloorParts]] = []
     settled = [0]
 
-    def grown(state: Any, piece: int) -> Any:
-        union = cost_model.copy_state(state)
+    def grown(state: Any, piece: int, copy: bool = True) -> Any:
+        union = cost_model.copy_state(state) if copy else state
         added = bits(piece)
         for v in added:
             union.add(v)
@@ -451,7 +451,8 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
                 if cost_model.floor_bytes(joined) >= beta:
                     if cost_model.buffer_floor(bits(members | cell.mask)) >= beta:
                         continue  # no group holding it fits
-                labels.append((cost, plan, members | cell.mask, grown(state, cell.mask), joined))
+                # the open groups of this tensor are done with (closed above): each state grows in place
+                labels.append((cost, plan, members | cell.mask, grown(state, cell.mask, copy=False), joined))
         labels.sort(key=lambda label: label[0])
         opened = []
         kept: dict[tuple, list[tuple]] = {}
