@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest.mock import patch
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from fuseplan.cost import make_cost_model
 from fuseplan.graph import load_graph
 from fuseplan.plan import FusionProblem
 from fuseplan.search.candidates import bits, enumerate_candidates
+from fuseplan.search import cells
 from fuseplan.search.cells import articulation_tensors, cell_search
 from fuseplan.search.exact import solve_exact
 from tests.dags import random_dags
@@ -142,7 +145,7 @@ def test_a_brr_closing_priced_from_records_is_its_price(model, kb):
             key, vector, record = cost.open_record(state, articulation.tensor)
             by_cut.setdefault((p, key, right), []).append((left, state, record))
             assert cost.closing_floor(vector) <= cost.evaluate(frozenset(bits(mask))).buffer
-    checked = 0
+    checked = arrays = 0
     for (p, key, right), lefts in by_cut.items():
         first_left, first_state, _ = lefts[0]
         delta, price = cost.close_delta(first_state, frozenset(bits(first_left)), frozenset(bits(right)))
@@ -150,7 +153,13 @@ def test_a_brr_closing_priced_from_records_is_its_price(model, kb):
         for left, _state, record in lefts[1:]:
             assert cost.price_closed(key, record, delta) == cost.evaluate(frozenset(bits(left | right)))
             checked += 1
-    assert checked > 10
+        if len(lefts) > 1:  # the same, priced as arrays
+            buffers, drams = cost.price_closed_many(key, np.array([r for _, _, r in lefts[1:]], dtype=np.float64),
+                                                    delta)
+            assert [(int(f), int(d)) for f, d in zip(buffers, drams)] == [
+                tuple(cost.evaluate(frozenset(bits(left | right)))) for left, _, _ in lefts[1:]]
+            arrays += 1
+    assert checked > 10 and arrays > 3
 
 
 @settings(max_examples=120, deadline=None)
@@ -164,6 +173,9 @@ def test_cell_search_agrees_with_brute_force(graph, scheme, buffer_bytes):
     assert found["dram"] == brute_force(problem)
     assert problem.check(found["plan"]) == []
     assert problem.evaluate(found["plan"]).dram == found["dram"]
+    if scheme == "brr":  # the closings of every key of two open groups or more priced as arrays: the same plan
+        with patch.object(cells, "_MANY", 2):
+            assert cell_search(problem)["plan"] == found["plan"]
 
 
 ZOO_FAST = [("resnet18", 64), ("squeezenet", 256), ("mobilenet_v2", 256), ("efficientnet_b0", 1024),

@@ -447,6 +447,11 @@ class CostModel(ABC):
         """The price of an open group closed by a piece, from its record and the piece's delta."""
         raise NotImplementedError
 
+    def price_closed_many(self, key: tuple, records: Any, delta: tuple) -> tuple[Any, Any]:
+        """:meth:`price_closed` of many records of one key (rows of a float64 array): ``(F_beta, F_D)`` as
+        int64 arrays."""
+        raise NotImplementedError
+
     def copy_state(self, state: Any) -> Any:
         """A copy of a pricing state that grows apart from it."""
         return _copy_state(state)

@@ -53,6 +53,8 @@ from math import ceil
 from operator import add
 from typing import NamedTuple
 
+import numpy as np
+
 from fuseplan.cost.base import CostModel, GraphTables, Group, GroupCost
 from fuseplan.cost.streaming import Footprint, StreamingState, footprint, in_place_operators, overwritable_tensors
 from fuseplan.graph.ir import CompGraph
@@ -655,6 +657,54 @@ class BRRCostModel(CostModel):
             best = cost if best is None else _better(cost, best, beta)
         assert best is not None
         return best
+
+    def price_closed_many(self, key: tuple, records: np.ndarray, delta: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`price_closed` of many open groups of one key at once: ``records`` holds their records, one
+        row each (float64: every total is an integer far below 2**53 or a float, so each sum, product and
+        quotient is the bits the scalar arithmetic gives). Returns ``(F_beta, F_D)``, int64 arrays."""
+        b, beta = self.bytes_per_element, self.buffer_bytes
+        weights, once, features = records[:, 0] + delta[0], records[:, 1] + delta[1], records[:, 2] + delta[2]
+        line = records[:, 3] + delta[3]
+        io = records[:, 9] + delta[9]
+        block = np.maximum(records[:, 8], delta[10])
+        reference = delta[11] if delta[11] >= 1 else 1
+        per_row = line / reference
+        if (key[2] or delta[12]) and (key[3] or delta[13]):
+            entries = ((records[:, 4] + delta[4], records[:, 5] + delta[5]),
+                       (records[:, 6] + delta[6], records[:, 7] + delta[7]))
+        else:
+            entries = ((0.0, 0.0),)
+        best: tuple[np.ndarray, np.ndarray] | None = None
+        for saved, saved_per_row in entries:
+            kept = features - saved
+            streamed = (per_row * reference - saved_per_row) / reference
+            # _row_tiles, row by row: every weight stays; else as many rows as fit beside a block; else one
+            resident = b * (weights + kept) < beta
+            held = kept + block
+            tiled = ~resident & (b * held < beta) & (streamed > 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                first = np.floor_divide(beta - 1 - b * held, b * streamed) + 1
+            rows = np.where(tiled, np.minimum(np.where(tiled, first, 1.0), reference), 1.0)
+            while True:  # the float estimate, made exact
+                over = tiled & (rows > 1) & (b * (held + np.ceil(streamed * (rows - 1))) >= beta)
+                if not over.any():
+                    break
+                rows = rows - over
+            tiles = np.where(resident, 1.0, np.where(tiled, np.ceil(reference / rows), float(reference)))
+            buffer = np.where(resident, b * (weights + kept), b * (kept + block + np.ceil(streamed * (rows - 1))))
+            dram = b * ((weights - once) * tiles + once + io)
+            if best is None:
+                best = (buffer, dram)
+                continue
+            # _better(this entry, the first): a valid one over an invalid one, then less DRAM, then less buffer
+            old_buffer, old_dram = best
+            fits, old_fits = buffer < beta, old_buffer < beta
+            take = np.where(fits != old_fits, fits,
+                            np.where(~fits, buffer < old_buffer,
+                                     (dram < old_dram) | ((dram == old_dram) & (buffer < old_buffer))))
+            best = (np.where(take, buffer, old_buffer), np.where(take, dram, old_dram))
+        assert best is not None
+        return best[0].astype(np.int64), best[1].astype(np.int64)
 
     def groups_cross(self, producer: int, tensor: int) -> bool:
         """:meth:`CostModel.groups_cross`: not where a reader of ``tensor`` rides on its producer, whose lone

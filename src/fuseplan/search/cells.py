@@ -53,6 +53,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fuseplan.cost.base import FloorParts
 from fuseplan.plan.plan import Plan
 from fuseplan.plan.problem import FusionProblem
@@ -393,7 +395,6 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
     """
     cost_model = problem.cost
     beta = problem.buffer_bytes
-    b = cost_model.bytes_per_element
     pred = predecessor_masks(problem)
     excluded = _excluded_mask(problem)
     closed: tuple[int, Any] | None = (0, None)
@@ -415,25 +416,34 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
         sources: dict[int, tuple[int, Any]] = {}
         if closed is not None:
             _offer(sources, cell, 0, *closed, pred, excluded)
+        keys = _by_key(opened) if opened and cell.closing else {}
         for piece, _share_buffer, _share_dram in cell.closing if opened else ():
             piece_members = frozenset(bits(piece))
-            deltas: dict[tuple, tuple] = {}
-            found: tuple[int, Any] | None = None
-            for cost, plan, members, state, key, record, _parts in opened:
-                if found is not None and cost >= found[0]:
-                    break  # prices are not negative: no later (dearer) open group does better
-                delta = deltas.get(key)
-                if delta is None:
-                    delta, price = cost_model.close_delta(state, state.members, piece_members)
-                    deltas[key] = delta
+            found: tuple[int, int] | None = None  # (cost, index into opened): the least, the first of equals
+            for key, (indices, costs, records) in keys.items():  # keys by their cheapest open group
+                first = opened[indices[0]]
+                if found is not None and first[0] > found[0]:
+                    break  # prices are not negative: no later (dearer) key does better
+                delta, price = cost_model.close_delta(first[3], first[3].members, piece_members)
+                if price.buffer < beta and (found is None or first[0] + price.dram < found[0]):
+                    found = (first[0] + price.dram, indices[0])
+                if len(indices) == 1:
+                    continue
+                if len(indices) < _MANY:
+                    priced = [cost_model.price_closed(key, opened[i][5], delta) for i in indices[1:]]
+                    buffers = np.array([price.buffer for price in priced], dtype=np.int64)
+                    drams = np.array([price.dram for price in priced], dtype=np.int64)
                 else:
-                    if found is not None and cost + b * (record[0] + delta[0] + record[9] + delta[9]) >= found[0]:
-                        continue  # it moves its weights, inputs and outputs at least
-                    price = cost_model.price_closed(key, record, delta)
-                if price.buffer < beta and (found is None or cost + price.dram < found[0]):
-                    found = (cost + price.dram, (members | piece, plan))
+                    buffers, drams = cost_model.price_closed_many(key, records, delta)
+                totals = np.where(buffers < beta, costs + drams, _NONE)
+                at = int(totals.argmin())  # the first of the least
+                total = int(totals[at])
+                if total < _NONE and (found is None or total < found[0]
+                                      or total == found[0] and indices[at + 1] < found[1]):
+                    found = (total, indices[at + 1])
             if found is not None:
-                _offer(sources, cell, piece, *found, pred, excluded)
+                _cost, plan, members, *_ = opened[found[1]]
+                _offer(sources, cell, piece, found[0], (members | piece, plan), pred, excluded)
         best = _downsets(cell, sources, pred, excluded, settled, max_states, deadline)
         labels: list[tuple[int, Any, int, Any, FloorParts]] = []
         for piece, _share_buffer, _share_dram in cell.leaving_pieces:
@@ -467,6 +477,23 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
             opened.append((cost, plan, members, state, key, record, parts))
         closed = best.get(cell.mask)
     return _unfold(closed, settled[0])
+
+
+#: Open groups of one key past which their closings are priced as arrays (:meth:`CostModel.price_closed_many`).
+_MANY = 8
+_NONE = np.iinfo(np.int64).max  # the total of a closing that does not fit
+
+
+def _by_key(opened: list[tuple]) -> dict[tuple, tuple[list[int], np.ndarray, np.ndarray]]:
+    """The open groups (cheapest first) by key, keys in the order of their cheapest: per key the indices of
+    its groups in ``opened``, and of all but the first (whose closing prices the key's delta) their costs
+    and records, as arrays."""
+    indices: dict[tuple, list[int]] = {}
+    for index, entry in enumerate(opened):
+        indices.setdefault(entry[4], []).append(index)
+    return {key: (found, np.array([opened[i][0] for i in found[1:]], dtype=np.int64),
+                  np.array([opened[i][5] for i in found[1:]], dtype=np.float64).reshape(-1, 10))
+            for key, found in indices.items()}
 
 
 def _excluded_mask(problem: FusionProblem) -> int:
