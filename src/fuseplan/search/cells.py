@@ -389,9 +389,11 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
     Each open group keeps its pricing state and its record (:meth:`CostModel.open_record`). A closing piece
     is added to the state of the cheapest open group of each key, which gives that group's closed price
     and what the piece adds to the record of every open group of the key (:meth:`CostModel.close_delta`);
-    the others are priced from their records (:meth:`CostModel.price_closed`). Of the open groups at an
-    articulation tensor, those that another of the same key, no dearer, beats on every entry of the vector
-    are dropped.
+    the others are priced from their records (:meth:`CostModel.price_closed`, or as arrays). Of the open
+    groups at an articulation tensor, those that another of the same key, no dearer, beats on every entry of
+    the vector are dropped, and so is one that no closing can fit: by its closing floor
+    (:meth:`CostModel.closing_floor`), or, before it takes a whole cell, by the floor joined from its own and
+    the cell's (:meth:`CostModel.join_floor`).
     """
     cost_model = problem.cost
     beta = problem.buffer_bytes
@@ -418,29 +420,7 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
             _offer(sources, cell, 0, *closed, pred, excluded)
         keys = _by_key(opened) if opened and cell.closing else {}
         for piece, _share_buffer, _share_dram in cell.closing if opened else ():
-            piece_members = frozenset(bits(piece))
-            found: tuple[int, int] | None = None  # (cost, index into opened): the least, the first of equals
-            for key, (indices, costs, records) in keys.items():  # keys by their cheapest open group
-                first = opened[indices[0]]
-                if found is not None and first[0] > found[0]:
-                    break  # prices are not negative: no later (dearer) key does better
-                delta, price = cost_model.close_delta(first[3], first[3].members, piece_members)
-                if price.buffer < beta and (found is None or first[0] + price.dram < found[0]):
-                    found = (first[0] + price.dram, indices[0])
-                if len(indices) == 1:
-                    continue
-                if len(indices) < _MANY:
-                    priced = [cost_model.price_closed(key, opened[i][5], delta) for i in indices[1:]]
-                    buffers = np.array([price.buffer for price in priced], dtype=np.int64)
-                    drams = np.array([price.dram for price in priced], dtype=np.int64)
-                else:
-                    buffers, drams = cost_model.price_closed_many(key, records, delta)
-                totals = np.where(buffers < beta, costs + drams, _NONE)
-                at = int(totals.argmin())  # the first of the least
-                total = int(totals[at])
-                if total < _NONE and (found is None or total < found[0]
-                                      or total == found[0] and indices[at + 1] < found[1]):
-                    found = (total, indices[at + 1])
+            found = _cheapest_closing(cost_model, opened, keys, frozenset(bits(piece)))
             if found is not None:
                 _cost, plan, members, *_ = opened[found[1]]
                 _offer(sources, cell, piece, found[0], (members | piece, plan), pred, excluded)
@@ -482,6 +462,39 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
 #: Open groups of one key past which their closings are priced as arrays (:meth:`CostModel.price_closed_many`).
 _MANY = 8
 _NONE = np.iinfo(np.int64).max  # the total of a closing that does not fit
+
+
+def _cheapest_closing(cost_model: Any, opened: list[tuple], keys: dict,
+                      piece: frozenset[int]) -> tuple[int, int] | None:
+    """The least cost of an open group (of ``opened``, by key: :func:`_by_key`) closed by ``piece`` within the
+    buffer, with the index of that group (the first of equals in ``opened``); ``None`` where none fits.
+
+    Per key, the piece is added to the state of the key's cheapest group (:meth:`CostModel.close_delta`),
+    which prices that closing and gives the delta the others are priced from, one by one or, from
+    :data:`_MANY` groups on, as arrays (:meth:`CostModel.price_closed_many`)."""
+    beta = cost_model.buffer_bytes
+    found: tuple[int, int] | None = None
+    for key, (indices, costs, records) in keys.items():  # keys by their cheapest open group
+        first = opened[indices[0]]
+        if found is not None and first[0] > found[0]:
+            break  # prices are not negative: no later (dearer) key does better
+        delta, price = cost_model.close_delta(first[3], first[3].members, piece)
+        if price.buffer < beta and (found is None or first[0] + price.dram < found[0]):
+            found = (first[0] + price.dram, indices[0])
+        if len(indices) == 1:
+            continue
+        if len(indices) >= _MANY:
+            buffers, drams = cost_model.price_closed_many(key, records, delta)
+        else:
+            prices = [cost_model.price_closed(key, opened[i][5], delta) for i in indices[1:]]
+            buffers = np.array([price.buffer for price in prices], dtype=np.int64)
+            drams = np.array([price.dram for price in prices], dtype=np.int64)
+        totals = np.where(buffers < beta, costs + drams, _NONE)
+        at = int(totals.argmin())  # the first of the least
+        total = int(totals[at])
+        if total < _NONE and (found is None or total < found[0] or total == found[0] and indices[at + 1] < found[1]):
+            found = (total, indices[at + 1])
+    return found
 
 
 def _by_key(opened: list[tuple]) -> dict[tuple, tuple[list[int], np.ndarray, np.ndarray]]:
