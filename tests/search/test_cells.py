@@ -260,3 +260,23 @@ def test_cell_search_gives_up_past_its_limits():
     assert cell_search(problem, max_states=10) is None
     outcome = solve_exact(lbdf("squeezenet", 1024 * KB), max_sets=20)
     assert outcome.method != "cells" and not outcome.optimal  # the whole-graph search, cut short
+
+
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+def test_the_cell_search_reports_how_far_each_phase_is(scheme):
+    """Every cell of each phase is reported where reports may come at any time, the last of each phase always
+    (here as the exact search's status, which `plan` shows on a terminal)."""
+    problem = (lbdf if scheme == "lbdf" else brr)("resnet18", 256 * KB)
+    heard: list[str] = []
+    with patch.object(cells, "PROGRESS_EVERY", 0.0):
+        outcome = solve_exact(problem, on_status=lambda stage, incumbent, bound: heard.append(stage))
+    assert outcome.method == "cells" and outcome.optimal
+    total = outcome.stats["cells"]
+    listing = [line for line in heard if line.startswith("cell by cell, listing pieces")]
+    searching = [line for line in heard if line.startswith("cell by cell, searching")]
+    assert listing == [f"cell by cell, listing pieces: cell {k} of {total}" for k in range(1, total + 1)]
+    assert searching == [f"cell by cell, searching: cell {k} of {total}" for k in range(total + 1)]
+    assert heard.index(listing[-1]) < heard.index(searching[0]) and heard[-1].startswith("optimal cell by cell")
+    heard.clear()  # by default at most every quarter of a second, and the end of each phase
+    solve_exact(problem, on_status=lambda stage, incumbent, bound: heard.append(stage))
+    assert f"cell by cell, searching: cell {total} of {total}" in heard and len(heard) < 2 * total

@@ -21,12 +21,16 @@ def test_exact_reports_each_stage_with_bounds_below_the_optimum(zoo_graphs):
     assert stages[0].endswith("candidates") and "linear relaxation" in stages and stages[-1] == "downset search"
     assert all(bound <= result.cost.dram for _, _, bound in heard if bound is not None)
     assert heard[-1][1:] == (result.cost.dram, result.cost.dram)  # proven: the gap closes
-    # under LBDF the optimum is found cell by cell: one stage, proven at once
+    # under LBDF the optimum is found cell by cell: how far each phase is (the end of each, at least), then
+    # proven at once
     problem = FusionProblem(make_cost_model("lbdf", zoo_graphs["squeezenet"], 1024 * KB))
     heard = []
     result = minimize(problem, make_search("exact"), make_splitter("random"), budget=10, seed=0,
                       on_status=lambda *status: heard.append(status))
-    assert heard == [("optimal cell by cell (32 cells)", result.cost.dram, result.cost.dram)]
+    assert heard[-3:] == [("cell by cell, listing pieces: cell 32 of 32", None, None),
+                          ("cell by cell, searching: cell 32 of 32", None, None),
+                          ("optimal cell by cell (32 cells)", result.cost.dram, result.cost.dram)]
+    assert all(stage.startswith("cell by cell, ") and bound is None for stage, _, bound in heard[:-1])
 
 
 def test_auto_reports_the_gap_it_ends_with():

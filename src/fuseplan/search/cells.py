@@ -51,6 +51,7 @@ import heapq
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,8 @@ from fuseplan.search.candidates import Reachability, bits, fuseable_neighbour_ma
 
 #: Sets the pieces' enumeration may visit over all cells before the search gives up.
 MAX_PIECE_SETS = 300_000
+#: Seconds between two reports of how far the search is (``on_progress`` of :func:`cell_search`).
+PROGRESS_EVERY = 0.25
 #: Downsets the cells' searches may settle, all cells together, before the search gives up.
 MAX_CELL_STATES = 200_000
 
@@ -130,14 +133,16 @@ class _GiveUp(Exception):
 
 
 def cell_search(problem: FusionProblem, max_sets: int = MAX_PIECE_SETS, max_states: int = MAX_CELL_STATES,
-                deadline: float | None = None) -> dict[str, Any] | None:
+                deadline: float | None = None,
+                on_progress: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """The optimal plan, found cell by cell between the articulation tensors, as ``{"plan", "dram", "stats"}``.
 
     ``None`` where the scheme prices open groups neither by shares nor by records
     (:attr:`CostModel.prices_open_groups`), the objective does not follow DRAM, no group can cross an
     articulation tensor, the pieces' enumeration visits more than ``max_sets``
     sets, the cells' searches settle more than ``max_states`` downsets, or the ``deadline`` (a
-    ``time.perf_counter()`` time) passes.
+    ``time.perf_counter()`` time) passes. ``on_progress`` hears how far each phase is (a line for a
+    terminal), at most every :data:`PROGRESS_EVERY` seconds and at each phase's last cell.
     """
     if not problem.objective.follows_dram or not problem.fuseable:
         return None
@@ -150,12 +155,21 @@ def cell_search(problem: FusionProblem, max_sets: int = MAX_PIECE_SETS, max_stat
     articulations = [a for a in articulation_tensors(problem) if cost.groups_cross(a.producer, a.tensor)]
     if not any(a.producer in problem.fuseable for a in articulations):
         return None  # no group can cross one: the search over the whole graph is no worse
+    reported = [time.perf_counter()]
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _GiveUp
+        if on_progress is not None and (done == total or time.perf_counter() - reported[0] >= PROGRESS_EVERY):
+            reported[0] = time.perf_counter()
+            on_progress(f"cell by cell, {phase}: cell {done:,} of {total:,}")
+
     try:
-        cells, visits = _cells(problem, articulations, max_sets, deadline, by_shares)
+        cells, visits = _cells(problem, articulations, max_sets, deadline, by_shares, progress)
         if by_shares:
-            dram, groups, states = _shortest_path(problem, cells, max_states, deadline)
+            dram, groups, states = _shortest_path(problem, cells, max_states, deadline, progress)
         else:
-            dram, groups, states = _shortest_path_by_states(problem, cells, max_states, deadline)
+            dram, groups, states = _shortest_path_by_states(problem, cells, max_states, deadline, progress)
     except _GiveUp:
         return None
     plan = Plan.from_groups(bits(mask) for mask in groups)
@@ -169,7 +183,8 @@ def cell_search(problem: FusionProblem, max_sets: int = MAX_PIECE_SETS, max_stat
 
 
 def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: int,
-           deadline: float | None, by_shares: bool = True) -> tuple[list[_Cell], int]:
+           deadline: float | None, by_shares: bool = True,
+           progress: Callable[[str, int, int], None] = lambda *_: None) -> tuple[list[_Cell], int]:
     """The cells between ``articulations``, each with its pieces priced, and the sets visited to find them.
     Without ``by_shares`` the crossing pieces carry no shares (0, 0): their groups are priced whole."""
     cost = problem.cost
@@ -269,6 +284,7 @@ def _cells(problem: FusionProblem, articulations: list[Articulation], max_sets: 
                     if both.buffer < beta:
                         through = (both.buffer, both.dram)
         cells.append(_Cell(low, high, mask, entering, leaving, inner, closing, leaving_pieces, through))
+        progress("listing pieces", k + 1, len(lows))
     return cells, visits
 
 
@@ -340,8 +356,8 @@ def _unfold(closed: tuple[int, Any] | None, settled: int) -> tuple[int, list[int
     return closed[0], groups[::-1], settled
 
 
-def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int,
-                   deadline: float | None) -> tuple[int, list[int], int]:
+def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int, deadline: float | None,
+                   progress: Callable[[str, int, int], None] = lambda *_: None) -> tuple[int, list[int], int]:
     """The least DRAM over the cells (module docstring), the groups of a plan that moves it, and the downsets
     settled: groups crossing articulation tensors priced by their pieces' shares."""
     beta = problem.buffer_bytes
@@ -351,7 +367,8 @@ def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int,
     closed: tuple[int, Any] | None = (0, None)  # (cost, plan) with no group open after the cell
     opened: list[tuple[int, int, Any, int]] = []  # Pareto list (F_beta so far, cost, plan, members), F_beta rising
     settled = [0]
-    for cell in cells:
+    for done, cell in enumerate(cells):
+        progress("searching", done, len(cells))
         sources: dict[int, tuple[int, Any]] = {}
         if closed is not None:
             _offer(sources, cell, 0, *closed, pred, excluded)
@@ -379,11 +396,13 @@ def _shortest_path(problem: FusionProblem, cells: list[_Cell], max_states: int,
             if not opened or label[1] < opened[-1][1]:
                 opened.append(label)
         closed = best.get(cell.mask)
+    progress("searching", len(cells), len(cells))
     return _unfold(closed, settled[0])
 
 
-def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_states: int,
-                             deadline: float | None) -> tuple[int, list[int], int]:
+def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_states: int, deadline: float | None,
+                             progress: Callable[[str, int, int], None] = lambda *_: None
+                             ) -> tuple[int, list[int], int]:
     """As :func:`_shortest_path`, for a scheme whose prices do not add across articulation tensors (BRR).
 
     Each open group keeps its pricing state and its record (:meth:`CostModel.open_record`). A closing piece
@@ -412,9 +431,8 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
         union.members = state.members | frozenset(added)
         return union
 
-    for cell in cells:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise _GiveUp
+    for done, cell in enumerate(cells):
+        progress("searching", done, len(cells))
         sources: dict[int, tuple[int, Any]] = {}
         if closed is not None:
             _offer(sources, cell, 0, *closed, pred, excluded)
@@ -456,6 +474,7 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
             beaten.append(vector)
             opened.append((cost, plan, members, state, key, record, parts))
         closed = best.get(cell.mask)
+    progress("searching", len(cells), len(cells))
     return _unfold(closed, settled[0])
 
 

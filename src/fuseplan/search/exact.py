@@ -395,7 +395,8 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
         return deadline is not None and time.perf_counter() > deadline
 
     start_time = time.perf_counter()
-    solved = _solve_by_cells(problem, max_sets, deadline) if by_cells else None
+    solved = _solve_by_cells(problem, max_sets, deadline, lambda stage: report(stage, None, None)) \
+        if by_cells else None
     if solved is not None:
         report(f"optimal cell by cell ({solved.stats['cells']} cells)", solved.dram, solved.lower_bound)
         solved.stats = {**solved.stats, "bound_source": "optimum",
@@ -496,13 +497,14 @@ def solve_exact(problem: FusionProblem, *, max_sets: int = MAX_SETS, max_states:
     return outcome
 
 
-def _solve_by_cells(problem: FusionProblem, max_sets: int | None, deadline: float | None) -> ExactOutcome | None:
+def _solve_by_cells(problem: FusionProblem, max_sets: int | None, deadline: float | None,
+                    on_progress: Callable[[str], None] | None = None) -> ExactOutcome | None:
     """The optimum found cell by cell between articulation tensors (:mod:`fuseplan.search.cells`), where the
     scheme prices the groups that cross them from their parts and the cells' pieces stay within the limits
     (``max_sets`` of them at most); ``None`` otherwise. The plan is priced again group by group and checked
     (valid, acyclic, moving what the cells' search found) before it is taken for the optimum."""
     limit = CELLS_MAX_SETS if max_sets is None else min(max_sets, CELLS_MAX_SETS)
-    found = cell_search(problem, max_sets=limit, deadline=deadline)
+    found = cell_search(problem, max_sets=limit, deadline=deadline, on_progress=on_progress)
     if found is None:
         return None
     plan = found["plan"]
