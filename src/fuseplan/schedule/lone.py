@@ -634,8 +634,17 @@ def _best(candidates, g, room, totals):
 
 
 def _conv_schedule(graph: CompGraph, v: int, g: ConvGeometry, extra: _Riders, room: int) -> Schedule | None:
+    best = _conv_blocking(g, room)
+    return None if best is None else _conv_blocks(graph, v, g, extra, best)
+
+
+@lru_cache(maxsize=4096)
+def _conv_blocking(g: ConvGeometry, room: int) -> ConvCost | None:
+    """The blocking of a lone windowed operator of geometry ``g`` with ``room`` elements free: a function of
+    the two alone, kept for the other operators of the same shape (a network repeats its blocks, and the
+    rewrite search prices graph after graph of the same operators)."""
     best = _best(conv_candidates(g, room), g, room, lambda cost: cost.totals(g))
-    return None if best is None else _conv_blocks(graph, v, g, extra, _fewest_conv_steps(g, best, room))
+    return None if best is None else _fewest_conv_steps(g, best, room)
 
 
 def _conv_steps(g: ConvGeometry, cost: ConvCost) -> int:
