@@ -463,19 +463,39 @@ def _shortest_path_by_states(problem: FusionProblem, cells: list[_Cell], max_sta
                 labels.append((cost, plan, members | cell.mask, grown(state, cell.mask, copy=False), joined))
         labels.sort(key=lambda label: label[0])
         opened = []
-        kept: dict[tuple, list[tuple]] = {}
+        kept: dict[tuple, _Vectors] = {}
         for cost, plan, members, state, parts in labels:  # cheapest first: a kept one is never dearer than one it beats
             key, vector, record = cost_model.open_record(state, cell.leaving.tensor)
             if cost_model.closing_floor(vector) >= beta:
                 continue  # no group it closes into fits
-            beaten = kept.setdefault(key, [])
-            if any(all(a <= v for a, v in zip(other, vector)) for other in beaten):
+            beaten = kept.get(key)
+            if beaten is None:
+                beaten = kept[key] = _Vectors(len(vector))
+            elif beaten.any_at_most(vector):
                 continue
-            beaten.append(vector)
+            beaten.add(vector)
             opened.append((cost, plan, members, state, key, record, parts))
         closed = best.get(cell.mask)
     progress("searching", len(cells), len(cells))
     return _unfold(closed, settled[0])
+
+
+class _Vectors:
+    """The vectors of the open groups kept for one key, rows of an array that doubles as it fills: whether one
+    of them is no higher than a new vector in every entry is one comparison of arrays."""
+
+    def __init__(self, width: int) -> None:
+        self.rows = np.empty((8, width))
+        self.count = 0
+
+    def any_at_most(self, vector: tuple) -> bool:
+        return bool(self.count) and bool((self.rows[:self.count] <= vector).all(axis=1).any())
+
+    def add(self, vector: tuple) -> None:
+        if self.count == len(self.rows):
+            self.rows = np.concatenate([self.rows, np.empty_like(self.rows)])
+        self.rows[self.count] = vector
+        self.count += 1
 
 
 #: Open groups of one key past which their closings are priced as arrays (:meth:`CostModel.price_closed_many`).
