@@ -535,8 +535,6 @@ class BRRCostModel(CostModel):
     def _row_tile_costs(self, fp: Footprint, block: int, once: int,
                         savings: tuple[int, float, int, float] | None) -> list[tuple[str, GroupCost]]:
         """The row-tile schedules' prices from a group's tally (:meth:`_tally`)."""
-        b = self.bytes_per_element
-        beta = self.buffer_bytes
         weights, reference = fp.weights, fp.reference_rows
         io = fp.inputs + fp.outputs
         if savings is None:
@@ -549,16 +547,22 @@ class BRRCostModel(CostModel):
             if found and (saved, saved_per_row) == entries[0][1:]:  # both entries hold the same: same price
                 found.append((name, found[0][1]))
                 continue
-            features = fp.features - saved
-            line = (fp.line * reference - saved_per_row) / reference
-            tiles, rows = _row_tiles(b, beta, weights, features, block, line, reference)
-            if rows == 0:  # every weight stays: read once
-                buffer = b * (weights + features)
-            else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
-                buffer = b * (features + block + ceil(line * (rows - 1)))
-            dram = b * ((weights - once) * tiles + once + io)
-            found.append((name, GroupCost(buffer=buffer, dram=dram)))
+            found.append((name, self._row_tile_entry(weights, once, fp.features - saved, fp.line, reference, block,
+                                                      io, saved_per_row)))
         return found
+
+    def _row_tile_entry(self, weights: int, once: int, kept: int, per_row: float, reference: int, block: int,
+                        io: int, saved_per_row: float) -> GroupCost:
+        """One row-tile schedule's price: ``kept`` feature elements on chip (the entry's saving taken off) and
+        ``per_row`` streamed elements per row of the reference tensor before the entry's saving of them."""
+        b, beta = self.bytes_per_element, self.buffer_bytes
+        line = (per_row * reference - saved_per_row) / reference
+        tiles, rows = _row_tiles(b, beta, weights, kept, block, line, reference)
+        if rows == 0:  # every weight stays: read once
+            buffer = b * (weights + kept)
+        else:  # a block of weights at a time, read once per tile; rows - 1 more rows of the tensors streamed
+            buffer = b * (kept + block + ceil(line * (rows - 1)))
+        return GroupCost(buffer=buffer, dram=b * ((weights - once) * tiles + once + io))
 
     prices_open_groups = True
 
@@ -630,9 +634,9 @@ class BRRCostModel(CostModel):
         """The price of an open group (``key`` and ``record`` of :meth:`open_record`) closed by a piece
         (``delta`` of :meth:`close_delta`, found with an open group of the same key).
 
-        :meth:`_cheapest` of :meth:`_row_tile_costs` on the closed group's totals, with the same arithmetic
-        (the same bits) but none of its intermediate objects: the search cell by cell prices hundreds of
-        thousands of closings this way."""
+        :meth:`_cheapest` of :meth:`_row_tile_costs` on the closed group's totals, each entry priced by the
+        same :meth:`_row_tile_entry`, without the footprint, the list and the names: the search cell by cell
+        prices hundreds of thousands of closings this way."""
         weights, once, features, line = record[0] + delta[0], record[1] + delta[1], record[2] + delta[2], \
             record[3] + delta[3]
         io = record[9] + delta[9]
@@ -643,17 +647,10 @@ class BRRCostModel(CostModel):
             entries = ((record[4] + delta[4], record[5] + delta[5]), (record[6] + delta[6], record[7] + delta[7]))
         else:
             entries = ((0, 0.0),)
-        b, beta = self.bytes_per_element, self.buffer_bytes
+        beta = self.buffer_bytes
         best: GroupCost | None = None
         for saved, saved_per_row in entries:
-            kept = features - saved
-            streamed = (per_row * reference - saved_per_row) / reference
-            tiles, rows = _row_tiles(b, beta, weights, kept, block, streamed, reference)
-            if rows == 0:
-                buffer = b * (weights + kept)
-            else:
-                buffer = b * (kept + block + ceil(streamed * (rows - 1)))
-            cost = GroupCost(buffer=buffer, dram=b * ((weights - once) * tiles + once + io))
+            cost = self._row_tile_entry(weights, once, features - saved, per_row, reference, block, io, saved_per_row)
             best = cost if best is None else _better(cost, best, beta)
         assert best is not None
         return best
