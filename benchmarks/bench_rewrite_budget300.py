@@ -8,7 +8,8 @@ which records its wall and CPU seconds and its peak resident memory
 holds the cost found (``cost``, re-priced afresh from the returned model under the dram objective:
 ``fresh_cost``), the change from the original, the steps, the counters (expansions, candidates,
 estimates, exact pricings) and the load average before and after: the machine is shared, so compare CPU
-seconds beside wall seconds. ``--time-limit`` stops a search (both phases; 0: none) and the row says
+seconds beside wall seconds; ``collector_thresholds``: the garbage collector's thresholds during the
+search (``--collector-thresholds 700,10,10`` measures it at Python's defaults). ``--time-limit`` stops a search (both phases; 0: none) and the row says
 ``finished: false``. ``reuse-check`` is the lazy search with every reused estimate computed afresh as well
 (``check_reuse``): ``reuse_checks`` and ``reuse_mismatches`` count how often the deltas were compared and
 differed. ``probe`` is the 17-operator probe (``tests/passes/probe.py``). The latency objective
@@ -39,8 +40,12 @@ import json, os, resource, sys, time
 from pathlib import Path
 from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective, total_dram
+import fuseplan.rewrite.search
 
-source, objective_name, scheme, buffer_kb, pricing, budget, alpha, seed, limit, cache, capacity = sys.argv[1:12]
+source, objective_name, scheme, buffer_kb, pricing, budget, alpha, seed, limit, cache, capacity, collector = sys.argv[1:13]
+if collector:
+    fuseplan.rewrite.search.COLLECTOR_THRESHOLDS = tuple(int(n) for n in collector.split(","))
+COLLECTOR_THRESHOLDS = fuseplan.rewrite.search.COLLECTOR_THRESHOLDS
 if source == "probe":
     from tests.passes.probe import probe_model
     model, name = prepare_model(probe_model(), "probe17")[0], "probe"
@@ -82,6 +87,7 @@ print(json.dumps({
     **({"group_prices": {"kept": len(objective.prices), "capacity": objective.prices.capacity,
                          "dropped": objective.prices.dropped, "priced": objective.prices.misses}}
        if hasattr(objective, "prices") else {}),
+    "collector_thresholds": list(COLLECTOR_THRESHOLDS),
     "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}), flush=True)
 """
 
@@ -91,7 +97,8 @@ def search(source: str, objective: str, scheme: str | None, pricing: str, args, 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(harness.ROOT / "src"), str(harness.ROOT)])}
     done = subprocess.run([sys.executable, "-c", CHILD, source, objective, scheme or "lbdf", str(args.buffer_kb),
                            pricing, str(args.budget), str(args.alpha), str(args.seed), str(args.time_limit),
-                           str(cache), str(args.group_prices_capacity)], capture_output=True, text=True, env=env)
+                           str(cache), str(args.group_prices_capacity), args.collector_thresholds],
+                          capture_output=True, text=True, env=env)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         return {"model": source, "objective": objective, "scheme": scheme, "pricing": pricing,
@@ -111,6 +118,9 @@ def main(argv=None) -> None:
     parser.add_argument("--time-limit", type=float, default=0.0, help="seconds per search, both phases; 0: none")
     parser.add_argument("--group-prices-capacity", type=int, default=0,
                         help="dram searches: prices the shared group-price table keeps at most (0: the default)")
+    parser.add_argument("--collector-thresholds", default="",
+                        help="the garbage collector's thresholds during the search, as 700,10,10 (Python's defaults); "
+                             "default: the search's own (COLLECTOR_THRESHOLDS)")
     parser.add_argument("--latency-cache", type=Path, default=harness.RESULTS / "rewrite_latency_cache.json")
     args = parser.parse_args(argv)
     run = harness.Run("rewrite_budget300", args)

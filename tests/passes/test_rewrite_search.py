@@ -138,6 +138,33 @@ def test_the_same_seed_gives_the_same_rewrite():
     assert sys.getswitchinterval() == switch_interval  # the search's shorter thread switches end with it
 
 
+@pytest.mark.parametrize("stop_at", [None, 3])
+def test_the_search_collects_garbage_less_often_and_restores_the_collector(stop_at):
+    """While a search runs the collector uses the search's thresholds; after it, even one a signal stopped
+    (here the objective's third pricing), the caller's again."""
+    import gc
+
+    from fuseplan.rewrite.objectives import MacsObjective
+    from fuseplan.rewrite.search import COLLECTOR_THRESHOLDS
+
+    seen = []
+
+    class Recording(MacsObjective):
+        def __call__(self, model):
+            seen.append(gc.get_threshold())
+            if len(seen) == stop_at:
+                raise KeyboardInterrupt
+            return super().__call__(model)
+
+    before = gc.get_threshold()
+    result = backtracking_search(_prepared("tests/data/googlenet_opset13.onnx"), Recording(), alpha=1.05, budget=2,
+                                 rules=["merge-parallel-convs"], pricing="exact")
+    assert gc.get_threshold() == before != COLLECTOR_THRESHOLDS
+    assert seen[0] == before  # the original, priced before the search began
+    assert len(seen) > 2 and set(seen[1:]) == {COLLECTOR_THRESHOLDS}
+    assert result.interrupted == (stop_at is not None)
+
+
 def test_a_failing_rule_is_discarded_and_counted(monkeypatch):
     from fuseplan.passes.rules import conv as conv_rules
 

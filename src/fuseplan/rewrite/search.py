@@ -43,6 +43,7 @@ cores the check costs almost no wall time.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 import sys
@@ -232,6 +233,8 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
         # numpy, and at the default 5 ms interval waited that long to get it back from the search each time:
         # checks took four times their CPU time and the search waited for them (ResNet-101, ResNet-18).
         sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL))
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
     try:
         if greedy is None:
             search.explore([(search.initial, [])], 1.0, budget,
@@ -258,6 +261,7 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     finally:
         search.verifications.shutdown(wait=True, cancel_futures=True)
         sys.setswitchinterval(switch_interval)
+        gc.set_threshold(*thresholds)
     best = search.best
     return RewriteResult(model=best.model, steps=best.steps, initial_cost=search.initial, cost=best.cost,
                          max_error=best.error, wall_seconds=earlier + clock() - start,
@@ -281,6 +285,12 @@ def unsearched(model: onnx.ModelProto, objective: Objective, start: float | None
 
 
 _SWITCH_INTERVAL = 0.0005  # seconds between the interpreter's thread switches while verification runs beside
+
+#: the garbage collector's thresholds while a search runs (Python's defaults: 700, 10, 10). A search allocates
+#: millions of short-lived objects beside a large heap that lives as long as it does (group prices, queued
+#: graphs, expansions); at the defaults the collector ran about 6,000 times and walked that heap 36 times in a
+#: budget-30 search of MobileNetV3-Small under BRR, a quarter of its time (benchmarks/bench_rewrite_gc.py)
+COLLECTOR_THRESHOLDS = (10_000, 20, 20)
 
 
 def _to_ir(model: onnx.ModelProto) -> Any:
