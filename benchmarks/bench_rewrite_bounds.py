@@ -38,7 +38,7 @@ from fuseplan.units import parse_size
 
 name, buffer, budget, alpha, limit = sys.argv[1], parse_size(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 if name == "probe":
-    from tests.passes.probe import probe_model
+    from tests.rewrite.probe import probe_model
     prepared = prepare_model(probe_model(), "probe17")[0]
 else:
     path, label = model_path(name)

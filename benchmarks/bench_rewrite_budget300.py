@@ -12,7 +12,7 @@ seconds beside wall seconds; ``collector_thresholds``: the garbage collector's t
 search (``--collector-thresholds 700,10,10`` measures it at Python's defaults). ``--time-limit`` stops a search (both phases; 0: none) and the row says
 ``finished: false``. ``reuse-check`` is the lazy search with every reused estimate computed afresh as well
 (``check_reuse``): ``reuse_checks`` and ``reuse_mismatches`` count how often the deltas were compared and
-differed. ``probe`` is the 17-operator probe (``tests/passes/probe.py``). The latency objective
+differed. ``probe`` is the 17-operator probe (``tests/rewrite/probe.py``). The latency objective
 reads a copy of ``--latency-cache``, so configurations measured before are not measured again; it has
 no scheme and runs once per model and pricing. The file is rewritten after every search. Run::
 
@@ -47,7 +47,7 @@ if collector:
     fuseplan.rewrite.search.COLLECTOR_THRESHOLDS = tuple(int(n) for n in collector.split(","))
 COLLECTOR_THRESHOLDS = fuseplan.rewrite.search.COLLECTOR_THRESHOLDS
 if source == "probe":
-    from tests.passes.probe import probe_model
+    from tests.rewrite.probe import probe_model
     model, name = prepare_model(probe_model(), "probe17")[0], "probe"
 else:
     path, name = model_path(source)

@@ -192,6 +192,9 @@ def backtracking_search(model: onnx.ModelProto, objective: Objective, *, rules: 
     computed one and counts how often the two differ (``reuse_checks``,
     ``reuse_mismatches``), so the search is the lazy one.
 
+    While it runs, the garbage collector runs less often (:data:`COLLECTOR_THRESHOLDS`; the caller's
+    thresholds are back when it returns): the same search, 11% to 34% less CPU at budget 300 (docs/rewrite.md).
+
     ``clock`` (seconds, :func:`time.perf_counter` by default) is what the
     time limits and the wall time are read from; a test gives its own to
     cross a limit at a chosen expansion, whatever the machine's speed.

@@ -18,7 +18,7 @@ from fuseplan.rewrite import DramObjective  # noqa: E402
 from fuseplan.rewrite.ir_graph import IrMemo, read_ir  # noqa: E402
 from fuseplan.rewrite.objectives import _relabel  # noqa: E402
 from fuseplan.rewrite.trial import undo_for  # noqa: E402
-from tests.passes.test_rewrite_window import _every_rule_but_identity  # noqa: E402
+from tests.rewrite.test_window import _every_rule_but_identity  # noqa: E402
 
 GOOGLENET = "tests/data/googlenet_opset13.onnx"
 

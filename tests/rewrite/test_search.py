@@ -407,7 +407,7 @@ def test_models_with_external_weights_are_refused_by_both_rewriting_commands(tmp
 
 
 def _probe() -> onnx.ModelProto:
-    from tests.passes.probe import probe_model
+    from tests.rewrite.probe import probe_model
 
     return prepare_model(probe_model(), "probe17")[0]
 

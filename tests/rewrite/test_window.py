@@ -59,7 +59,7 @@ def test_interval_tables_hold_the_interval_dp_optimum_both_ways(source, scheme):
 def _every_rule_but_identity():
     """The hand-built graph where every rule applies, its Identity made a Relu so the planner's graph is read
     from onnx-ir (an Identity is left to the importer): every rule but drop-identity-like has a site."""
-    from tests.passes.test_rewrite_incremental import _every_rule_model
+    from tests.rewrite.test_incremental import _every_rule_model
 
     model = _every_rule_model()
     for node in model.graph.node:
@@ -177,7 +177,7 @@ def test_a_substitution_tried_in_place_and_undone_leaves_the_graph_as_it_was(sou
     from fuseplan.rewrite.trial import undo_for
 
     if source == "every-rule":
-        from tests.passes.test_rewrite_incremental import _every_rule_model
+        from tests.rewrite.test_incremental import _every_rule_model
 
         working = ir.from_proto(_every_rule_model())
     else:

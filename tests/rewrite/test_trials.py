@@ -18,8 +18,8 @@ from fuseplan.graph.onnx_import import model_path, prepare_model, read_model  # 
 from fuseplan.passes.ir_hashing import HashState, ir_structural_hash, model_digest  # noqa: E402
 from fuseplan.passes.rewrite import apply_in_place, load_rules  # noqa: E402
 from fuseplan.rewrite.trial import Trials  # noqa: E402
-from tests.passes.test_rewrite_incremental import _every_rule_model  # noqa: E402
-from tests.passes.test_rewrite_window import _uses_match_inputs  # noqa: E402
+from tests.rewrite.test_incremental import _every_rule_model  # noqa: E402
+from tests.rewrite.test_window import _uses_match_inputs  # noqa: E402
 
 GOOGLENET = "tests/data/googlenet_opset13.onnx"
 
