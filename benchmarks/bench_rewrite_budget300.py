@@ -9,8 +9,9 @@ holds the cost found (``cost``, re-priced afresh from the returned model under t
 ``fresh_cost``), the change from the original, the steps, the counters (expansions, candidates,
 estimates, exact pricings) and the load average before and after: the machine is shared, so compare CPU
 seconds beside wall seconds; ``collector_thresholds``: the garbage collector's thresholds during the
-search (``--collector-thresholds 700,10,10`` measures it at Python's defaults). ``--time-limit`` stops a search (both phases; 0: none) and the row says
-``finished: false``. ``reuse-check`` is the lazy search with every reused estimate computed afresh as well
+search (``--collector-thresholds 700,10,10`` measures it at Python's defaults). ``--time-limit`` stops a
+search (both phases; 0: none) and the row says ``finished: false``. ``reuse-check`` is the lazy search
+with every reused estimate computed afresh as well
 (``check_reuse``): ``reuse_checks`` and ``reuse_mismatches`` count how often the deltas were compared and
 differed. ``probe`` is the 17-operator probe (``tests/rewrite/probe.py``). The latency objective
 reads a copy of ``--latency-cache``, so configurations measured before are not measured again; it has
@@ -42,7 +43,8 @@ from fuseplan.graph.onnx_import import model_path, prepare_model, read_model
 from fuseplan.rewrite import backtracking_search, make_objective, total_dram
 import fuseplan.rewrite.search
 
-source, objective_name, scheme, buffer_kb, pricing, budget, alpha, seed, limit, cache, capacity, collector = sys.argv[1:13]
+(source, objective_name, scheme, buffer_kb, pricing, budget, alpha, seed, limit, cache, capacity,
+ collector) = sys.argv[1:13]
 if collector:
     fuseplan.rewrite.search.COLLECTOR_THRESHOLDS = tuple(int(n) for n in collector.split(","))
 COLLECTOR_THRESHOLDS = fuseplan.rewrite.search.COLLECTOR_THRESHOLDS

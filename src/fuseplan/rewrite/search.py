@@ -292,7 +292,8 @@ _SWITCH_INTERVAL = 0.0005  # seconds between the interpreter's thread switches w
 #: the garbage collector's thresholds while a search runs (Python's defaults: 700, 10, 10). A search allocates
 #: millions of short-lived objects beside a large heap that lives as long as it does (group prices, queued
 #: graphs, expansions); at the defaults the collector ran about 6,000 times and walked that heap 36 times in a
-#: budget-30 search of MobileNetV3-Small under BRR, a quarter of its time (benchmarks/bench_rewrite_gc.py)
+#: budget-30 search of MobileNetV3-Small under BRR, a quarter of its time (docs/rewrite.md; measured with
+#: ``benchmarks/bench_rewrite_budget300.py --collector-thresholds``)
 COLLECTOR_THRESHOLDS = (10_000, 20, 20)
 
 
