@@ -430,6 +430,40 @@ def test_the_relaxed_search_on_the_probe_stays_within_its_bounds_and_ends_within
     assert len(replayed.graph.node) == len(result.model.graph.node)
 
 
+def test_a_popped_graph_copied_from_its_expanded_parent_is_the_graph_its_replay_gives(monkeypatch):
+    """A popped graph whose parent was expanded lately is that graph copied with the last step applied; every such
+    rebuild is compared with the steps replayed on the original: the same nodes in the same order, the same
+    values, the same hash and the same inserted outputs (what the inverse-rule bound reads)."""
+    from fuseplan.passes.ir_hashing import HashState, model_digest
+    from fuseplan.rewrite import search as module
+
+    rebuild = module._Search.rebuild
+    compared = []
+
+    def shape(graph):
+        return [(node.name, node.op_type, [v.name for v in node.inputs if v is not None],
+                 [v.name for v in node.outputs]) for node in graph.graph]
+
+    def checked(self, steps, producers=None, before_last=None):
+        from_parent = bool(steps) and module._path(steps[:-1]) in self.expanded_graphs
+        graph = rebuild(self, steps, producers, before_last)
+        if graph is not None and from_parent:
+            kept, self.expanded_graphs = self.expanded_graphs, {}
+            replay_producers: dict[str, str] = {}
+            replayed = rebuild(self, steps, replay_producers)
+            self.expanded_graphs = kept
+            assert shape(graph) == shape(replayed)
+            digests = [model_digest(g, HashState.of(g.graph)) for g in (graph, replayed)]
+            assert digests[0] == digests[1]
+            assert producers is None or producers == replay_producers
+            compared.append(len(steps))
+        return graph
+
+    monkeypatch.setattr(module._Search, "rebuild", checked)
+    backtracking_search(_probe(), make_objective("dram", scheme="lbdf", buffer_bytes=64 * 1024), alpha=1.05, budget=15)
+    assert len(compared) > 5 and max(compared) > 2, compared
+
+
 def test_no_relaxed_step_undoes_what_its_inverse_rule_did():
     """Merging the halves of a split is refused; so is splitting a merged convolution; so is any graph beyond the
     operator bound, and with a bound of 1 no graph of the relaxed phase grows at all."""

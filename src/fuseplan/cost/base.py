@@ -315,12 +315,17 @@ class CostModel(ABC):
         self.graph = graph
         self.buffer_bytes = int(buffer_bytes)
         self.bytes_per_element = int(bytes_per_element)
-        self.tables = GraphTables.from_graph(graph)
         self._cache: dict[Group, GroupCost] = {}
         self._states: dict[Group, Any] = {}  # group -> its pricing state, for the group grown by one operator
         self._shared: dict[Group, int] = {}  # group -> growths its kept state is still copied for (share_state)
         self.hits = 0
         self.misses = 0
+
+    @cached_property
+    def tables(self) -> GraphTables:
+        """The graph as flat tables, built on first use: a rewrite search makes a cost model per candidate and
+        finds most of its groups' prices by label, so many of them never price a group."""
+        return GraphTables.from_graph(self.graph)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.graph.name!r}, buffer_bytes={self.buffer_bytes}, "

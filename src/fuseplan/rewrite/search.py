@@ -33,8 +33,10 @@ expanded graph (:meth:`Objective.expansion`, :meth:`Objective.price_near`:
 the dram objective re-solves only the window of each order the
 substitution changed). Candidates are never serialised: the queue holds a
 graph's substitutions and its hash, and a graph popped to be expanded is
-rebuilt by replaying them on the original (names are deterministic, so the
-replay is the same graph; its hash is checked). Only a graph that becomes
+rebuilt: a copy of its parent with the last substitution applied where the
+parent was among the last few graphs expanded, else its substitutions
+replayed on the original (names are deterministic, so both give the same
+graph; its hash is checked). Only a graph that becomes
 the best is serialised. A popped graph is checked with onnxruntime on a
 second thread while its candidates are built; they join the queue only once
 it passes, so the search finds what checking first would find, and on two
@@ -318,8 +320,8 @@ class _Best:
     whole: bool = True  # verified as a whole graph (False: only its last substitution alone, verify="site")
 
 
-#: expansions whose tables a child's expansion may start from: a popped graph is most often a child of one of the
-#: last few graphs expanded
+#: expansions whose tables a child's expansion may start from, and graphs a child's rebuild may copy: a popped graph
+#: is most often a child of one of the last few graphs expanded
 _RECENT_EXPANSIONS = 4
 
 
@@ -365,6 +367,7 @@ class _Search:
         # estimate only, and priced exactly if popped.
         self.deltas: dict[tuple[str, tuple[str, ...], int], tuple[int, Any]] = {}
         self.recent: dict[tuple, Any] = {}  # the substitutions of the graphs expanded last -> what the objective kept
+        self.expanded_graphs: dict[tuple, tuple[Any, dict[str, str]]] = {}  # the same -> (graph, producers)
         self.priced_now: list[tuple[dict[str, float], str]] = []  # prices kept while the current graph expands
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self.initial = self.price(model, model_digest(self.original, HashState.of(self.original.graph)))
@@ -412,24 +415,37 @@ class _Search:
 
     def rebuild(self, steps: list[dict[str, Any]], producers: dict[str, str] | None = None,
                 before_last: Callable[[Any, dict[str, Any]], bool] | None = None) -> Any:
-        """The onnx-ir graph ``steps`` make of the original (a new one).
+        """The onnx-ir graph ``steps`` make of the original (a new one): a copy of the graph one step before
+        with the last step applied where that graph was expanded lately (:meth:`keep_expanded`), else the
+        steps replayed on a copy of the original. Names are deterministic, so both give the same graph.
 
         ``producers``, if given, is filled with the outputs of the nodes the steps inserted that are still in
         the graph, each mapped to the rule that inserted its node. ``before_last(graph, step)`` is called
         before the last step is applied; if it returns false, the result is ``None``."""
-        working = self.original.clone()
-        inserted = []
-        for position, step in enumerate(steps):
-            if before_last is not None and position == len(steps) - 1 and not before_last(working, step):
+        parent = self.expanded_graphs.get(_path(steps[:-1])) if steps else None
+        if parent is not None:
+            graph, made = parent
+            working, todo, inserted = graph.clone(), steps[-1:], dict(made)
+        else:
+            working, todo, inserted = self.original.clone(), steps, {}
+        for position, step in enumerate(todo):
+            if before_last is not None and position == len(todo) - 1 and not before_last(working, step):
                 return None
-            added = apply_in_place(working, step["rule"], step["site"])
-            if producers is not None:
-                inserted.extend((node, step["rule"]) for node in added)
-        if producers is not None:
-            live = {id(node) for node in working.graph}
-            producers.update((value.name, rule) for node, rule in inserted if id(node) in live
-                             for value in node.outputs)
+            for node in apply_in_place(working, step["rule"], step["site"]):
+                inserted.update((value.name, step["rule"]) for value in node.outputs)
+        if producers is not None:  # the inserted outputs still in the graph (a name is never made twice at once)
+            live = {value.name for node in working.graph for value in node.outputs}
+            producers.update((name, rule) for name, rule in inserted.items() if name in live)
         return working
+
+    def keep_expanded(self, steps: list[dict[str, Any]], graph: Any, producers: dict[str, str]) -> None:
+        """Keep the graph ``steps`` make (expanded, so never changed again) and its inserted outputs'
+        rules, for :meth:`rebuild` of its children: a popped graph is most often a child of one of the
+        last few graphs expanded, and copying it beats replaying a path dozens of substitutions long."""
+        kept = self.expanded_graphs
+        kept[_path(steps)] = (graph, producers)
+        while len(kept) > _RECENT_EXPANSIONS:
+            del kept[next(iter(kept))]
 
     def price(self, model: onnx.ModelProto, digest: str) -> float:
         return self.priced_exactly(digest, lambda: self.objective(model))
@@ -544,7 +560,7 @@ class _Search:
                     checked.append(self.site_verifier.check(graph, step["rule"], step["site"]))
                     return checked[0].passed
 
-                working = self.rebuild(steps, producers if bounded else None, check_last)
+                working = self.rebuild(steps, producers, check_last)
                 if working is not None and digest is None:
                     first = hash_popped(working)
                     if first is None:
@@ -556,7 +572,7 @@ class _Search:
                     continue
                 verified = True
             else:
-                working = self.rebuild(steps, producers if bounded else None)
+                working = self.rebuild(steps, producers)
                 if digest is None:
                     first = hash_popped(working)
                     if first is None:
@@ -590,6 +606,7 @@ class _Search:
             if expansion is None:
                 expansion = self.expand(working, steps)  # what pricing its candidates can reuse
             trials = Trials(working)  # what trying a substitution in place and undoing it looks up
+            substitutions = _step_key(steps)
             size = len(working.graph)
             for name, rule, site in sites:
                 if self.out_of_time(deadline):
@@ -598,7 +615,7 @@ class _Search:
                     counters["undoing"] += 1
                     continue
                 candidate_steps = [*steps, {"rule": name, "site": list(site)}]
-                key = _step_key(candidate_steps)
+                key = substitutions | {(name, tuple(site))}  # _step_key(candidate_steps), from the expanded graph's
                 if key in tried:  # the same substitutions in another order: almost always the same graph
                     counters["duplicates"] += 1
                     continue
@@ -674,6 +691,7 @@ class _Search:
                     continue
             for entry in pushes:
                 heapq.heappush(queue, entry)
+            self.keep_expanded(steps, working, producers)
             if self.on_expand is not None:
                 self.on_expand(counters["expanded"], self.bound)
             if self.on_progress is not None:
