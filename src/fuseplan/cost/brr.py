@@ -250,7 +250,6 @@ class BRRCostModel(CostModel):
                                    for w, c, i in zip(tables.node_weights, tables.node_channels, self._in_channels))
         self.in_place = in_place_operators(graph)
         self._alone_cache: dict[tuple[int, tuple[int, ...]], Schedule | None] = {}
-        self._ride_sets_by_head: dict[int, dict[frozenset[int], tuple[int, ...]]] = {}  # _ride_set's answers
         self.blockable = blockable_operators(graph)
         self._blockable_set = frozenset(v for v, blocks in enumerate(self.blockable) if blocks)
         self._producer = tuple(t.producer for t in graph.tensors)
@@ -711,13 +710,12 @@ class BRRCostModel(CostModel):
 
     def _alone(self, group: Group) -> Schedule | None:
         """The lone-operator schedule of ``group`` (:func:`fuseplan.schedule.lone.lone_schedule`), where the
-        group is one operator and operators it can carry on its output (:meth:`_ride_set`); ``None``
+        group is one operator and operators it can carry on its output (:attr:`_ride_sets`); ``None``
         otherwise or where no blocking fits."""
+        if len(group) > self._longest_ride:  # longer than any operator with what it carries: no lone schedule
+            return None
         head = min(group)
-        sets = self._ride_sets_by_head.get(head)
-        if sets is None:
-            sets = self._ride_set(head)
-        ride = sets.get(frozenset(group))
+        ride = self._ride_sets[head].get(frozenset(group))
         if ride is None:
             return None
         key = (head, ride)
@@ -726,31 +724,35 @@ class BRRCostModel(CostModel):
                                                    self.bytes_per_element)
         return self._alone_cache[key]
 
-    def _ride_set(self, v: int) -> dict[frozenset[int], tuple[int, ...]]:
-        """The groups operator ``v`` runs alone with what rides on its output, each with its riders in order:
-        ``v`` with a prefix of its in-place chain (:func:`~fuseplan.schedule.lone.riders`) or with a prefix
-        of its epilogue (:func:`~fuseplan.schedule.lone.epilogue_prefixes`, GELU or Swish after a matrix
-        product or convolution) that leaves one tensor to write. Found per operator on first use: a
-        rewrite search makes a cost model per candidate and prices groups near its edit only."""
-        known = self._ride_sets_by_head.get(v)
-        if known is None:
-            chain = riders(self.graph, v, self.in_place)
-            known = {frozenset((v, *chain[:k])): chain[:k] for k in range(len(chain) + 1)}
-            for prefix in epilogue_prefixes(self.graph, v):
-                known.setdefault(frozenset((v, *prefix)), prefix)
-            self._ride_sets_by_head[v] = known
-        return known
+    @cached_property
+    def _riders(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(riders(self.graph, v, self.in_place) for v in range(len(self.graph.nodes)))
 
     @cached_property
     def _ride_sets(self) -> tuple[dict[frozenset[int], tuple[int, ...]], ...]:
-        """:meth:`_ride_set` of every operator."""
-        return tuple(self._ride_set(v) for v in range(len(self.graph.nodes)))
+        """Per operator ``v``: the groups it runs alone with what rides on its output, each with its riders in
+        order: ``v`` with a prefix of its in-place chain (:func:`~fuseplan.schedule.lone.riders`) or with a
+        prefix of its epilogue (:func:`~fuseplan.schedule.lone.epilogue_prefixes`, GELU or Swish after a
+        matrix product or convolution) that leaves one tensor to write."""
+        found = []
+        for v in range(len(self.graph.nodes)):
+            chain = self._riders[v]
+            sets = {frozenset((v, *chain[:k])): chain[:k] for k in range(len(chain) + 1)}
+            for prefix in epilogue_prefixes(self.graph, v):
+                sets.setdefault(frozenset((v, *prefix)), prefix)
+            found.append(sets)
+        return tuple(found)
 
     @cached_property
     def _may_carry(self) -> tuple[frozenset[int], ...]:
         """Per operator: every operator that rides on it in some group of :attr:`_ride_sets` (its in-place
         chain and its epilogue)."""
         return tuple(frozenset(u for ride in sets.values() for u in ride) for sets in self._ride_sets)
+
+    @cached_property
+    def _longest_ride(self) -> int:
+        """The most operators a lone-operator schedule runs: one and what it carries (:attr:`_ride_sets`)."""
+        return max((len(ride) + 1 for sets in self._ride_sets for ride in sets.values()), default=1)
 
     # -- the buffer floor: what any group holding a given one keeps on chip at the least ---------
     floor_combine = "max"  # the row-tile schedules hold the largest weight block of the group
