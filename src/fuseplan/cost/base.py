@@ -324,7 +324,7 @@ class CostModel(ABC):
     @cached_property
     def tables(self) -> GraphTables:
         """The graph as flat tables, built on first use: a rewrite search makes a cost model per candidate and
-        finds most of its groups' prices by label, so many of them never price a group."""
+        finds most of its groups' prices by label, so many of them never price a group themselves."""
         return GraphTables.from_graph(self.graph)
 
     def __repr__(self) -> str:

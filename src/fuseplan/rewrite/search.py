@@ -325,6 +325,13 @@ class _Best:
 _RECENT_EXPANSIONS = 4
 
 
+def _keep_recent(kept: dict[tuple, Any], path: tuple, value: Any) -> None:
+    """Keep ``value`` for the graph ``path`` makes, and only the last :data:`_RECENT_EXPANSIONS` kept."""
+    kept[path] = value
+    while len(kept) > _RECENT_EXPANSIONS:
+        del kept[next(iter(kept))]
+
+
 def _path(steps: Sequence[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The substitutions ``steps`` make, in order, as a key."""
     return tuple((step["rule"], tuple(step["site"])) for step in steps)
@@ -442,10 +449,7 @@ class _Search:
         """Keep the graph ``steps`` make (expanded, so never changed again) and its inserted outputs'
         rules, for :meth:`rebuild` of its children: a popped graph is most often a child of one of the
         last few graphs expanded, and copying it beats replaying a path dozens of substitutions long."""
-        kept = self.expanded_graphs
-        kept[_path(steps)] = (graph, producers)
-        while len(kept) > _RECENT_EXPANSIONS:
-            del kept[next(iter(kept))]
+        _keep_recent(self.expanded_graphs, _path(steps), (graph, producers))
 
     def price(self, model: onnx.ModelProto, digest: str) -> float:
         return self.priced_exactly(digest, lambda: self.objective(model))
@@ -483,9 +487,7 @@ class _Search:
         recent = self.recent
         expansion = self.objective.expansion(model, near=recent.get(_path(steps[:-1])) if steps else None)
         if expansion is not None:
-            recent[_path(steps)] = expansion
-            while len(recent) > _RECENT_EXPANSIONS:
-                del recent[next(iter(recent))]
+            _keep_recent(recent, _path(steps), expansion)
         return expansion
 
     def exact_cost(self, model: Any, digest: str, steps: list[dict[str, Any]]) -> tuple[Any, float]:
